@@ -1,0 +1,253 @@
+"""A private RabbitMQ node for tests, demos and benchmarks.
+
+It runs Debian's `rabbitmq-server` with its own node name, free ports, data directory, Erlang cookie and
+feature-flags file, so it never touches a node that already runs on the default ports.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+RABBITMQ_SBIN = Path("/usr/lib/rabbitmq/bin")
+PLUGINS = ("rabbitmq_management", "rabbitmq_prometheus")
+# The broker's own default account; RabbitMQ lets it log in from loopback only.
+ADMIN_USER = "guest"
+ADMIN_PASSWORD = "guest"
+
+
+class LocalBrokerError(RuntimeError):
+    """The private node could not be installed, started or stopped."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_rabbitmq_installed() -> None:
+    """Install Debian's rabbitmq-server when it is missing and we are root; otherwise say what to install."""
+    if (RABBITMQ_SBIN / "rabbitmq-server").exists():
+        return
+    if os.geteuid() != 0:
+        raise LocalBrokerError("rabbitmq-server is not installed: run 'apt-get install rabbitmq-server' as root")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "rabbitmq-server"]):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise LocalBrokerError(f"'{' '.join(cmd)}' failed: {done.stderr.strip()[-300:]}")
+
+
+@dataclass(frozen=True)
+class Ports:
+    amqp: int
+    dist: int
+    management: int
+    prometheus: int
+
+    @classmethod
+    def free(cls) -> "Ports":
+        return cls(free_port(), free_port(), free_port(), free_port())
+
+
+class LocalBroker:
+    """One RabbitMQ node under `base_dir`, started and stopped by this process."""
+
+    def __init__(self, base_dir: Path | None = None, name: str = "ackscope", stats_interval_ms: int = 500):
+        if base_dir is None:
+            # The node runs as the rabbitmq user, which must be able to reach its files: a private
+            # 0700 temp dir (pytest's, for one) would not do.
+            base_dir = Path(tempfile.mkdtemp(prefix=f"{name}-broker-"))
+            base_dir.chmod(0o755)
+        self.base_dir = Path(base_dir)
+        self.ports = Ports.free()
+        self.nodename = f"{name}-{self.ports.amqp}@localhost"
+        self.stats_interval_ms = stats_interval_ms
+        self._process: subprocess.Popen | None = None
+        self._user = "rabbitmq" if os.geteuid() == 0 else None
+
+    # -- addresses -------------------------------------------------------------------------------------
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.management}"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.prometheus}"
+
+    def amqp_url(self, vhost: str = "/", user: str = ADMIN_USER, password: str = ADMIN_PASSWORD) -> str:
+        quoted = requests.utils.quote(vhost, safe="")
+        return f"amqp://{user}:{password}@127.0.0.1:{self.ports.amqp}/{quoted}"
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def start(self, timeout: float = 120.0) -> None:
+        """Start the node (first time: lay out its directories) and wait until its HTTP API answers."""
+        ensure_rabbitmq_installed()
+        if not (self.base_dir / "rabbitmq.conf").exists():
+            self._lay_out()
+        log = open(self.base_dir / "log" / "console.log", "ab")
+        self._process = subprocess.Popen(
+            [str(RABBITMQ_SBIN / "rabbitmq-server")],
+            env=self._env(), cwd=self.base_dir, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, user=self._user, start_new_session=True,
+        )
+        log.close()
+        self._wait_ready(timeout)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the node gracefully (SIGTERM to the VM), killing it if it does not stop in time."""
+        pid = self._beam_pid()
+        if pid:
+            _signal(pid, signal.SIGTERM)
+        self._reap(timeout)
+
+    def kill(self) -> None:
+        """kill -9 the Erlang VM: a crash, with no chance to fsync or close cleanly."""
+        pid = self._beam_pid()
+        if pid:
+            _signal(pid, signal.SIGKILL)
+        self._reap(30)
+
+    def restart(self, timeout: float = 120.0) -> None:
+        self.stop()
+        self.start(timeout)
+
+    def ctl(self, *args: str, timeout: float = 60.0) -> str:
+        """Run rabbitmqctl against this node and return its output."""
+        done = subprocess.run(
+            [str(RABBITMQ_SBIN / "rabbitmqctl"), "-n", self.nodename, *args],
+            env=self._env(), cwd=self.base_dir, capture_output=True, text=True, timeout=timeout,
+            user=self._user,
+        )
+        if done.returncode != 0:
+            raise LocalBrokerError(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout
+
+    def api(self, method: str, path: str, **kwargs) -> requests.Response:
+        """Call this node's management API as the administrator (for test setup, not for ackscope)."""
+        r = requests.request(method, self.management_url + "/api" + path,
+                             auth=(ADMIN_USER, ADMIN_PASSWORD), timeout=30, **kwargs)
+        r.raise_for_status()
+        return r
+
+    def remove(self) -> None:
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    # -- internals -------------------------------------------------------------------------------------
+    def _lay_out(self) -> None:
+        if self._user:
+            for parent in self.base_dir.resolve().parents:
+                if not parent.stat().st_mode & 0o001:
+                    raise LocalBrokerError(f"{parent} is not searchable by others; the {self._user} user "
+                                           f"running the node could not reach {self.base_dir}")
+        for sub in ("mnesia", "log", "home"):
+            (self.base_dir / sub).mkdir(parents=True, exist_ok=True)
+        p = self.ports
+        (self.base_dir / "rabbitmq.conf").write_text(
+            f"listeners.tcp.1 = 127.0.0.1:{p.amqp}\n"
+            f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {p.management}\n"
+            f"prometheus.tcp.ip = 127.0.0.1\nprometheus.tcp.port = {p.prometheus}\n"
+            f"collect_statistics_interval = {self.stats_interval_ms}\n"
+            "log.console = false\nlog.file.level = warning\n"
+        )
+        (self.base_dir / "enabled_plugins").write_text("[" + ",".join(PLUGINS) + "].\n")
+        (self.base_dir / "rabbitmq-env.conf").write_text("")  # shadows /etc/rabbitmq/rabbitmq-env.conf
+        cookie = self.base_dir / "home" / ".erlang.cookie"
+        cookie.write_text(secrets.token_hex(16).upper())
+        cookie.chmod(0o400)
+        if self._user:
+            entry = pwd.getpwnam(self._user)
+            for path in [self.base_dir, *self.base_dir.rglob("*")]:
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def _env(self) -> dict[str, str]:
+        d, p = self.base_dir, self.ports
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
+        env.update(
+            HOME=str(d / "home"),
+            RABBITMQ_NODENAME=self.nodename,
+            RABBITMQ_NODE_PORT=str(p.amqp),
+            # Set explicitly: the default (AMQP port + 20000) overflows when the AMQP port is high.
+            RABBITMQ_DIST_PORT=str(p.dist),
+            RABBITMQ_CONFIG_FILE=str(d / "rabbitmq.conf"),
+            RABBITMQ_ADVANCED_CONFIG_FILE=str(d / "advanced.config"),
+            RABBITMQ_CONF_ENV_FILE=str(d / "rabbitmq-env.conf"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(d / "enabled_plugins"),
+            RABBITMQ_FEATURE_FLAGS_FILE=str(d / "feature_flags"),
+            RABBITMQ_MNESIA_BASE=str(d / "mnesia"),
+            RABBITMQ_LOG_BASE=str(d / "log"),
+            RABBITMQ_PID_FILE=str(d / "beam.pid"),
+            RABBITMQ_PLUGINS_EXPAND_DIR=str(d / "plugins-expand"),
+            ERL_EPMD_ADDRESS="127.0.0.1",
+        )
+        return env
+
+    def _beam_pid(self) -> int | None:
+        try:
+            return int((self.base_dir / "beam.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process and self._process.poll() is not None:
+                raise LocalBrokerError(f"node {self.nodename} exited while starting; see {self.base_dir}/log")
+            try:
+                if requests.get(self.management_url + "/api/overview", auth=(ADMIN_USER, ADMIN_PASSWORD),
+                                timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.3)
+        raise LocalBrokerError(f"node {self.nodename} did not answer on {self.management_url} in {timeout:.0f}s")
+
+    def _reap(self, timeout: float) -> None:
+        pid = self._beam_pid()
+        deadline = time.monotonic() + timeout
+        while pid and _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid and _alive(pid):
+            _signal(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.1)
+        if self._process:
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._process.pid, signal.SIGKILL)
+                self._process.wait()
+            self._process = None
+        (self.base_dir / "beam.pid").unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); its state in /proc says it is gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

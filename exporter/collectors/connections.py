@@ -1,0 +1,26 @@
+"""Per-connection series: negotiated heartbeat and flow-control state, by the client's connection name."""
+
+from __future__ import annotations
+
+from ..snapshot import Connection, Snapshot
+from .families import flag, gauge
+
+LABELS = ("vhost", "connection", "connection_name", "user")
+
+
+def _labels(c: Connection) -> tuple[str, ...]:
+    return (c.vhost, c.name, c.connection_name, c.user)
+
+
+class ConnectionCollector:
+    def __init__(self, snapshot: Snapshot):
+        self._snapshot = snapshot
+
+    def collect(self):
+        connections = self._snapshot.connections
+        yield gauge("ackscope_connection_heartbeat_seconds", "Negotiated AMQP heartbeat timeout (0 = off: a "
+                    "dead peer may go unnoticed for many minutes).", LABELS, connections, _labels,
+                    lambda c: c.heartbeat_seconds)
+        yield gauge("ackscope_connection_blocked", "1 when the connection is blocked, blocking or in flow "
+                    "control (its publishers are being held back).", LABELS, connections, _labels,
+                    lambda c: flag(c.blocked))

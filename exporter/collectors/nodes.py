@@ -1,0 +1,40 @@
+"""Per-node series: memory, disk and file-descriptor headroom, alarms, and fsync counts where reported."""
+
+from __future__ import annotations
+
+from ..snapshot import Node, Snapshot
+from .families import counter, flag, gauge
+
+LABELS = ("node",)
+
+GAUGES = (
+    ("running", "1 when the node is running.", lambda n: flag(n.running)),
+    ("memory_used_bytes", "Memory the node uses.", lambda n: n.mem_used),
+    ("memory_limit_bytes", "Memory high watermark: above it, publishers are blocked.", lambda n: n.mem_limit),
+    ("memory_alarm", "1 while the memory alarm is on (publishers blocked).", lambda n: flag(n.mem_alarm)),
+    ("disk_free_bytes", "Free disk space where the node keeps its data.", lambda n: n.disk_free),
+    ("disk_free_limit_bytes", "Free disk low watermark: below it, publishers are blocked.",
+     lambda n: n.disk_free_limit),
+    ("disk_free_alarm", "1 while the free-disk alarm is on (publishers blocked).", lambda n: flag(n.disk_free_alarm)),
+    ("file_descriptors_used", "File descriptors the node has open.", lambda n: n.fd_used),
+    ("file_descriptors_limit", "File descriptors the node may open.", lambda n: n.fd_total),
+    ("io_sync_average_seconds", "Average duration of the node's recent fsyncs (absent on RabbitMQ 4, which "
+     "reports zeros).", lambda n: n.io_sync_avg_seconds),
+)
+
+
+def _labels(n: Node) -> tuple[str, ...]:
+    return (n.name,)
+
+
+class NodeCollector:
+    def __init__(self, snapshot: Snapshot):
+        self._snapshot = snapshot
+
+    def collect(self):
+        nodes = self._snapshot.nodes
+        for name, doc, value in GAUGES:
+            yield gauge(f"ackscope_node_{name}", doc, LABELS, nodes, _labels, value)
+        yield counter("ackscope_node_io_syncs_total", "fsync calls by the node: the message store's batched "
+                      "syncs that gate confirms of persistent messages (absent on RabbitMQ 4, which reports "
+                      "zeros).", LABELS, nodes, _labels, lambda n: n.io_sync_count)

@@ -1,0 +1,48 @@
+"""Per-queue series: depth, persistence, consumers and message counters, with per-vhost folded totals."""
+
+from __future__ import annotations
+
+from ..cardinality import FOLDED, Folded, Shaped
+from ..snapshot import Queue
+from .families import counter, gauge, with_folded
+
+LABELS = ("vhost", "queue", "type", "durable")
+
+
+def _labels(q: Queue) -> tuple[str, ...]:
+    return (q.vhost, q.name, q.type, "" if q.durable is None else str(q.durable).lower())
+
+
+def _folded_labels(f: Folded) -> tuple[str, ...]:
+    return (f.vhost, FOLDED, "", "")
+
+
+SUMMABLE = (
+    ("messages_ready", "Messages ready for delivery.", gauge,
+     lambda q: q.messages_ready, lambda f: f.messages_ready),
+    ("messages_unacked", "Messages delivered and not yet acknowledged.", gauge,
+     lambda q: q.messages_unacked, lambda f: f.messages_unacked),
+    ("messages_persistent", "Persistent messages in the queue.", gauge,
+     lambda q: q.messages_persistent, lambda f: f.messages_persistent),
+    ("consumers", "Consumers on the queue.", gauge, lambda q: q.consumers, lambda f: f.consumers),
+    ("published_total", "Messages published into the queue.", counter,
+     lambda q: q.message_stats.publish, lambda f: f.message_stats.publish),
+    ("delivered_total", "Messages delivered from the queue (consumers and basic.get).", counter,
+     lambda q: q.message_stats.deliver_get, lambda f: f.message_stats.deliver_get),
+    ("acked_total", "Deliveries from the queue that were acknowledged.", counter,
+     lambda q: q.message_stats.ack, lambda f: f.message_stats.ack),
+    ("redelivered_total", "Deliveries from the queue flagged redelivered.", counter,
+     lambda q: q.message_stats.redeliver, lambda f: f.message_stats.redeliver),
+)
+
+
+class QueueCollector:
+    def __init__(self, shaped: Shaped):
+        self._shaped = shaped
+
+    def collect(self):
+        queues, folded = self._shaped.queues, self._shaped.folded_queues
+        yield from with_folded("ackscope_queue_", LABELS, SUMMABLE, queues, _labels, folded, _folded_labels)
+        yield gauge("ackscope_queue_consumer_utilisation", "Share of time the queue could deliver to its "
+                    "consumers at once (RabbitMQ's consumer capacity); absent until measured.",
+                    LABELS, queues, _labels, lambda q: q.consumer_utilisation)

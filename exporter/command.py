@@ -1,0 +1,147 @@
+"""`ackscope exporter`: its options, and wiring the poller to the HTTP server."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ackscope import config
+from ackscope.config import ConfigError, Option
+from ackscope.secret import Secret
+
+from .cardinality import Limits
+from .management import ManagementClient
+from .normalise import Selection
+from .poller import Poller
+from .server import Source, WebSecurity, loop_healthy, make_server, serve_in_background
+
+log = logging.getLogger("ackscope.exporter")
+
+DEFAULT_PORT = 9577
+OPTIONS = (
+    Option("management_url", "http://localhost:15672", str, "RabbitMQ management API base URL"),
+    Option("username", "guest", str, "management API user (the 'monitoring' tag is enough)"),
+    Option("listen", ("0.0.0.0", DEFAULT_PORT), config.host_port, "HOST:PORT for /metrics, /api/snapshot, /healthz"),
+    Option("interval", 10.0, config.positive_float, "seconds between polls"),
+    Option("timeout", 5.0, config.positive_float, "seconds one HTTP request to the broker may take"),
+    Option("deadline", None, config.positive_float, "seconds a whole poll may take (default: the interval)"),
+    Option("ca_file", None, config.existing_file, "CA bundle to verify the management API's TLS certificate"),
+    Option("insecure_skip_verify", False, config.boolean, "do not verify the management API's TLS certificate",
+           switch=True),
+    Option("include_vhosts", None, config.regex, "only vhosts whose whole name matches this regex"),
+    Option("exclude_vhosts", None, config.regex, "skip vhosts whose whole name matches this regex"),
+    Option("include_queues", None, config.regex, "only queues (and their consumers) matching this regex"),
+    Option("exclude_queues", None, config.regex, "skip queues (and their consumers) matching this regex"),
+    Option("max_queues", 20_000, config.positive_int, "queues with series of their own; the rest fold into "
+           "per-vhost totals"),
+    Option("max_channels", 10_000, config.positive_int, "channels (with their consumers) with series of their "
+           "own; the rest fold into per-vhost totals"),
+    Option("web_username", None, str, "require basic auth with this user on /metrics and /api "
+           "(password from ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE)"),
+    Option("web_tls_cert", None, config.existing_file, "serve HTTPS with this certificate (PEM)"),
+    Option("web_tls_key", None, config.existing_file, "private key of --web-tls-cert (PEM)"),
+)
+SECRETS = ("password", "web_password")
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    management_url: str
+    username: str
+    password: Secret
+    listen: tuple[str, int]
+    interval: float
+    timeout: float
+    deadline: float
+    verify: bool | str
+    selection: Selection
+    limits: Limits
+    web: WebSecurity
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    config.add_arguments(parser, OPTIONS)
+
+
+def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig:
+    path = getattr(args, "config", None)
+    section = config.table(config.load_toml(path), "exporter", path)
+    v: dict[str, Any] = config.resolve(OPTIONS, args, environ, section, SECRETS, where=path or "config")
+    password = v["password"]
+    if password is None:
+        if v["username"] != "guest":
+            raise ConfigError(f"no password for user {v['username']!r}: set ACKSCOPE_PASSWORD or "
+                              "ACKSCOPE_PASSWORD_FILE")
+        password = Secret("guest")  # the broker's own default account, usable from loopback only
+    if v["web_username"] and v["web_password"] is None:
+        raise ConfigError("--web-username needs ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE")
+    if bool(v["web_tls_cert"]) != bool(v["web_tls_key"]):
+        raise ConfigError("--web-tls-cert and --web-tls-key go together")
+    if v["ca_file"] and v["insecure_skip_verify"]:
+        raise ConfigError("--ca-file and --insecure-skip-verify contradict each other")
+    return ExporterConfig(
+        management_url=v["management_url"], username=v["username"], password=password, listen=v["listen"],
+        interval=v["interval"], timeout=v["timeout"], deadline=v["deadline"] or v["interval"],
+        verify=False if v["insecure_skip_verify"] else (v["ca_file"] or True),
+        selection=Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"]),
+        limits=Limits(max_queues=v["max_queues"], max_channels=v["max_channels"]),
+        web=WebSecurity(v["web_username"], v["web_password"], v["web_tls_cert"], v["web_tls_key"]),
+    )
+
+
+class Exporter:
+    """The poller and the HTTP server together; `start()` returns once both run."""
+
+    def __init__(self, cfg: ExporterConfig):
+        try:
+            client = ManagementClient(cfg.management_url, cfg.username, cfg.password, timeout=cfg.timeout,
+                                      verify=cfg.verify)
+        except ValueError as e:
+            raise ConfigError(f"--management-url: {e}") from None
+        self.cfg = cfg
+        self.poller = Poller(client, interval=cfg.interval, deadline=cfg.deadline, selection=cfg.selection,
+                             limits=cfg.limits)
+        healthy = loop_healthy(lambda: self.poller.status.last_attempt_at, time.time(), cfg.interval, cfg.deadline)
+        try:
+            self.server = make_server(*cfg.listen, Source(lambda: self.poller.exposition, healthy), cfg.web)
+        except OSError as e:
+            raise ConfigError(f"--listen {cfg.listen[0]}:{cfg.listen[1]}: {e.strerror}") from None
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        scheme = "https" if self.cfg.web.tls_cert else "http"
+        return f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+
+    def start(self) -> None:
+        self.poller.start()
+        serve_in_background(self.server)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.poller.stop()
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    exporter = Exporter(load(args, environ))
+    exporter.start()
+    log.info("exporter polling %s every %gs; serving %s/metrics", exporter.cfg.management_url,
+             exporter.cfg.interval, exporter.url)
+    wait_for_signal()
+    exporter.stop()
+    return 0
+
+
+def wait_for_signal() -> None:
+    """Block until SIGINT or SIGTERM."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(1):
+        pass

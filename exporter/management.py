@@ -1,0 +1,151 @@
+"""HTTP client for the RabbitMQ management API: the only place the exporter talks to the broker.
+
+Read-only (GET), `columns=` so only the fields ackscope uses travel, pagination for long lists, a timeout
+per request and a deadline no response can outlive. Every failure becomes a FetchError with a one-word
+reason (for the error counter) and a one-line message a human understands; the password never appears
+in either.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+
+from ackscope.secret import Secret
+
+from .normalise import COLUMNS
+
+PAGINATED = frozenset({"queues", "channels", "connections", "vhosts"})
+MAX_PAGE_SIZE = 500  # the API refuses larger pages
+_CHUNK = 64 * 1024
+
+
+class FetchError(Exception):
+    """One endpoint could not be read. `reason` is a label value; str() is the human sentence."""
+
+    def __init__(self, endpoint: str, reason: str, message: str):
+        super().__init__(f"{endpoint}: {message}")
+        self.endpoint = endpoint
+        self.reason = reason
+
+
+class ManagementClient:
+    def __init__(self, base_url: str, username: str, password: Secret, *, timeout: float = 5.0,
+                 verify: bool | str = True, page_size: int = MAX_PAGE_SIZE):
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"management URL must look like http(s)://host:port, not {base_url!r}")
+        if parts.username or parts.password:
+            raise ValueError("management URL must not carry credentials: use ACKSCOPE_USERNAME and "
+                             "ACKSCOPE_PASSWORD or ACKSCOPE_PASSWORD_FILE")
+        self.base_url = base_url.rstrip("/")
+        self.username = username
+        self._password = password
+        self.timeout = timeout
+        self.verify = verify
+        self.page_size = min(page_size, MAX_PAGE_SIZE)
+        self._local = threading.local()  # one Session per worker thread: Sessions are not thread-safe
+
+    def fetch(self, endpoint: str, deadline: float) -> Any:
+        """The endpoint's JSON (all pages of a paginated list, as one list), by `deadline` (monotonic)."""
+        params = {"columns": ",".join(COLUMNS[endpoint])}
+        if endpoint not in PAGINATED:
+            return self._get(endpoint, params, deadline)
+        items: list = []
+        page = 1
+        while True:
+            body = self._get(endpoint, dict(params, page=page, page_size=self.page_size), deadline)
+            if isinstance(body, list):  # an API that ignores pagination answers with the whole list
+                return body
+            if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+                raise FetchError(endpoint, "malformed", "paginated answer has no 'items' list")
+            items.extend(body["items"])
+            page_count = body.get("page_count")
+            if not isinstance(page_count, int) or page >= page_count:
+                return items
+            page += 1
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = requests.Session()
+            session.auth = (self.username, self._password.reveal())
+            session.verify = self.verify
+            session.headers["Accept"] = "application/json"
+            self._local.session = session
+        return session
+
+    def _get(self, endpoint: str, params: dict, deadline: float) -> Any:
+        url = f"{self.base_url}/api/{endpoint}"
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise FetchError(endpoint, "deadline", "poll deadline passed before the request was sent")
+        wait = min(self.timeout, remaining)
+        try:
+            with self._session().get(url, params=params, timeout=(wait, wait), stream=True) as response:
+                self._check_status(endpoint, response)
+                body = self._read_body(endpoint, response, deadline)
+        except FetchError:
+            raise
+        except requests.exceptions.SSLError as e:
+            raise FetchError(endpoint, "tls", f"TLS handshake with {self.base_url} failed "
+                             f"({_root_cause(e)}); set --ca-file, or --insecure-skip-verify for tests")
+        except requests.exceptions.Timeout:
+            raise FetchError(endpoint, "timeout", f"no answer from {self.base_url} within {wait:.1f}s")
+        except requests.exceptions.ConnectionError as e:
+            if "timed out" in str(e).lower():
+                raise FetchError(endpoint, "timeout", f"no answer from {self.base_url} within {wait:.1f}s")
+            raise FetchError(endpoint, "connection", f"cannot connect to {self.base_url} ({_root_cause(e)})")
+        except requests.RequestException as e:
+            raise FetchError(endpoint, "connection", f"request to {self.base_url} failed ({_root_cause(e)})")
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise FetchError(endpoint, "malformed", f"answer is not valid JSON ({len(body)} bytes, "
+                             f"starts {body[:40]!r})")
+
+    def _check_status(self, endpoint: str, response: requests.Response) -> None:
+        status = response.status_code
+        if status == 200:
+            ctype = response.headers.get("Content-Type", "")
+            if "json" not in ctype:
+                raise FetchError(endpoint, "malformed", f"answer is {ctype or 'untyped'}, not JSON "
+                                 "(a proxy's error page?)")
+            return
+        if status == 401:
+            raise FetchError(endpoint, "unauthorized", f"login failed for user {self.username!r}: check "
+                             "ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD / ACKSCOPE_PASSWORD_FILE")
+        if status == 403:
+            raise FetchError(endpoint, "forbidden", f"user {self.username!r} may not read /api/{endpoint}: "
+                             "give it the 'monitoring' tag")
+        if status == 404:
+            raise FetchError(endpoint, "not_found", f"/api/{endpoint} not found: is this the management "
+                             "plugin's URL?")
+        reason = "server_error" if status >= 500 else "http_error"
+        raise FetchError(endpoint, reason, f"HTTP {status} from /api/{endpoint}")
+
+    @staticmethod
+    def _read_body(endpoint: str, response: requests.Response, deadline: float) -> bytes:
+        chunks = []
+        for chunk in response.iter_content(_CHUNK):
+            chunks.append(chunk)
+            if time.monotonic() > deadline:
+                raise FetchError(endpoint, "deadline", "poll deadline passed while the answer was arriving")
+        return b"".join(chunks)
+
+
+def _root_cause(error: BaseException) -> str:
+    """The innermost cause, briefly: 'Connection refused', not three nested reprs."""
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    text = str(error)
+    for marker in ("Connection refused", "Name or service not known", "certificate verify failed",
+                   "No route to host", "Connection reset"):
+        if marker in text:
+            return marker
+    return text.split(": ")[-1][:120] or type(error).__name__

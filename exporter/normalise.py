@@ -1,0 +1,244 @@
+"""Pure functions from the management API's JSON to a typed, attributed Snapshot.
+
+Each endpoint's `columns` lists exactly the fields its parser reads, so only they travel over the wire.
+The API's shapes vary across RabbitMQ 3.10 to 4.x and with what an object has done so far: a missing key
+becomes None, an empty stats object may come as `[]`, and nothing here raises on a missing field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .snapshot import Channel, Connection, Consumer, MessageStats, Node, Overview, Queue, Snapshot
+
+_STATS = ("publish", "confirm", "deliver_get", "ack", "redeliver", "return_unroutable", "drop_unroutable")
+
+
+def _stats_columns(*names: str) -> tuple[str, ...]:
+    return tuple(f"message_stats.{n}" for n in names)
+
+
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "overview": ("rabbitmq_version", "erlang_version", "management_version", "cluster_name", "disable_stats",
+                 "message_stats"),
+    "nodes": ("name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit",
+              "disk_free_alarm", "fd_used", "fd_total", "io_sync_count", "io_sync_avg_time"),
+    "vhosts": ("name",),
+    "connections": ("name", "vhost", "user", "user_provided_name", "client_properties", "timeout", "state",
+                    "node", "peer_host"),
+    "channels": ("name", "number", "vhost", "user", "connection_details.name", "prefetch_count",
+                 "global_prefetch_count", "messages_unacknowledged", "messages_unconfirmed", "confirm",
+                 "transactional", "consumer_count", "state") + _stats_columns(*_STATS),
+    "consumers": ("queue.name", "queue.vhost", "consumer_tag", "channel_details.name",
+                  "channel_details.connection_name", "channel_details.user", "prefetch_count", "ack_required",
+                  "exclusive", "active"),
+    "queues": ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node", "messages_ready",
+               "messages_unacknowledged", "messages_persistent", "consumers", "consumer_utilisation",
+               "consumer_capacity") + _stats_columns("publish", "deliver_get", "ack", "redeliver"),
+}
+
+
+class MalformedResponse(ValueError):
+    """The API answered 200 with JSON that is not the shape its endpoint has."""
+
+
+def _int(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _float(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _dict(v: Any) -> dict:
+    # The API renders an empty Erlang proplist as [], where a full one is an object.
+    return v if isinstance(v, dict) else {}
+
+
+def message_stats(raw: Any) -> MessageStats:
+    stats = _dict(raw)
+    return MessageStats(**{name: _int(stats.get(name)) for name in _STATS})
+
+
+def overview(raw: Any) -> Overview:
+    if not isinstance(raw, dict):
+        raise MalformedResponse("overview is not a JSON object")
+    return Overview(
+        rabbitmq_version=_str(raw.get("rabbitmq_version")),
+        erlang_version=_str(raw.get("erlang_version")),
+        management_version=_str(raw.get("management_version")),
+        cluster_name=_str(raw.get("cluster_name")),
+        statistics_disabled=raw.get("disable_stats") is True,
+        message_stats=message_stats(raw.get("message_stats")),
+    )
+
+
+def reports_fsync(rabbitmq_version: str | None) -> bool:
+    """RabbitMQ 4 still sends the io_sync_* fields, but always as zeros."""
+    major = (rabbitmq_version or "").split(".")[0]
+    return not (major.isdigit() and int(major) >= 4)
+
+
+def node(raw: dict, fsync_reported: bool = True) -> Node:
+    avg_ms = _float(raw.get("io_sync_avg_time")) if fsync_reported else None
+    return Node(
+        name=str(raw.get("name", "")),
+        running=_bool(raw.get("running")),
+        mem_used=_int(raw.get("mem_used")),
+        mem_limit=_int(raw.get("mem_limit")),
+        mem_alarm=_bool(raw.get("mem_alarm")),
+        disk_free=_int(raw.get("disk_free")),
+        disk_free_limit=_int(raw.get("disk_free_limit")),
+        disk_free_alarm=_bool(raw.get("disk_free_alarm")),
+        fd_used=_int(raw.get("fd_used")),
+        fd_total=_int(raw.get("fd_total")),
+        io_sync_count=_int(raw.get("io_sync_count")) if fsync_reported else None,
+        io_sync_avg_seconds=None if avg_ms is None else avg_ms / 1000.0,
+    )
+
+
+def connection(raw: dict) -> Connection:
+    props = _dict(raw.get("client_properties"))
+    product = _str(props.get("product"))
+    client_version = _str(props.get("version"))
+    return Connection(
+        name=str(raw.get("name", "")),
+        vhost=str(raw.get("vhost", "")),
+        user=str(raw.get("user", "")),
+        connection_name=_str(raw.get("user_provided_name")) or _str(props.get("connection_name")) or "",
+        heartbeat_seconds=_int(raw.get("timeout")),
+        state=_str(raw.get("state")),
+        node=_str(raw.get("node")),
+        peer_host=_str(raw.get("peer_host")),
+        client=" ".join(p for p in (product, client_version) if p) or None,
+    )
+
+
+def channel(raw: dict, connection_names: dict[str, str]) -> Channel:
+    conn = str(_dict(raw.get("connection_details")).get("name", ""))
+    return Channel(
+        name=str(raw.get("name", "")),
+        number=_int(raw.get("number")),
+        vhost=str(raw.get("vhost", "")),
+        user=str(raw.get("user", "")),
+        connection=conn,
+        connection_name=connection_names.get(conn, ""),
+        prefetch_count=_int(raw.get("prefetch_count")),
+        global_prefetch_count=_int(raw.get("global_prefetch_count")),
+        messages_unacked=_int(raw.get("messages_unacknowledged")),
+        messages_unconfirmed=_int(raw.get("messages_unconfirmed")),
+        confirm=_bool(raw.get("confirm")),
+        transactional=_bool(raw.get("transactional")),
+        consumer_count=_int(raw.get("consumer_count")),
+        state=_str(raw.get("state")),
+        message_stats=message_stats(raw.get("message_stats")),
+    )
+
+
+def consumer(raw: dict, connection_names: dict[str, str]) -> Consumer:
+    queue, chan = _dict(raw.get("queue")), _dict(raw.get("channel_details"))
+    conn = str(chan.get("connection_name", ""))
+    return Consumer(
+        vhost=str(queue.get("vhost", "")),
+        queue=str(queue.get("name", "")),
+        consumer_tag=str(raw.get("consumer_tag", "")),
+        channel=str(chan.get("name", "")),
+        connection=conn,
+        connection_name=connection_names.get(conn, ""),
+        user=str(chan.get("user", "")),
+        prefetch_count=_int(raw.get("prefetch_count")),
+        ack_required=_bool(raw.get("ack_required")),
+        exclusive=_bool(raw.get("exclusive")),
+        active=_bool(raw.get("active")),
+    )
+
+
+def queue(raw: dict) -> Queue:
+    utilisation = raw.get("consumer_utilisation")
+    if utilisation is None:  # the newer name; both may be null when nothing was measured yet
+        utilisation = raw.get("consumer_capacity")
+    return Queue(
+        vhost=str(raw.get("vhost", "")),
+        name=str(raw.get("name", "")),
+        type=_str(raw.get("type")) or "classic",
+        durable=_bool(raw.get("durable")),
+        auto_delete=_bool(raw.get("auto_delete")),
+        exclusive=_bool(raw.get("exclusive")),
+        state=_str(raw.get("state")),
+        node=_str(raw.get("node")),
+        messages_ready=_int(raw.get("messages_ready")),
+        messages_unacked=_int(raw.get("messages_unacknowledged")),
+        messages_persistent=_int(raw.get("messages_persistent")),
+        consumers=_int(raw.get("consumers")),
+        consumer_utilisation=_float(utilisation),
+        message_stats=message_stats(raw.get("message_stats")),
+    )
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which vhosts and queues to watch: regexes matched against the whole name; None matches all."""
+
+    include_vhosts: Any = None
+    exclude_vhosts: Any = None
+    include_queues: Any = None
+    exclude_queues: Any = None
+
+    def vhost(self, name: str) -> bool:
+        return _selected(name, self.include_vhosts, self.exclude_vhosts)
+
+    def queue(self, name: str) -> bool:
+        return _selected(name, self.include_queues, self.exclude_queues)
+
+
+def _selected(name: str, include: Any, exclude: Any) -> bool:
+    if include is not None and not include.fullmatch(name):
+        return False
+    return exclude is None or not exclude.fullmatch(name)
+
+
+def _objects(raw: Any, endpoint: str) -> list[dict]:
+    if not isinstance(raw, list) or not all(isinstance(item, dict) for item in raw):
+        raise MalformedResponse(f"{endpoint} is not a JSON list of objects")
+    return raw
+
+
+def snapshot(raw: dict[str, Any], taken_at: float, selection: Selection = Selection()) -> Snapshot:
+    """Build the attributed snapshot from one poll's JSON, keyed by endpoint name."""
+    ov = overview(raw["overview"])
+    connections = [connection(c) for c in _objects(raw["connections"], "connections")]
+    connections = [c for c in connections if selection.vhost(c.vhost)]
+    names = {c.name: c.connection_name for c in connections}
+    channels = [channel(c, names) for c in _objects(raw["channels"], "channels")]
+    # A consumer can be listed a moment before the stats DB knows its channel (channel_details is
+    # empty): leave it to the next poll rather than export a series that would lose its culprit.
+    consumers = [consumer(c, names) for c in _objects(raw["consumers"], "consumers")
+                 if _dict(c.get("channel_details")).get("name")]
+    queues = [queue(q) for q in _objects(raw["queues"], "queues")]
+    notes = []
+    if ov.statistics_disabled:
+        notes.append("management statistics are disabled on the broker: no message counters are reported")
+    fsync_reported = reports_fsync(ov.rabbitmq_version)
+    if not fsync_reported:
+        notes.append("RabbitMQ 4 reports fsync statistics as zeros: node fsync metrics are not exported")
+    return Snapshot(
+        taken_at=taken_at,
+        overview=ov,
+        nodes=tuple(node(n, fsync_reported) for n in _objects(raw["nodes"], "nodes")),
+        vhosts=tuple(sorted(str(v.get("name", "")) for v in _objects(raw["vhosts"], "vhosts")
+                            if selection.vhost(str(v.get("name", ""))))),
+        connections=tuple(connections),
+        channels=tuple(c for c in channels if selection.vhost(c.vhost)),
+        consumers=tuple(c for c in consumers if selection.vhost(c.vhost) and selection.queue(c.queue)),
+        queues=tuple(q for q in queues if selection.vhost(q.vhost) and selection.queue(q.name)),
+        notes=tuple(notes),
+    )

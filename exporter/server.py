@@ -1,0 +1,126 @@
+"""The exporter's HTTP endpoints. Every handler only copies bytes rendered after the last poll.
+
+/metrics      Prometheus exposition (gzip when asked)
+/api/snapshot the last good snapshot as JSON, marked stale when the last poll failed
+/healthz      200 while the poll loop runs on schedule (the broker being down is ackscope_up, not this)
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import logging
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from ackscope.secret import Secret
+
+from .exposition import CONTENT_TYPE, Exposition
+
+log = logging.getLogger("ackscope.exporter")
+
+INDEX = b"""<!doctype html><title>ackscope exporter</title><h1>ackscope exporter</h1><ul>
+<li><a href="/metrics">/metrics</a><li><a href="/api/snapshot">/api/snapshot</a><li><a href="/healthz">/healthz</a>
+</ul>"""
+
+
+@dataclass(frozen=True)
+class WebSecurity:
+    """Optional basic auth and TLS for the exporter's own endpoints (/healthz stays open for probes)."""
+
+    username: str | None = None
+    password: Secret | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the handlers read: the current exposition, and whether the poll loop keeps its schedule."""
+
+    exposition: Callable[[], Exposition]
+    healthy: Callable[[], bool]
+
+
+def make_server(host: str, port: int, source: Source, security: WebSecurity = WebSecurity()) -> ThreadingHTTPServer:
+    """A bound, not yet serving, HTTP(S) server."""
+    expected = None
+    if security.username is not None and security.password is not None:
+        token = f"{security.username}:{security.password.reveal()}".encode()
+        expected = b"Basic " + base64.b64encode(token)
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "ackscope"
+        protocol_version = "HTTP/1.1"
+        timeout = 30  # an idle or stalled client gives its thread back
+
+        def setup(self):
+            super().setup()
+            if isinstance(self.request, ssl.SSLSocket):
+                self.request.do_handshake()  # here, in the handler thread, never in accept()
+
+        def do_GET(self):  # noqa: N802 (the stdlib's name)
+            path = self.path.split("?", 1)[0]
+            if path == "/healthz":
+                ok = source.healthy()
+                return self._send(200 if ok else 503, b"ok\n" if ok else b"poll loop stalled\n", "text/plain")
+            if expected is not None and not hmac.compare_digest(
+                    self.headers.get("Authorization", "").encode(), expected):
+                return self._send(401, b"authentication required\n", "text/plain",
+                                  {"WWW-Authenticate": 'Basic realm="ackscope"'})
+            exposition = source.exposition()
+            gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
+            if path == "/metrics":
+                return self._send(200, exposition.metrics_body(gzipped), CONTENT_TYPE,
+                                  {"Content-Encoding": "gzip"} if gzipped else {})
+            if path == "/api/snapshot":
+                return self._send(200, exposition.snapshot_json, "application/json")
+            if path == "/":
+                return self._send(200, INDEX, "text/html; charset=utf-8")
+            return self._send(404, b"not found\n", "text/plain")
+
+        def _send(self, status: int, body: bytes, ctype: str, headers: dict | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format, *args):  # noqa: A002 - access logs only at debug level
+            log.debug("%s %s", self.address_string(), format % args)
+
+    server = _Server((host, port), Handler)
+    if security.tls_cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(security.tls_cert, security.tls_key)
+        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    return server
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that hangs up or fails its TLS handshake is not the operator's problem: no traceback.
+        log.debug("connection from %s failed", client_address[0], exc_info=True)
+
+
+def serve_in_background(server: ThreadingHTTPServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, name="ackscope-http", daemon=True)
+    thread.start()
+    return thread
+
+
+def loop_healthy(last_attempt_at: Callable[[], float | None], started_at: float, interval: float,
+                 deadline: float) -> Callable[[], bool]:
+    """Healthy while a poll started within the last interval plus deadline (with slack for one overrun)."""
+    def healthy() -> bool:
+        last = last_attempt_at() or started_at
+        return time.time() - last <= 2 * interval + deadline + 5
+    return healthy

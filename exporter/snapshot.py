@@ -1,0 +1,141 @@
+"""The broker's state at one poll, as immutable typed records.
+
+A field is None when the broker did not report it (another RabbitMQ version, statistics switched off, an
+object too new to have stats): the collectors then emit no series, never a made-up zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStats:
+    """Cumulative message counts as the management API reports them (never its smoothed rates)."""
+
+    publish: int | None = None
+    confirm: int | None = None
+    deliver_get: int | None = None
+    ack: int | None = None
+    redeliver: int | None = None
+    return_unroutable: int | None = None
+    drop_unroutable: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    rabbitmq_version: str | None
+    erlang_version: str | None
+    management_version: str | None
+    cluster_name: str | None
+    statistics_disabled: bool
+    message_stats: MessageStats
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    running: bool | None
+    mem_used: int | None
+    mem_limit: int | None
+    mem_alarm: bool | None
+    disk_free: int | None
+    disk_free_limit: int | None
+    disk_free_alarm: bool | None
+    fd_used: int | None
+    fd_total: int | None
+    io_sync_count: int | None
+    io_sync_avg_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    name: str  # the broker's name for it: "peer:port -> host:port"
+    vhost: str
+    user: str
+    connection_name: str  # what the client called itself (client_properties.connection_name), or ""
+    heartbeat_seconds: int | None
+    state: str | None
+    node: str | None
+    peer_host: str | None
+    client: str | None  # client library and version, e.g. "Pika Python Client Library 1.4.4"
+
+    @property
+    def blocked(self) -> bool | None:
+        """True when publishers on it are held back: blocked, blocking, or in credit-flow control."""
+        return None if self.state is None else self.state in ("blocked", "blocking", "flow")
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    name: str  # "peer:port -> host:port (number)"
+    number: int | None
+    vhost: str
+    user: str
+    connection: str
+    connection_name: str
+    prefetch_count: int | None
+    global_prefetch_count: int | None
+    messages_unacked: int | None
+    messages_unconfirmed: int | None
+    confirm: bool | None
+    transactional: bool | None
+    consumer_count: int | None
+    state: str | None
+    message_stats: MessageStats
+
+    @property
+    def prefetch_limit(self) -> int | None:
+        """How many unacked deliveries the channel may hold: per-consumer prefetch times its consumers,
+        capped by the channel-wide (global) prefetch; None when nothing limits it."""
+        per_consumer = (self.prefetch_count or 0) * max(self.consumer_count or 0, 1)
+        limits = [n for n in (per_consumer, self.global_prefetch_count or 0) if n > 0]
+        return min(limits) if limits else None
+
+
+@dataclass(frozen=True, slots=True)
+class Consumer:
+    vhost: str
+    queue: str
+    consumer_tag: str
+    channel: str
+    connection: str
+    connection_name: str
+    user: str
+    prefetch_count: int | None
+    ack_required: bool | None
+    exclusive: bool | None
+    active: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    vhost: str
+    name: str
+    type: str
+    durable: bool | None
+    auto_delete: bool | None
+    exclusive: bool | None
+    state: str | None
+    node: str | None
+    messages_ready: int | None
+    messages_unacked: int | None
+    messages_persistent: int | None
+    consumers: int | None
+    consumer_utilisation: float | None
+    message_stats: MessageStats
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one poll saw, attributed: channels and consumers carry their connection's client name."""
+
+    taken_at: float  # unix time the poll started
+    overview: Overview
+    nodes: tuple[Node, ...] = ()
+    vhosts: tuple[str, ...] = ()
+    connections: tuple[Connection, ...] = ()
+    channels: tuple[Channel, ...] = ()
+    consumers: tuple[Consumer, ...] = ()
+    queues: tuple[Queue, ...] = ()
+    notes: tuple[str, ...] = field(default=())  # what the broker did not report, said once for humans

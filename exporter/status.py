@@ -1,0 +1,17 @@
+"""The poller's own state, as an immutable value the exposition and the JSON API read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class PollStatus:
+    up: bool = False
+    last_duration: float | None = None  # seconds, of the last poll that completed (good or failed)
+    last_attempt_at: float | None = None  # unix time
+    last_success_at: float | None = None  # unix time
+    last_error: str | None = None  # one line, for humans
+    errors: Mapping[tuple[str, str], int] = field(default_factory=lambda: MappingProxyType({}))

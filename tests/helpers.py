@@ -1,0 +1,93 @@
+"""What tests share: reading /metrics, waiting for broker state, clients that create it."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Callable
+
+import pika
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from ackscope.exporter.command import OPTIONS, Exporter
+from ackscope.local_broker import LocalBroker
+
+
+# -- reading what the exporter says --------------------------------------------------------------------
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def scrape(exporter: Exporter, **kwargs) -> Samples:
+    """Every sample of /metrics, by sample name (counters with their _total)."""
+    text = requests.get(exporter.url + "/metrics", timeout=5, **kwargs).text
+    return parse(text)
+
+
+def parse(text: str) -> Samples:
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, []).append((s.labels, s.value))
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    """The one sample of `name` whose labels include `labels`; None if there is none."""
+    found = [v for lbls, v in samples.get(name, []) if all(lbls.get(k) == want for k, want in labels.items())]
+    assert len(found) <= 1, f"{name}{labels} matches {len(found)} series"
+    return found[0] if found else None
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> object:
+    """Poll `condition` until it returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def wait_for_sample(exporter: Exporter, name: str, expected: Callable[[float], bool] | float, timeout: float = 20.0,
+                    **labels: str) -> Samples:
+    """Scrape until the sample exists and satisfies `expected`; return the whole scrape."""
+    check = expected if callable(expected) else (lambda v: v == expected)
+    last: dict = {}
+
+    def ready():
+        last["samples"] = scrape(exporter)
+        v = value(last["samples"], name, **labels)
+        last["value"] = v
+        return last["samples"] if v is not None and check(v) else None
+
+    deadline = time.monotonic() + timeout
+    while True:
+        got = ready()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"{name}{labels} is {last.get('value')!r} after {timeout}s")
+        time.sleep(0.2)
+
+
+# -- clients that create broker state ------------------------------------------------------------------
+def connect(broker: LocalBroker, vhost: str, name: str, heartbeat: int | None = None) -> pika.BlockingConnection:
+    """A pika connection that tells the broker its connection_name, as well-behaved clients do."""
+    params = pika.URLParameters(broker.amqp_url(vhost))
+    params.client_properties = {"connection_name": name}
+    if heartbeat is not None:
+        params.heartbeat = heartbeat
+    return pika.BlockingConnection(params)
+
+
+
+def cli_args(**kwargs) -> argparse.Namespace:
+    """An argparse namespace as `ackscope exporter` would build it, with only the given options set."""
+    values = {o.key: None for o in OPTIONS}
+    values.update(config=None)
+    values.update(kwargs)
+    return argparse.Namespace(**values)
