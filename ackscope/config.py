@@ -118,9 +118,10 @@ def positive_float(v: Any) -> float:
 
 
 def positive_int(v: Any) -> int:
-    if isinstance(v, bool) or int(v) != float(v) or int(v) <= 0:
+    text = str(v).strip()
+    if isinstance(v, bool) or not text.isdigit() or int(text) <= 0:
         raise ValueError(f"must be a positive whole number, not {v!r}")
-    return int(v)
+    return int(text)
 
 
 def boolean(v: Any) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -119,6 +120,9 @@ class Exporter:
         return f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
 
     def start(self) -> None:
+        # Rendering a large exposition holds the GIL for most of a second; a shorter switch interval lets
+        # scrape threads in within about a millisecond instead of waiting 5 ms at each of their steps.
+        sys.setswitchinterval(0.001)
         self.poller.start()
         serve_in_background(self.server)
 

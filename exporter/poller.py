@@ -123,6 +123,7 @@ class Poller:
         if self._thread is not None:
             self._thread.join(timeout=self.deadline + 5)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
 
     def _run(self) -> None:
         next_at = time.monotonic()

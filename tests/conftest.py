@@ -15,16 +15,13 @@ from ackscope.exporter.normalise import Selection
 from ackscope.exporter.server import WebSecurity
 from ackscope.local_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope.secret import Secret
-from helpers import connect
+from helpers import connect, private_broker
 
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[LocalBroker]:
-    node = LocalBroker(name="ackscope-test")
-    node.start()
-    yield node
-    node.stop()
-    node.remove()
+    with private_broker("ackscope-test") as node:
+        yield node
 
 
 @pytest.fixture
@@ -40,10 +37,10 @@ def vhost(broker: LocalBroker) -> Iterator[str]:
 def exporter_config(management_url: str, *, username: str = ADMIN_USER, password: str = ADMIN_PASSWORD,
                     interval: float = 0.5, timeout: float = 2.0, deadline: float | None = None,
                     selection: Selection = Selection(), limits: Limits = Limits(),
-                    web: WebSecurity = WebSecurity()) -> ExporterConfig:
+                    web: WebSecurity = WebSecurity(), verify: bool | str = True) -> ExporterConfig:
     return ExporterConfig(management_url=management_url, username=username, password=Secret(password),
                           listen=("127.0.0.1", 0), interval=interval, timeout=timeout,
-                          deadline=deadline or max(interval, timeout), verify=True, selection=selection,
+                          deadline=deadline or max(interval, timeout), verify=verify, selection=selection,
                           limits=limits, web=web)
 
 

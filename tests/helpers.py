@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import pika
 import pytest
@@ -40,15 +42,17 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
     return found[0] if found else None
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> object:
-    """Poll `condition` until it returns something truthy; fail with `what` after `timeout` seconds."""
+def wait_for(condition: Callable[[], object], timeout: float = 20.0,
+             what: str | Callable[[], str] = "condition") -> object:
+    """Poll `condition` until it returns something truthy and return that; fail after `timeout` seconds,
+    saying `what` (a callable is asked only then, so it can report the last state seen)."""
     deadline = time.monotonic() + timeout
     while True:
         result = condition()
         if result:
             return result
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+            pytest.fail(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
         time.sleep(0.2)
 
 
@@ -59,19 +63,11 @@ def wait_for_sample(exporter: Exporter, name: str, expected: Callable[[float], b
     last: dict = {}
 
     def ready():
-        last["samples"] = scrape(exporter)
-        v = value(last["samples"], name, **labels)
-        last["value"] = v
-        return last["samples"] if v is not None and check(v) else None
+        samples = scrape(exporter)
+        last["value"] = v = value(samples, name, **labels)
+        return samples if v is not None and check(v) else None
 
-    deadline = time.monotonic() + timeout
-    while True:
-        got = ready()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"{name}{labels} is {last.get('value')!r} after {timeout}s")
-        time.sleep(0.2)
+    return wait_for(ready, timeout, lambda: f"{name}{labels} (last seen: {last.get('value')!r})")
 
 
 # -- clients that create broker state ------------------------------------------------------------------
@@ -91,3 +87,23 @@ def cli_args(**kwargs) -> argparse.Namespace:
     values.update(config=None)
     values.update(kwargs)
     return argparse.Namespace(**values)
+
+
+@contextmanager
+def private_broker(name: str) -> Iterator[LocalBroker]:
+    """A started node of the suite's own, stopped and removed afterwards."""
+    node = LocalBroker(name=name)
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()
+        node.remove()
+
+
+def require_binary(name: str, package: str) -> str:
+    """The path of a tool the suite needs; fail (never skip) saying what to install."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: run 'apt-get install {package}' (scripts/test.sh does it as root)")
+    return path

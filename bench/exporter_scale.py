@@ -1,0 +1,151 @@
+"""Exporter at scale, side by side in one run on a private node (a benchmark, not a test).
+
+Builds 5,000 queues and 200 connections x 3 consuming channels, then measures:
+  - a full fetch of the same endpoints without columns= (what the older exporter does on every scrape),
+  - the broker's own /metrics/per-object,
+  - ackscope's poll duration, scrape p50/p99 (gzip, as Prometheus asks) and the exporter's RSS.
+Targets: poll <= 0.35x the full fetch; scrape p99 < 50 ms; RSS < 200 MiB.
+
+    python bench/exporter_scale.py [--queues 5000] [--connections 200] [--channels-per-connection 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import pika
+import psutil
+import requests
+
+from ackscope.local_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
+
+ENDPOINTS = ("overview", "nodes", "vhosts", "connections", "channels", "consumers", "queues")
+
+
+def build_state(broker: LocalBroker, queues: int, connections: int, per_connection: int) -> list:
+    setup = pika.BlockingConnection(pika.URLParameters(broker.amqp_url()))
+    ch = setup.channel()
+    for i in range(queues):
+        ch.queue_declare(f"bench-q-{i:05d}", durable=True)
+        if i % 10 == 0:
+            for _ in range(20):
+                ch.basic_publish("", f"bench-q-{i:05d}", b"x" * 100, pika.BasicProperties(delivery_mode=2))
+        if i % 1000 == 999:
+            print(f"  {i + 1} queues", file=sys.stderr, flush=True)
+    setup.close()
+    held = []
+    for c in range(connections):
+        params = pika.URLParameters(broker.amqp_url())
+        params.client_properties = {"connection_name": f"bench-client-{c:03d}"}
+        params.heartbeat = 0  # nobody services these sockets while the benchmark runs
+        conn = pika.BlockingConnection(params)
+        for k in range(per_connection):
+            chan = conn.channel()
+            chan.basic_qos(prefetch_count=10)
+            chan.basic_consume(f"bench-q-{(c * per_connection + k) * 10 % queues:05d}",
+                               on_message_callback=lambda *a: None)
+        held.append(conn)
+    print(f"  {connections} connections x {per_connection} consuming channels", file=sys.stderr, flush=True)
+    return held
+
+
+def timed_get(url: str, **kwargs) -> tuple[float, int]:
+    started = time.perf_counter()
+    r = requests.get(url, timeout=120, **kwargs)
+    r.raise_for_status()
+    return time.perf_counter() - started, len(r.content)
+
+
+def median_of(runs: int, fn) -> tuple[float, int]:
+    results = [fn() for _ in range(runs)]
+    return statistics.median(t for t, _ in results), results[-1][1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--queues", type=int, default=5000)
+    ap.add_argument("--connections", type=int, default=200)
+    ap.add_argument("--channels-per-connection", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--scrapes", type=int, default=300)
+    args = ap.parse_args()
+
+    broker = LocalBroker(name="ackscope-bench", stats_interval_ms=5000)  # the broker's default interval
+    print(f"starting a private node in {broker.base_dir}", file=sys.stderr)
+    broker.start()
+    exporter = None
+    try:
+        held = build_state(broker, args.queues, args.connections, args.channels_per_connection)
+        time.sleep(12)  # two statistics intervals, so every object has its stats
+        auth = (ADMIN_USER, ADMIN_PASSWORD)
+        api = broker.management_url + "/api/"
+
+        def full_fetch():
+            sizes, started = 0, time.perf_counter()
+            for e in ENDPOINTS:
+                sizes += timed_get(api + e, auth=auth)[1]
+            return time.perf_counter() - started, sizes
+
+        full_s, full_bytes = median_of(args.runs, full_fetch)
+        per_object_s, per_object_bytes = median_of(args.runs, lambda: timed_get(
+            broker.prometheus_url + "/metrics/per-object", headers={"Accept-Encoding": "identity"}))
+
+        port = free_port()
+        env = dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD)
+        exporter = subprocess.Popen(
+            [sys.executable, "-m", "ackscope.cli", "--log-level", "warning", "exporter",
+             "--management-url", broker.management_url, "--listen", f"127.0.0.1:{port}", "--interval", "5",
+             "--timeout", "30", "--deadline", "60"], env=env)
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+        polls = []
+        deadline = time.monotonic() + 180
+        while len(polls) < args.runs and time.monotonic() < deadline:
+            time.sleep(5)
+            text = requests.get(metrics_url, timeout=5).text
+            for line in text.splitlines():
+                if line.startswith("ackscope_poll_duration_seconds "):
+                    polls.append(float(line.split()[1]))
+        series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+        latencies = []
+        for _ in range(args.scrapes):
+            t, gz_bytes = timed_get(metrics_url, headers={"Accept-Encoding": "gzip"})
+            latencies.append(t)
+        latencies.sort()
+        rss = psutil.Process(exporter.pid).memory_info().rss
+        poll_s = statistics.median(polls)
+
+        print()
+        print(f"broker state: {args.queues} queues, {args.connections} connections x "
+              f"{args.channels_per_connection} consuming channels; {series} ackscope series")
+        rows = [
+            ("full fetch of the same endpoints, no columns= (older exporter)", f"{full_s * 1000:8.0f} ms",
+             f"{full_bytes / 1e6:7.2f} MB"),
+            ("broker's /metrics/per-object", f"{per_object_s * 1000:8.0f} ms", f"{per_object_bytes / 1e6:7.2f} MB"),
+            ("ackscope poll (median of {0})".format(len(polls)), f"{poll_s * 1000:8.0f} ms",
+             f"ratio {poll_s / full_s:.2f}x (target <= 0.35x)"),
+            ("ackscope scrape p50 / p99 (gzip)",
+             f"{latencies[len(latencies) // 2] * 1000:5.1f} / {latencies[int(len(latencies) * 0.99) - 1] * 1000:.1f} ms",
+             f"target p99 < 50 ms; body {gz_bytes / 1e6:.2f} MB gzip"),
+            ("ackscope exporter RSS", f"{rss / 2**20:8.0f} MiB", "target < 200 MiB"),
+        ]
+        width = max(len(r[0]) for r in rows)
+        for name, a, b in rows:
+            print(f"{name:<{width}}  {a:>14}  {b}")
+        for conn in held:
+            conn.close()
+    finally:
+        if exporter is not None:
+            exporter.terminate()
+            exporter.wait(timeout=30)
+        broker.stop()
+        broker.remove()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

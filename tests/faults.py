@@ -1,0 +1,80 @@
+"""A proxy in front of the real management API that breaks one endpoint on demand.
+
+The broker's answers stay real; only the fault is injected: an API that hangs, trickles, answers with
+malformed or truncated JSON, an HTML error page, or a 500.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import requests
+
+FAULTS = ("hang", "trickle", "malformed", "truncated", "html", "500")
+
+
+class FaultProxy:
+    def __init__(self, upstream: str):
+        self.upstream = upstream.rstrip("/")
+        self.faults: dict[str, str] = {}  # endpoint ("queues") -> fault
+        self.requests: list[str] = []
+        self._closing = threading.Event()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):  # noqa: N802
+                endpoint = self.path.split("?", 1)[0].removeprefix("/api/")
+                proxy.requests.append(endpoint)
+                fault = proxy.faults.get(endpoint)
+                if fault == "hang":
+                    proxy._closing.wait(120)
+                    return
+                if fault == "trickle":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "100000")
+                    self.end_headers()
+                    while not proxy._closing.wait(0.05):
+                        try:
+                            self.wfile.write(b" ")
+                            self.wfile.flush()
+                        except OSError:
+                            return
+                    return
+                if fault == "500":
+                    return self._reply(500, b'{"error":"internal_error"}', "application/json")
+                if fault == "html":
+                    return self._reply(200, b"<html><body><h1>502 Bad Gateway</h1></body></html>", "text/html")
+                upstream = requests.get(proxy.upstream + self.path, headers={"Authorization":
+                                        self.headers.get("Authorization", "")}, timeout=30)
+                body = upstream.content
+                if fault == "malformed":
+                    body = b"{'this': is not json,"
+                elif fault == "truncated":
+                    body = body[: len(body) // 2]
+                self._reply(upstream.status_code, body, upstream.headers.get("Content-Type", "application/json"))
+
+            def _reply(self, status: int, body: bytes, ctype: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._closing.set()
+        time.sleep(0.1)
+        self.server.shutdown()
+        self.server.server_close()

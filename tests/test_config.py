@@ -1,0 +1,88 @@
+"""Options: command line over environment over TOML over defaults; passwords only from env or files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ackscope.config import ConfigError
+from ackscope.exporter.command import load
+from helpers import cli_args
+
+
+def _toml(tmp_path, text: str) -> str:
+    path = tmp_path / "ackscope.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_command_line_beats_environment_beats_toml_beats_default(tmp_path):
+    path = _toml(tmp_path, '[exporter]\ninterval = 30\ntimeout = 7\nmanagement_url = "http://toml:15672"\n')
+    env = {"ACKSCOPE_INTERVAL": "20", "ACKSCOPE_MANAGEMENT_URL": "http://env:15672"}
+    cfg = load(cli_args(config=path, interval="5"), env)
+    assert cfg.interval == 5.0  # command line
+    assert cfg.management_url == "http://env:15672"  # environment
+    assert cfg.timeout == 7.0  # TOML
+    assert cfg.listen == ("0.0.0.0", 9577)  # default
+    assert cfg.deadline == cfg.interval
+    assert cfg.verify is True, "TLS verification is on unless turned off"
+
+
+def test_password_comes_from_env_or_file_and_never_shows(tmp_path):
+    secret = tmp_path / "pw"
+    secret.write_text("from-a-file\n")
+    cfg = load(cli_args(username="watcher"), {"ACKSCOPE_PASSWORD_FILE": str(secret)})
+    assert cfg.password.reveal() == "from-a-file"
+    assert "from-a-file" not in repr(cfg)
+    cfg = load(cli_args(username="watcher"), {"ACKSCOPE_PASSWORD": "from-env"})
+    assert cfg.password.reveal() == "from-env"
+
+
+def test_no_password_for_a_named_user_is_a_clear_error():
+    with pytest.raises(ConfigError, match="no password for user 'watcher'.*ACKSCOPE_PASSWORD"):
+        load(cli_args(username="watcher"), {})
+
+
+def test_password_written_in_the_toml_file_is_refused(tmp_path):
+    path = _toml(tmp_path, '[exporter]\npassword = "plain"\n')
+    with pytest.raises(ConfigError, match="'password' may not be written in the config file") as e:
+        load(cli_args(config=path), {})
+    assert "plain" not in str(e.value)
+
+
+def test_command_line_has_no_password_option():
+    out = subprocess.run([sys.executable, "-m", "ackscope.cli", "exporter", "--password", "x"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "unrecognized arguments: --password" in out.stderr
+
+
+@pytest.mark.parametrize("args,env,message", [
+    ({"interval": "0"}, {}, "--interval: must be a positive number"),
+    ({"listen": "nowhere"}, {}, "--listen: must be HOST:PORT"),
+    ({}, {"ACKSCOPE_INCLUDE_QUEUES": "("}, "ACKSCOPE_INCLUDE_QUEUES: missing \\)"),
+    ({"ca_file": "/no/such/ca.pem"}, {}, "--ca-file: no such file"),
+    ({"web_username": "prom"}, {}, "--web-username needs ACKSCOPE_WEB_PASSWORD"),
+    ({}, {"ACKSCOPE_PASSWORD_FILE": "/no/such/file"}, "ACKSCOPE_PASSWORD_FILE: cannot read /no/such/file"),
+    ({}, {"ACKSCOPE_MAX_QUEUES": "1.5"}, "ACKSCOPE_MAX_QUEUES: must be a positive whole number"),
+])
+def test_bad_settings_name_the_setting(args, env, message):
+    with pytest.raises(ConfigError, match=message):
+        load(cli_args(**args), env)
+
+
+def test_unknown_or_invalid_toml_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="unknown setting 'intervall'"):
+        load(cli_args(config=_toml(tmp_path, "[exporter]\nintervall = 3\n")), {})
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        load(cli_args(config=_toml(tmp_path, "[exporter\n")), {})
+    with pytest.raises(ConfigError, match="cannot read"):
+        load(cli_args(config=str(tmp_path / "missing.toml")), {})
+
+
+def test_cli_reports_config_errors_in_one_line_without_traceback():
+    out = subprocess.run([sys.executable, "-m", "ackscope.cli", "exporter", "--interval", "-1"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip() == "ackscope exporter: --interval: must be a positive number of seconds, not '-1'"

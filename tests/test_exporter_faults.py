@@ -1,0 +1,102 @@
+"""Bad input and faults: each ends in a counted, one-line error, the exporter still answering, nothing lost."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+import requests
+
+from faults import FaultProxy
+from helpers import private_broker, scrape, value, wait_for, wait_for_sample
+
+
+@pytest.fixture(scope="module")
+def spare_broker():
+    """A node of its own that tests may stop and start without disturbing the others."""
+    with private_broker("ackscope-spare") as node:
+        yield node
+
+
+@pytest.fixture
+def proxy(broker):
+    p = FaultProxy(broker.management_url)
+    yield p
+    p.close()
+
+
+def test_broker_down_sets_up_to_zero_and_metrics_still_answer_fast(spare_broker, start_exporter):
+    exporter = start_exporter(spare_broker.management_url, interval=1.0, timeout=2.0)
+    wait_for_sample(exporter, "ackscope_up", 1)
+
+    spare_broker.stop()
+    stopped = time.monotonic()
+    wait_for_sample(exporter, "ackscope_up", 0, timeout=1.0 + 2.0 + 1.0)  # one interval plus the timeout
+    assert time.monotonic() - stopped < 1.0 + 2.0 + 1.0
+    for _ in range(5):
+        started = time.perf_counter()
+        s = scrape(exporter)
+        assert time.perf_counter() - started < 1.0
+    assert value(s, "ackscope_poll_errors_total", endpoint="overview", reason="connection") >= 1
+    assert "ackscope_queue_messages_ready" not in s, "no stale broker series while the broker is down"
+    snapshot = requests.get(exporter.url + "/api/snapshot", timeout=5).json()
+    assert snapshot["stale"] is True and snapshot["snapshot"] is not None, "the last good snapshot is kept"
+
+    spare_broker.start()
+    wait_for_sample(exporter, "ackscope_up", 1, timeout=10)
+
+
+def test_wrong_password_is_one_clear_log_line_and_no_retry_storm(broker, proxy, start_exporter, caplog):
+    caplog.set_level(logging.INFO, logger="ackscope")
+    exporter = start_exporter(proxy.url, password="not-the-password", interval=0.3)
+    s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 5, endpoint="overview",
+                        reason="unauthorized")
+    assert value(s, "ackscope_up") == 0
+    assert set(proxy.requests) == {"overview"}, "after a 401 the other endpoints are not asked"
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "login failed for user 'guest'" in errors[0] and "ACKSCOPE_PASSWORD" in errors[0]
+    assert "\n" not in errors[0]
+
+
+def test_hanging_api_cannot_stretch_a_poll_past_its_deadline(broker, proxy, start_exporter):
+    proxy.faults["queues"] = "hang"
+    exporter = start_exporter(proxy.url, interval=1.0, timeout=10.0, deadline=2.0)
+    s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="queues",
+                        reason="deadline")
+    assert value(s, "ackscope_up") == 0
+    assert value(s, "ackscope_poll_duration_seconds") < 2.0 + 0.5
+    started = time.perf_counter()
+    scrape(exporter)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_trickling_api_cannot_stretch_a_poll_past_its_deadline(broker, proxy, start_exporter):
+    proxy.faults["channels"] = "trickle"
+    exporter = start_exporter(proxy.url, interval=1.0, timeout=10.0, deadline=2.0)
+    s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="channels",
+                        reason="deadline")
+    assert value(s, "ackscope_poll_duration_seconds") < 2.0 + 0.5
+
+
+@pytest.mark.parametrize("fault,reason", [("malformed", "malformed"), ("truncated", "malformed"),
+                                          ("html", "malformed"), ("500", "server_error")])
+def test_bad_answers_are_counted_and_the_exporter_recovers(broker, proxy, start_exporter, caplog, fault, reason):
+    caplog.set_level(logging.INFO, logger="ackscope")
+    proxy.faults["consumers"] = fault
+    exporter = start_exporter(proxy.url, interval=0.3)
+    s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 2, endpoint="consumers",
+                        reason=reason)
+    assert value(s, "ackscope_up") == 0
+    assert not any(r.exc_info for r in caplog.records), "no traceback in the log"
+    del proxy.faults["consumers"]
+    wait_for_sample(exporter, "ackscope_up", 1)
+
+
+def test_healthz_stays_ok_while_the_broker_is_unreachable(start_exporter):
+    exporter = start_exporter("http://127.0.0.1:9", interval=0.3)  # nothing listens on the discard port
+    wait_for_sample(exporter, "ackscope_up", 0)
+    assert requests.get(exporter.url + "/healthz", timeout=5).status_code == 200
+    wait_for(lambda: value(scrape(exporter), "ackscope_poll_errors_total", endpoint="overview",
+                           reason="connection"), what="a connection error counted")

@@ -1,0 +1,134 @@
+"""The exposition as Prometheus sees it: promtool's lint, a real Prometheus scrape, gzip, TLS, basic auth."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import subprocess
+
+import pika
+import pytest
+import requests
+import trustme
+
+from ackscope.exporter.normalise import Selection
+from ackscope.exporter.server import WebSecurity
+from ackscope.local_broker import free_port
+from ackscope.secret import Secret
+from helpers import parse, require_binary, value, wait_for, wait_for_sample
+
+
+@pytest.fixture
+def busy_exporter(broker, vhost, clients, start_exporter):
+    """An exporter over a vhost where every family has series: publishers, consumers, all queue types."""
+    ch = clients(broker, vhost, "everything").channel()
+    ch.confirm_delivery()
+    for qtype in ("classic", "quorum", "stream"):
+        ch.queue_declare(f"{qtype}-q", durable=True, arguments={"x-queue-type": qtype})
+        ch.basic_publish("", f"{qtype}-q", b"x", pika.BasicProperties(delivery_mode=2))
+    consumer = clients(broker, vhost, "consumer").channel()
+    consumer.basic_qos(prefetch_count=5)
+    consumer.basic_consume("classic-q", on_message_callback=lambda *a: None)
+    exporter = start_exporter(broker.management_url, selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+    wait_for_sample(exporter, "ackscope_channel_messages_unacked", 1, vhost=vhost, connection_name="consumer")
+    return exporter
+
+
+# The issue fixes these names as the public contract; promtool reserves a _count suffix for histograms and
+# summaries. They are the only lint promtool may report: anything else (units, _total, HELP) fails.
+CONTRACT_COUNT_NAMES = {"ackscope_channel_prefetch_count", "ackscope_channel_global_prefetch_count",
+                        "ackscope_consumer_prefetch_count"}
+
+
+def test_promtool_lints_nothing_but_the_contract_prefetch_count_names(busy_exporter):
+    promtool = require_binary("promtool", "prometheus")
+    text = requests.get(busy_exporter.url + "/metrics", timeout=5).content
+    families = {m for m in re.findall(rb"^# TYPE (\S+)", text, re.M)}
+    assert len(families) > 40
+    lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
+    problems = [line for line in (lint.stdout + lint.stderr).decode().splitlines() if line.strip()]
+    flagged = {line.split()[0] for line in problems if 'should not have "_count" suffix' in line}
+    assert flagged == CONTRACT_COUNT_NAMES
+    assert len(problems) == len(CONTRACT_COUNT_NAMES), problems
+
+
+def test_gzip_body_is_the_same_exposition_with_a_fresh_snapshot_age(busy_exporter):
+    plain = requests.get(busy_exporter.url + "/metrics", headers={"Accept-Encoding": "identity"}, timeout=5)
+    raw = requests.get(busy_exporter.url + "/metrics", headers={"Accept-Encoding": "gzip"}, timeout=5, stream=True)
+    assert raw.headers["Content-Encoding"] == "gzip"
+    unzipped = gzip.decompress(raw.raw.read())
+    strip_age = lambda b: re.sub(rb"ackscope_snapshot_age_seconds [0-9.]+", b"", b)  # noqa: E731
+    assert abs(len(strip_age(unzipped)) - len(strip_age(plain.content))) < 200  # same polls or the next one
+    assert value(parse(unzipped.decode()), "ackscope_up") == 1
+
+
+def test_real_prometheus_scrapes_the_exporter(busy_exporter, tmp_path, vhost):
+    prometheus = require_binary("prometheus", "prometheus")
+    port = free_port()
+    target = busy_exporter.url.removeprefix("http://")
+    (tmp_path / "prometheus.yml").write_text(
+        f"global: {{scrape_interval: 1s}}\nscrape_configs:\n- job_name: ackscope\n  static_configs:\n"
+        f"  - targets: ['{target}']\n")
+    proc = subprocess.Popen([prometheus, f"--config.file={tmp_path}/prometheus.yml",
+                             f"--storage.tsdb.path={tmp_path}/data", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    api = f"http://127.0.0.1:{port}/api/v1/query"
+
+    def query(q: str) -> list:
+        try:
+            return requests.get(api, params={"query": q}, timeout=5).json()["data"]["result"]
+        except (requests.RequestException, ValueError, KeyError):
+            return []
+
+    try:
+        wait_for(lambda: query('up{job="ackscope"} == 1'), timeout=30, what="Prometheus to scrape the exporter")
+        unacked = wait_for(lambda: query(f'ackscope_channel_messages_unacked{{vhost="{vhost}",'
+                                         f'connection_name="consumer"}}'), what="channel series in Prometheus")
+        assert float(unacked[0]["value"][1]) == 1
+        assert query("ackscope_up == 1") and query("ackscope_snapshot_age_seconds < 10")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_tls_and_basic_auth_protect_the_exporter_endpoints(broker, start_exporter, tmp_path):
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    web = WebSecurity("prometheus", Secret("scrape-secret"), str(tmp_path / "server.pem"), str(tmp_path / "server.pem"))
+    exporter = start_exporter(broker.management_url, web=web)
+    assert exporter.url.startswith("https://")
+    ca_file = str(tmp_path / "ca.pem")
+
+    assert requests.get(exporter.url + "/metrics", verify=ca_file, timeout=5).status_code == 401
+    bad = requests.get(exporter.url + "/metrics", verify=ca_file, auth=("prometheus", "wrong"), timeout=5)
+    assert bad.status_code == 401
+    wait_for(lambda: "ackscope_up 1.0" in requests.get(exporter.url + "/metrics", verify=ca_file,
+             auth=("prometheus", "scrape-secret"), timeout=5).text, what="an authenticated scrape")
+    assert requests.get(exporter.url + "/healthz", verify=ca_file, timeout=5).status_code == 200
+    with pytest.raises(requests.exceptions.SSLError):
+        requests.get(exporter.url + "/healthz", timeout=5)  # an unknown CA is refused by default
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.get(exporter.url.replace("https", "http") + "/healthz", timeout=5)
+
+
+def test_management_api_tls_is_verified_against_ca_file_unless_turned_off(start_exporter, tmp_path):
+    """An HTTPS endpoint whose certificate nobody vouches for is refused (reason 'tls'); --ca-file vouches for
+    it; --insecure-skip-verify skips the check. REQUESTS_CA_BUNDLE in the environment changes none of this."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    fake = start_exporter("http://127.0.0.1:9", web=WebSecurity(tls_cert=str(tmp_path / "server.pem"),
+                                                                 tls_key=str(tmp_path / "server.pem")))
+    exporter = start_exporter(fake.url, interval=0.3)  # an HTTPS server with an unknown CA, as "management"
+    wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="overview", reason="tls")
+    unverified = start_exporter(fake.url, interval=0.3, verify=False)  # --insecure-skip-verify
+    s = wait_for_sample(unverified, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="overview",
+                        reason="not_found")  # past TLS: that server has no /api/overview
+    assert value(s, "ackscope_poll_errors_total", endpoint="overview", reason="tls") is None
+    with_ca = start_exporter(fake.url, interval=0.3, verify=str(tmp_path / "ca.pem"))  # --ca-file
+    s = wait_for_sample(with_ca, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="overview",
+                        reason="not_found")
+    assert value(s, "ackscope_poll_errors_total", endpoint="overview", reason="tls") is None

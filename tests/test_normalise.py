@@ -1,0 +1,114 @@
+"""The normaliser on JSON recorded from a real RabbitMQ 3.10 node, and on the shapes other versions send."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ackscope.exporter import normalise
+from ackscope.exporter.normalise import MalformedResponse, Selection
+
+RECORDED = Path(__file__).parent / "data" / "rabbitmq-3.10.8"
+
+
+@pytest.fixture
+def raw() -> dict:
+    return {p.stem: json.loads(p.read_text()) for p in RECORDED.glob("*.json")}
+
+
+def test_channels_and_consumers_are_attributed_to_the_client_connection_name(raw):
+    snap = normalise.snapshot(raw, taken_at=1.0)
+    by_client = {c.connection_name: c for c in snap.channels}
+    assert set(by_client) == {"orders-publisher", "orders-worker", "payments-hoarder"}
+    publisher = by_client["orders-publisher"]
+    assert publisher.confirm is True and publisher.transactional is False
+    assert publisher.message_stats.publish == 91 and publisher.message_stats.return_unroutable == 1
+    assert publisher.message_stats.deliver_get is None, "a publish-only channel reports no delivery counts"
+    worker = by_client["orders-worker"]
+    assert worker.prefetch_count == 10 and worker.messages_unacked == 10 and worker.prefetch_limit == 10
+    consumers = {c.connection_name: c for c in snap.consumers}
+    assert consumers["orders-worker"].queue == "orders" and consumers["orders-worker"].ack_required is True
+    assert consumers["payments-hoarder"].prefetch_count == 0
+
+
+def test_queue_types_and_absent_fields_survive_normalising(raw):
+    queues = {q.name: q for q in normalise.snapshot(raw, taken_at=1.0).queues}
+    assert {q.type for q in queues.values()} == {"classic", "quorum", "stream"}
+    assert queues["orders"].messages_persistent == 30
+    assert queues["audit"].messages_persistent is None, "streams do not report it"
+    assert queues["audit"].consumer_utilisation is None
+
+
+def test_heartbeat_and_node_facts_are_read(raw):
+    snap = normalise.snapshot(raw, taken_at=1.0)
+    heartbeats = {c.connection_name: c.heartbeat_seconds for c in snap.connections}
+    assert heartbeats["orders-worker"] == 0 and heartbeats["orders-publisher"] == 60
+    (node,) = snap.nodes
+    assert node.mem_alarm is False and node.mem_used > 0 and node.io_sync_count is not None
+    assert snap.overview.rabbitmq_version == "3.10.8"
+
+
+def test_rabbitmq_4_fsync_zeros_are_not_taken_as_data(raw):
+    raw["overview"]["rabbitmq_version"] = "4.1.0"
+    raw["nodes"][0].update(io_sync_count=0, io_sync_avg_time=0.0)
+    snap = normalise.snapshot(raw, taken_at=1.0)
+    assert snap.nodes[0].io_sync_count is None and snap.nodes[0].io_sync_avg_seconds is None
+    assert any("fsync" in note for note in snap.notes)
+
+
+def test_newer_consumer_capacity_name_is_used_when_utilisation_is_missing(raw):
+    q = dict(raw["queues"][0])
+    q.pop("consumer_utilisation", None)
+    q["consumer_capacity"] = 0.75
+    assert normalise.queue(q).consumer_utilisation == 0.75
+
+
+def test_missing_fields_become_none_never_zero_and_never_crash(raw):
+    stripped = copy.deepcopy(raw)
+    for endpoint in ("nodes", "connections", "channels", "consumers", "queues"):
+        stripped[endpoint] = [{k: v for k, v in item.items() if k in ("name", "vhost", "channel_details", "queue")}
+                              for item in stripped[endpoint]]
+    stripped["overview"] = {}
+    snap = normalise.snapshot(stripped, taken_at=1.0)
+    assert all(c.prefetch_count is None and c.confirm is None for c in snap.channels)
+    assert all(q.messages_ready is None and q.message_stats.publish is None for q in snap.queues)
+    assert snap.overview.message_stats.publish is None
+
+
+def test_empty_stats_sent_as_a_list_read_as_no_stats():
+    ch = normalise.channel({"name": "c", "message_stats": []}, {})
+    assert ch.message_stats.publish is None
+
+
+@pytest.mark.parametrize("endpoint,bad", [("channels", {"items": []}), ("queues", [1, 2]),
+                                          ("overview", ["not", "an", "object"])])
+def test_wrong_shapes_raise_malformed_response(raw, endpoint, bad):
+    raw[endpoint] = bad
+    with pytest.raises(MalformedResponse, match=endpoint):
+        normalise.snapshot(raw, taken_at=1.0)
+
+
+def test_include_and_exclude_match_whole_names(raw):
+    only = Selection(include_queues=re.compile("pay.*"))
+    snap = normalise.snapshot(raw, taken_at=1.0, selection=only)
+    assert [q.name for q in snap.queues] == ["payments"]
+    assert [c.queue for c in snap.consumers] == ["payments"]
+    none = Selection(exclude_vhosts=re.compile("/"))
+    snap = normalise.snapshot(raw, taken_at=1.0, selection=none)
+    assert not snap.queues and not snap.channels and not snap.connections and snap.vhosts == ()
+    partial = Selection(include_queues=re.compile("pay"))  # a prefix is not the whole name
+    assert not normalise.snapshot(raw, taken_at=1.0, selection=partial).queues
+
+
+def test_columns_cover_every_field_the_parsers_read(raw):
+    """The recorded answers were fetched with COLUMNS: a parser reading an unrequested field would see None."""
+    snap = normalise.snapshot(raw, taken_at=1.0)
+    worker = next(c for c in snap.channels if c.connection_name == "orders-worker")
+    assert None not in (worker.number, worker.user, worker.state, worker.consumer_count, worker.global_prefetch_count)
+    orders = next(q for q in snap.queues if q.name == "orders")
+    assert None not in (orders.durable, orders.auto_delete, orders.exclusive, orders.state, orders.node,
+                        orders.consumers, orders.message_stats.publish)
