@@ -8,6 +8,7 @@ gzip reader, Prometheus' included, joins back into one stream).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import json
 import time
@@ -84,11 +85,32 @@ def snapshot_json(snapshot: Snapshot | None, status: PollStatus) -> bytes:
     return json.dumps(document, separators=(",", ":")).encode()
 
 
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _record(obj) -> dict:
+    """A snapshot record as a dict. The records are flat but for their MessageStats, so this is a plain
+    field copy: dataclasses.asdict's deep recursion took 0.4 s per poll at 5,000 queues."""
+    record = {name: getattr(obj, name) for name in _field_names(type(obj))}
+    stats = record.get("message_stats")
+    if stats is not None:
+        record["message_stats"] = {name: getattr(stats, name) for name in _field_names(type(stats))}
+    return record
+
+
 def _plain(snapshot: Snapshot) -> dict:
-    document = dataclasses.asdict(snapshot)
-    # Derived facts the UI needs and should not recompute.
-    for plain, channel in zip(document["channels"], snapshot.channels):
-        plain["prefetch_limit"] = channel.prefetch_limit
-    for plain, connection in zip(document["connections"], snapshot.connections):
-        plain["blocked"] = connection.blocked
+    document = {
+        "taken_at": snapshot.taken_at,
+        "overview": _record(snapshot.overview),
+        "vhosts": list(snapshot.vhosts),
+        "notes": list(snapshot.notes),
+        "nodes": [_record(n) for n in snapshot.nodes],
+        "connections": [dict(_record(c), blocked=c.blocked) for c in snapshot.connections],
+        # Derived facts the UI needs and should not recompute.
+        "channels": [dict(_record(c), prefetch_limit=c.prefetch_limit) for c in snapshot.channels],
+        "consumers": [_record(c) for c in snapshot.consumers],
+        "queues": [_record(q) for q in snapshot.queues],
+    }
     return document

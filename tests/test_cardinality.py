@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 
 from ackscope.exporter.cardinality import FOLDED, Limits, shape
-from ackscope.exporter.exposition import render
+from ackscope.exporter.exposition import render, snapshot_json
 from ackscope.exporter.normalise import Selection
-from ackscope.exporter.snapshot import Channel, Consumer, MessageStats, Overview, Queue, Snapshot
+from ackscope.exporter.snapshot import Channel, Connection, Consumer, MessageStats, Overview, Queue, Snapshot
 from ackscope.exporter.status import PollStatus
 from helpers import parse, value, wait_for_sample
 
@@ -72,3 +74,17 @@ def test_exporter_folds_real_queues_beyond_max_queues(broker, vhost, clients, st
     s = wait_for_sample(exporter, "ackscope_queue_messages_ready", 1, vhost=vhost, queue=FOLDED)
     kept = {lbl["queue"] for lbl, _ in s["ackscope_queue_messages_ready"] if lbl["vhost"] == vhost}
     assert kept == {"fold-5", "fold-4", "fold-3", "fold-2", FOLDED}
+
+
+def test_snapshot_json_carries_every_record_field_and_the_derived_facts():
+    conn = Connection("c", "v", "u", "billing", 0, "blocked", "n", "127.0.0.1", "pika 1.3")
+    channel, queue = _channel("v", "ch", 5), _queue("v", "q", 3)
+    snap = Snapshot(1.0, OVERVIEW, vhosts=("v",), connections=(conn,), channels=(channel,), queues=(queue,))
+    document = json.loads(snapshot_json(snap, PollStatus(up=True)))
+    assert document["up"] is True and document["stale"] is False
+    got = document["snapshot"]
+    assert got["overview"] == dataclasses.asdict(OVERVIEW)
+    assert got["connections"] == [dataclasses.asdict(conn) | {"blocked": True}]
+    assert got["channels"] == [dataclasses.asdict(channel) | {"prefetch_limit": 10}]
+    assert got["queues"] == [dataclasses.asdict(queue)]
+    assert got["vhosts"] == ["v"] and got["consumers"] == [] and got["taken_at"] == 1.0
