@@ -70,7 +70,7 @@ def resolve(options: Sequence[Option], args: argparse.Namespace, environ: Mappin
                     raise ConfigError(f"{source}: {e}") from None
                 break
         else:
-            values[o.key] = o.default
+            values[o.key] = None if o.default is None else o.parse(o.default)
     for name in secrets:
         values[name] = read_secret(name, environ, table, where)
     return values

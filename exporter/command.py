@@ -27,7 +27,7 @@ DEFAULT_PORT = 9577
 OPTIONS = (
     Option("management_url", "http://localhost:15672", str, "RabbitMQ management API base URL"),
     Option("username", "guest", str, "management API user (the 'monitoring' tag is enough)"),
-    Option("listen", ("0.0.0.0", DEFAULT_PORT), config.host_port, "HOST:PORT for /metrics, /api/snapshot, /healthz"),
+    Option("listen", f"0.0.0.0:{DEFAULT_PORT}", config.host_port, "HOST:PORT for /metrics, /api/snapshot, /healthz"),
     Option("interval", 10.0, config.positive_float, "seconds between polls"),
     Option("timeout", 5.0, config.positive_float, "seconds one HTTP request to the broker may take"),
     Option("deadline", None, config.positive_float, "seconds a whole poll may take (default: the interval)"),

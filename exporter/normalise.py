@@ -7,6 +7,7 @@ becomes None, an empty stats object may come as `[]`, and nothing here raises on
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,13 +43,22 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 class MalformedResponse(ValueError):
     """The API answered 200 with JSON that is not the shape its endpoint has."""
 
+    def __init__(self, endpoint: str, message: str):
+        super().__init__(f"{endpoint}: {message}")
+        self.endpoint = endpoint
+
+
+def _number(v: Any) -> bool:
+    # bool is an int to Python, and json reads Infinity and NaN: none of them is a count.
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
 
 def _int(v: Any) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return int(v) if _number(v) else None
 
 
 def _float(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return float(v) if _number(v) else None
 
 
 def _bool(v: Any) -> bool | None:
@@ -71,7 +81,7 @@ def message_stats(raw: Any) -> MessageStats:
 
 def overview(raw: Any) -> Overview:
     if not isinstance(raw, dict):
-        raise MalformedResponse("overview is not a JSON object")
+        raise MalformedResponse("overview", "answer is not a JSON object")
     return Overview(
         rabbitmq_version=_str(raw.get("rabbitmq_version")),
         erlang_version=_str(raw.get("erlang_version")),
@@ -208,7 +218,7 @@ def _selected(name: str, include: Any, exclude: Any) -> bool:
 
 def _objects(raw: Any, endpoint: str) -> list[dict]:
     if not isinstance(raw, list) or not all(isinstance(item, dict) for item in raw):
-        raise MalformedResponse(f"{endpoint} is not a JSON list of objects")
+        raise MalformedResponse(endpoint, "answer is not a JSON list of objects")
     return raw
 
 

@@ -86,14 +86,14 @@ class Poller:
             snapshot = normalise.snapshot(self.fetch(), started_wall, self.selection)
         except PollFailed as failure:
             self._publish_failure(failure.errors, started, started_wall)
-        except (MalformedResponse, KeyError, TypeError, ValueError) as e:
-            self._publish_failure([FetchError("all", "malformed", f"unexpected answer shape: {e}")],
-                                  started, started_wall)
+        except MalformedResponse as e:
+            self._publish_failure([FetchError(e.endpoint, "malformed", str(e))], started, started_wall)
         else:
             was_up = self.status.up or self.status.last_attempt_at is None
             self.snapshot = snapshot
             self.status = replace(self.status, up=True, last_duration=time.monotonic() - started,
-                                  last_attempt_at=started_wall, last_success_at=started_wall, last_error=None)
+                                  last_attempt_at=started_wall, last_success_at=started_wall, last_error=None,
+                                  failing=frozenset())
             if not was_up:
                 log.info("management API at %s answers again", self.client.base_url)
             for note in set(snapshot.notes) - self._notes_logged:
@@ -106,11 +106,12 @@ class Poller:
         for e in errors:
             counts[(e.endpoint, e.reason)] = counts.get((e.endpoint, e.reason), 0) + 1
         message = "; ".join(str(e) for e in errors)
+        failing = frozenset((e.endpoint, e.reason) for e in errors)
         # One line when the trouble starts or changes, not one per interval while it lasts.
-        if message != self.status.last_error:
+        if failing != self.status.failing:
             log.error("poll failed: %s", message)
         self.status = replace(self.status, up=False, last_duration=time.monotonic() - started,
-                              last_attempt_at=started_wall, last_error=message,
+                              last_attempt_at=started_wall, last_error=message, failing=failing,
                               errors=MappingProxyType(counts))
 
     # -- the loop --------------------------------------------------------------------------------------

@@ -14,4 +14,5 @@ class PollStatus:
     last_attempt_at: float | None = None  # unix time
     last_success_at: float | None = None  # unix time
     last_error: str | None = None  # one line, for humans
+    failing: frozenset[tuple[str, str]] = frozenset()  # (endpoint, reason) of the last poll's errors
     errors: Mapping[tuple[str, str], int] = field(default_factory=lambda: MappingProxyType({}))

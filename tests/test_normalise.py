@@ -79,6 +79,12 @@ def test_missing_fields_become_none_never_zero_and_never_crash(raw):
     assert snap.overview.message_stats.publish is None
 
 
+def test_non_finite_or_boolean_numbers_are_not_counts():
+    q = normalise.queue({"name": "q", "messages_ready": float("inf"), "messages_unacknowledged": float("nan"),
+                         "consumers": True, "consumer_utilisation": 0.5})
+    assert (q.messages_ready, q.messages_unacked, q.consumers, q.consumer_utilisation) == (None, None, None, 0.5)
+
+
 def test_empty_stats_sent_as_a_list_read_as_no_stats():
     ch = normalise.channel({"name": "c", "message_stats": []}, {})
     assert ch.message_stats.publish is None

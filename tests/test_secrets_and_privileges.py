@@ -85,6 +85,7 @@ def test_password_appears_nowhere_a_user_or_attacker_could_read(broker, vhost, c
         exposed += [_stop(good), _stop(bad)]
     leaked = [text[:200] for text in exposed if PASSWORD in text]
     assert not leaked
+    assert not any("Traceback" in text for text in exposed)
     assert any("login failed for user 'watcher'" in text for text in exposed), "the bad one said why"
 
 
