@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Mapping
+from collections.abc import Mapping
 
 from ackscope.exporter.command import Exporter, ExporterConfig, wait_for_signal
 from ackscope.exporter.cardinality import Limits

@@ -59,7 +59,7 @@ class Ports:
     prometheus: int
 
     @classmethod
-    def free(cls) -> "Ports":
+    def free(cls) -> Ports:
         return cls(free_port(), free_port(), free_port(), free_port())
 
 
@@ -98,13 +98,12 @@ class LocalBroker:
         ensure_rabbitmq_installed()
         if not (self.base_dir / "rabbitmq.conf").exists():
             self._lay_out()
-        log = open(self.base_dir / "log" / "console.log", "ab")
-        self._process = subprocess.Popen(
-            [str(RABBITMQ_SBIN / "rabbitmq-server")],
-            env=self._env(), cwd=self.base_dir, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, user=self._user, start_new_session=True,
-        )
-        log.close()
+        with open(self.base_dir / "log" / "console.log", "ab") as log:
+            self._process = subprocess.Popen(
+                [str(RABBITMQ_SBIN / "rabbitmq-server")],
+                env=self._env(), cwd=self.base_dir, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, user=self._user, start_new_session=True,
+            )
         self._wait_ready(timeout)
 
     def stop(self, timeout: float = 60.0) -> None:

@@ -9,7 +9,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from ackscope import config
 from ackscope.config import ConfigError, Option

@@ -120,22 +120,23 @@ class ManagementClient:
                 body = self._read_body(endpoint, response, deadline)
         except FetchError:
             raise
+        # Each cause becomes a FetchError whose sentence is the whole story: no chained traceback.
         except requests.exceptions.SSLError as e:
             raise FetchError(endpoint, "tls", f"TLS handshake with {self.base_url} failed "
-                             f"({_root_cause(e)}); set --ca-file, or --insecure-skip-verify for tests")
+                             f"({_root_cause(e)}); set --ca-file, or --insecure-skip-verify for tests") from None
         except requests.exceptions.Timeout:
-            raise FetchError(endpoint, "timeout", f"no answer from {self.base_url} within {wait:.1f}s")
+            raise FetchError(endpoint, "timeout", f"no answer from {self.base_url} within {wait:.1f}s") from None
         except requests.exceptions.ConnectionError as e:
             if "timed out" in str(e).lower():
-                raise FetchError(endpoint, "timeout", f"no answer from {self.base_url} within {wait:.1f}s")
-            raise FetchError(endpoint, "connection", f"cannot connect to {self.base_url} ({_root_cause(e)})")
+                raise FetchError(endpoint, "timeout", f"no answer from {self.base_url} within {wait:.1f}s") from None
+            raise FetchError(endpoint, "connection", f"cannot connect to {self.base_url} ({_root_cause(e)})") from None
         except requests.RequestException as e:
-            raise FetchError(endpoint, "connection", f"request to {self.base_url} failed ({_root_cause(e)})")
+            raise FetchError(endpoint, "connection", f"request to {self.base_url} failed ({_root_cause(e)})") from None
         try:
             return json.loads(body)
         except (ValueError, UnicodeDecodeError):
             raise FetchError(endpoint, "malformed", f"answer is not valid JSON ({len(body)} bytes, "
-                             f"starts {body[:40]!r})")
+                             f"starts {body[:40]!r})") from None
 
     def _check_status(self, endpoint: str, response: requests.Response) -> None:
         status = response.status_code

@@ -57,7 +57,7 @@ class Poller:
         try:
             raw = {"overview": self.client.fetch("overview", deadline)}
         except FetchError as e:
-            raise PollFailed([e])
+            raise PollFailed([e]) from None
         futures = {self._pool.submit(self.client.fetch, name, deadline): name for name in LISTS}
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_EXCEPTION)
         errors = []

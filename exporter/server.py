@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from collections.abc import Callable
 
 from ackscope.secret import Secret
 
@@ -63,7 +63,7 @@ def make_server(host: str, port: int, source: Source, security: WebSecurity = We
             if isinstance(self.request, ssl.SSLSocket):
                 self.request.do_handshake()  # here, in the handler thread, never in accept()
 
-        def do_GET(self):  # noqa: N802 (the stdlib's name)
+        def do_GET(self):
             path = self.path.split("?", 1)[0]
             if path == "/healthz":
                 ok = source.healthy()
@@ -92,7 +92,7 @@ def make_server(host: str, port: int, source: Source, security: WebSecurity = We
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format, *args):  # noqa: A002 - access logs only at debug level
+        def log_message(self, format, *args):
             log.debug("%s %s", self.address_string(), format % args)
 
     server = _Server((host, port), Handler)

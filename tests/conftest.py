@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pika
 import pytest

@@ -26,7 +26,7 @@ class FaultProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 endpoint = self.path.split("?", 1)[0].removeprefix("/api/")
                 proxy.requests.append(endpoint)
                 fault = proxy.faults.get(endpoint)

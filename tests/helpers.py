@@ -6,7 +6,7 @@ import argparse
 import shutil
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pika
 import pytest

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -14,7 +15,7 @@ import requests
 from ackscope.exporter.management import ManagementClient
 from ackscope.local_broker import free_port
 from ackscope.secret import Secret
-from helpers import scrape, value, wait_for, wait_for_sample
+from helpers import wait_for
 
 PASSWORD = "Zq7-very-distinctive-pa55word"
 
@@ -80,7 +81,7 @@ def test_password_appears_nowhere_a_user_or_attacker_could_read(broker, vhost, c
             for path in ("/metrics", "/api/snapshot", "/healthz", "/"):
                 exposed.append(requests.get(url + path, timeout=5).text)
         for proc in (good, bad):
-            exposed.append(open(f"/proc/{proc.pid}/cmdline", "rb").read().decode(errors="replace"))
+            exposed.append(Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"))
     finally:
         exposed += [_stop(good), _stop(bad)]
     leaked = [text[:200] for text in exposed if PASSWORD in text]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 

@@ -26,8 +26,7 @@ class OverviewCollector:
     def collect(self):
         overview = self._snapshot.overview
         for name, doc, value in COUNTERS:
-            yield counter(f"ackscope_overview_{name}", doc, (), [overview], lambda _: (),
-                          lambda o: value(o.message_stats))
+            yield counter(f"ackscope_overview_{name}", doc, (), [overview.message_stats], lambda _: (), value)
         info = InfoMetricFamily("ackscope_broker", "The broker ackscope polls.")
         info.add_metric([], _info(overview))
         yield info
