@@ -13,6 +13,8 @@ from .config import ConfigError
 
 def _parser() -> argparse.ArgumentParser:
     from ackscope.exporter import command as exporter
+    from ackscope.probes import command as probes
+    from ackscope.probes import confirm_strategies
 
     from . import demo
 
@@ -28,6 +30,21 @@ def _parser() -> argparse.ArgumentParser:
     exporter.add_arguments(p)
     p.set_defaults(run=exporter.run)
 
+    p = commands.add_parser("probe", help="run the synthetic probes alone, with their own /metrics")
+    p.add_argument("--config", metavar="FILE", default=os.environ.get("ACKSCOPE_CONFIG"),
+                   help="TOML file; its [probe] table holds these options [env ACKSCOPE_CONFIG]")
+    p.add_argument("--listen", metavar="HOST:PORT", help=f"address of /metrics [env ACKSCOPE_LISTEN; default "
+                   f"0.0.0.0:{probes.DEFAULT_PORT}]")
+    probes.add_arguments(p)
+    p.set_defaults(run=probes.run)
+
+    p = commands.add_parser("bench", help="measure something on your broker")
+    benches = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    b = benches.add_parser("confirms", help="publisher strategies side by side: transactions, confirms, "
+                           "fire-and-forget")
+    confirm_strategies.add_arguments(b)
+    b.set_defaults(run=confirm_strategies.run)
+
     p = commands.add_parser("demo", help="start a private local broker and the exporter against it")
     demo.add_arguments(p)
     p.set_defaults(run=demo.run)
@@ -38,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)
+    if args.log_level != "debug":
+        # pika logs every failed connection attempt with its whole workflow; ackscope says it in one line.
+        logging.getLogger("pika").setLevel(logging.CRITICAL)
     try:
         return args.run(args, os.environ)
     except ConfigError as e:

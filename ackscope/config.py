@@ -125,6 +125,13 @@ def positive_int(v: Any) -> int:
     return int(text)
 
 
+def non_negative_int(v: Any) -> int:
+    text = str(v).strip()
+    if isinstance(v, bool) or not text.isdigit():
+        raise ValueError(f"must be a whole number, 0 or more, not {v!r}")
+    return int(text)
+
+
 def boolean(v: Any) -> bool:
     if isinstance(v, bool):
         return v

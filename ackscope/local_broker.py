@@ -201,18 +201,31 @@ class LocalBroker:
             return None
 
     def _wait_ready(self, timeout: float) -> None:
+        """Wait until both the management API and the AMQP listener answer: the HTTP API comes up
+        during boot, a moment before the node accepts AMQP connections."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process and self._process.poll() is not None:
                 raise LocalBrokerError(f"node {self.nodename} exited while starting; see {self.base_dir}/log")
-            try:
-                if requests.get(self.management_url + "/api/overview", auth=(ADMIN_USER, ADMIN_PASSWORD),
-                                timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
+            if self._management_answers() and self._amqp_listens():
+                return
             time.sleep(0.3)
-        raise LocalBrokerError(f"node {self.nodename} did not answer on {self.management_url} in {timeout:.0f}s")
+        raise LocalBrokerError(f"node {self.nodename} did not answer on {self.management_url} and AMQP port "
+                               f"{self.ports.amqp} in {timeout:.0f}s")
+
+    def _management_answers(self) -> bool:
+        try:
+            return requests.get(self.management_url + "/api/overview", auth=(ADMIN_USER, ADMIN_PASSWORD),
+                                timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def _amqp_listens(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.ports.amqp), timeout=2):
+                return True
+        except OSError:
+            return False
 
     def _reap(self, timeout: float) -> None:
         pid = self._beam_pid()

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 
 from ackscope import config
 from ackscope.config import ConfigError, Option
+from ackscope.probes import command as probe_command
+from ackscope.probes.command import ProbeConfig, Probes
 from ackscope.secret import Secret
 
 from .cardinality import Limits
@@ -64,15 +66,18 @@ class ExporterConfig:
     selection: Selection
     limits: Limits
     web: WebSecurity
+    probes: ProbeConfig | None = None  # run the synthetic probes in-process when an AMQP URL is set
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     config.add_arguments(parser, OPTIONS)
+    probe_command.add_arguments(parser.add_argument_group("probes (run in-process when an AMQP URL is set)"))
 
 
 def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig:
     path = getattr(args, "config", None)
-    section = config.table(config.load_toml(path), "exporter", path)
+    document = config.load_toml(path)
+    section = config.table(document, "exporter", path)
     v: dict[str, Any] = config.resolve(OPTIONS, args, environ, section, SECRETS, where=path or "config")
     password = v["password"]
     if password is None:
@@ -93,11 +98,12 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         selection=Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"]),
         limits=Limits(max_queues=v["max_queues"], max_channels=v["max_channels"]),
         web=WebSecurity(v["web_username"], v["web_password"], v["web_tls_cert"], v["web_tls_key"]),
+        probes=probe_command.load(args, environ, document, path),
     )
 
 
 class Exporter:
-    """The poller and the HTTP server together; `start()` returns once both run."""
+    """The poller, the probes (when configured) and the HTTP server; `start()` returns once all run."""
 
     def __init__(self, cfg: ExporterConfig):
         try:
@@ -108,11 +114,18 @@ class Exporter:
         self.cfg = cfg
         self.poller = Poller(client, interval=cfg.interval, deadline=cfg.deadline, selection=cfg.selection,
                              limits=cfg.limits)
+        self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         healthy = loop_healthy(lambda: self.poller.status.last_attempt_at, time.time(), cfg.interval, cfg.deadline)
+        source = Source(self._metrics_body, healthy, {"/api/snapshot": lambda: self.poller.exposition.snapshot_json})
         try:
-            self.server = make_server(*cfg.listen, Source(lambda: self.poller.exposition, healthy), cfg.web)
+            self.server = make_server(*cfg.listen, source, cfg.web)
         except OSError as e:
             raise ConfigError(f"--listen {cfg.listen[0]}:{cfg.listen[1]}: {e.strerror}") from None
+
+    def _metrics_body(self, gzipped: bool) -> bytes:
+        body = self.poller.exposition.metrics_body(gzipped)
+        # A gzip stream may hold several members: the probes' part is one more.
+        return body if self.probes is None else body + self.probes.metrics_body(gzipped)
 
     @property
     def url(self) -> str:
@@ -125,12 +138,16 @@ class Exporter:
         # scrape threads in within about a millisecond instead of waiting 5 ms at each of their steps.
         sys.setswitchinterval(0.001)
         self.poller.start()
+        if self.probes is not None:
+            self.probes.start()
         serve_in_background(self.server)
 
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
         self.poller.stop()
+        if self.probes is not None:
+            self.probes.stop()
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

@@ -1,7 +1,9 @@
-"""The exporter's HTTP endpoints. Every handler only copies bytes rendered after the last poll.
+"""The HTTP endpoints of the exporter and the probes. Handlers copy bytes rendered in the background (the
+probes' few hundred series are the exception: rendered per scrape, in well under a millisecond).
 
 /metrics      Prometheus exposition (gzip when asked)
-/api/snapshot the last good snapshot as JSON, marked stale when the last poll failed
+/api/...      JSON documents (the exporter's /api/snapshot: the last good snapshot, marked stale when the
+              last poll failed)
 /healthz      200 while the poll loop runs on schedule (the broker being down is ackscope_up, not this)
 """
 
@@ -13,19 +15,17 @@ import logging
 import ssl
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from collections.abc import Callable
 
 from ackscope.secret import Secret
 
-from .exposition import CONTENT_TYPE, Exposition
+from .exposition import CONTENT_TYPE
 
 log = logging.getLogger("ackscope.exporter")
 
-INDEX = b"""<!doctype html><title>ackscope exporter</title><h1>ackscope exporter</h1><ul>
-<li><a href="/metrics">/metrics</a><li><a href="/api/snapshot">/api/snapshot</a><li><a href="/healthz">/healthz</a>
-</ul>"""
+INDEX = b"""<!doctype html><title>ackscope</title><h1>ackscope</h1><ul>{links}</ul>"""
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,12 @@ class WebSecurity:
 
 @dataclass(frozen=True)
 class Source:
-    """What the handlers read: the current exposition, and whether the poll loop keeps its schedule."""
+    """What the handlers read: the /metrics body (gzipped or not), JSON documents under /api/, and
+    whether the background loops keep their schedule."""
 
-    exposition: Callable[[], Exposition]
+    metrics: Callable[[bool], bytes]
     healthy: Callable[[], bool]
+    documents: Mapping[str, Callable[[], bytes]] = field(default_factory=dict)
 
 
 def make_server(host: str, port: int, source: Source, security: WebSecurity = WebSecurity()) -> ThreadingHTTPServer:
@@ -72,15 +74,15 @@ def make_server(host: str, port: int, source: Source, security: WebSecurity = We
                     self.headers.get("Authorization", "").encode(), expected):
                 return self._send(401, b"authentication required\n", "text/plain",
                                   {"WWW-Authenticate": 'Basic realm="ackscope"'})
-            exposition = source.exposition()
             gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
             if path == "/metrics":
-                return self._send(200, exposition.metrics_body(gzipped), CONTENT_TYPE,
+                return self._send(200, source.metrics(gzipped), CONTENT_TYPE,
                                   {"Content-Encoding": "gzip"} if gzipped else {})
-            if path == "/api/snapshot":
-                return self._send(200, exposition.snapshot_json, "application/json")
+            if path in source.documents:
+                return self._send(200, source.documents[path](), "application/json")
             if path == "/":
-                return self._send(200, INDEX, "text/html; charset=utf-8")
+                links = "".join(f'<li><a href="{p}">{p}</a>' for p in ("/metrics", *source.documents, "/healthz"))
+                return self._send(200, INDEX.replace(b"{links}", links.encode()), "text/html; charset=utf-8")
             return self._send(404, b"not found\n", "text/plain")
 
         def _send(self, status: int, body: bytes, ctype: str, headers: dict | None = None) -> None:

@@ -14,6 +14,7 @@ from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.normalise import Selection
 from ackscope.exporter.server import WebSecurity
 from ackscope.local_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
+from ackscope.probes.command import ProbeConfig
 from ackscope.secret import Secret
 from helpers import connect, private_broker
 
@@ -37,11 +38,12 @@ def vhost(broker: LocalBroker) -> Iterator[str]:
 def exporter_config(management_url: str, *, username: str = ADMIN_USER, password: str = ADMIN_PASSWORD,
                     interval: float = 0.5, timeout: float = 2.0, deadline: float | None = None,
                     selection: Selection = Selection(), limits: Limits = Limits(),
-                    web: WebSecurity = WebSecurity(), verify: bool | str = True) -> ExporterConfig:
+                    web: WebSecurity = WebSecurity(), verify: bool | str = True,
+                    probes: ProbeConfig | None = None) -> ExporterConfig:
     return ExporterConfig(management_url=management_url, username=username, password=Secret(password),
                           listen=("127.0.0.1", 0), interval=interval, timeout=timeout,
                           deadline=deadline or max(interval, timeout), verify=verify, selection=selection,
-                          limits=limits, web=web)
+                          limits=limits, web=web, probes=probes)
 
 
 @pytest.fixture

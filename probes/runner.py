@@ -1,0 +1,436 @@
+"""The probes' AMQP side: one publishing and one consuming connection (pika, asynchronous), a channel
+per target on each, all driven by one I/O loop in one thread.
+
+Publishers and consumers use separate connections, as RabbitMQ advises: when an alarm blocks publishing,
+the consumers keep draining. A lost connection is re-established with capped exponential backoff and
+jitter; what was unconfirmed when it was lost is published again (and counted), so the audit then shows
+duplicates, never losses.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pika
+import pika.exceptions
+from pika.adapters.select_connection import IOLoop
+
+from .audit import DeliveryAudit
+from .confirms import ConfirmTracker, Outstanding
+from .events import Event, EventLog, now_us
+from .message import CONTENT_TYPE, ProbeMessage
+from .metrics import ProbeMetrics
+from .targets import EXCHANGE, Target
+
+log = logging.getLogger("ackscope.probes")
+
+BACKOFF_MIN, BACKOFF_MAX = 1.0, 30.0
+MAX_IN_FLIGHT = 5_000  # unconfirmed publishes per target; beyond it the publisher waits (bounded memory)
+HOUSEKEEPING_S = 1.0
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    confirm_timeout: float = 30.0
+    loss_deadline: float = 120.0
+
+
+def describe_close(reason: BaseException | None) -> str:
+    """A broker's close reason in one line: '406 PRECONDITION_FAILED - inequivalent arg ...'."""
+    code = getattr(reason, "reply_code", None)
+    text = getattr(reason, "reply_text", None)
+    if code is not None:
+        return f"{code} {text}"
+    if isinstance(reason, pika.exceptions.ProbableAuthenticationError | pika.exceptions.AuthenticationError):
+        return "login refused: check the AMQP user and password"
+    if isinstance(reason, pika.exceptions.ProbableAccessDeniedError):
+        return "access to the vhost refused: check the AMQP user's permissions"
+    return str(reason) or type(reason).__name__
+
+
+class _TargetProbe:
+    """One target's publisher and consumer state; every method runs on the I/O loop's thread."""
+
+    def __init__(self, runner: ProbeRunner, target: Target):
+        self.r, self.t = runner, target
+        self.confirms = ConfirmTracker()
+        self.audit = DeliveryAudit(int(runner.settings.loss_deadline * 1e9))
+        self.next_seq = 1
+        self.pub_channel = None
+        self.con_channel = None
+        self.republish: list[Outstanding] = []
+        self.returned: set[int] = set()  # returned before their ack: routed nowhere, so nothing to deliver
+        self.requeued_at: dict[int, int] = {}
+        self.unacked = 0
+        self.ever_opened = {"publisher": False, "consumer": False}
+        self.last_error: str | None = None
+        self._tick = None
+
+    # -- events ---------------------------------------------------------------------------------------
+    def event(self, kind: str, seq: int, **fields) -> None:
+        if self.r.events is not None:
+            self.r.events.append(Event(self.r.run_id, self.t.name, self.t.queue_type, self.t.persistent, seq, kind,
+                                       now_us(), **fields))
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.r.metrics.count(name, self.t, n)
+
+    def update_up(self) -> None:
+        up = self.pub_channel is not None and self.con_channel is not None
+        self.r.metrics.up.labels(*self.t.labels).set(1 if up else 0)
+
+    def fail(self, role: str, reason: str) -> None:
+        if reason != self.last_error:
+            log.error("probe %s (%s): %s", self.t.name, role, reason)
+            self.last_error = reason
+
+    # -- declaring --------------------------------------------------------------------------------------
+    def declare(self, channel, then: Callable[[], None]) -> None:
+        """The exchange, the queue and its binding, then `then` (on either connection: both must cope with
+        the queue having gone)."""
+        t = self.t
+        channel.exchange_declare(
+            EXCHANGE, exchange_type="direct", durable=True,
+            callback=lambda _f: channel.queue_declare(
+                t.queue, durable=True, arguments=t.arguments(),
+                callback=lambda _f: channel.queue_bind(t.queue, EXCHANGE, routing_key=t.queue,
+                                                       callback=lambda _f: then())))
+
+    # -- publisher --------------------------------------------------------------------------------------
+    def open_publisher(self, connection) -> None:
+        connection.channel(on_open_callback=self._publisher_opened)
+
+    def _publisher_opened(self, channel) -> None:
+        channel.add_on_close_callback(lambda ch, reason: self._publisher_closed(ch, reason))
+        channel.add_on_return_callback(self._on_return)
+        self.declare(channel, lambda: channel.confirm_delivery(
+            ack_nack_callback=self._on_confirm, callback=lambda _f: self._publisher_ready(channel)))
+
+    def _publisher_ready(self, channel) -> None:
+        self.pub_channel = channel
+        if self.ever_opened["publisher"]:
+            self.count("reconnects")
+        self.ever_opened["publisher"] = True
+        self.last_error = None
+        self.update_up()
+        pending, self.republish = self.republish, []
+        for entry in pending:
+            self._publish(entry.seq, republish=True)
+        self._schedule_tick()
+
+    def _publisher_closed(self, channel, reason) -> None:
+        if self.pub_channel is channel or self.pub_channel is None:
+            self.pub_channel = None
+            # The broker's numbering of this channel is gone: publish these again on the next one.
+            self.republish.extend(self.confirms.drain())
+            self.returned.clear()
+            self.update_up()
+        if self.r.stopping:
+            return
+        if not isinstance(reason, pika.exceptions.ChannelClosedByClient):
+            self.fail("publisher", describe_close(reason))
+            if isinstance(reason, pika.exceptions.ChannelClosedByBroker) and self.r.pub_connection_open():
+                self.r.later(BACKOFF_MAX, lambda: self.r.reopen(self, "publisher"))
+
+    def _schedule_tick(self) -> None:
+        self._tick = self.r.later(1.0 / self.t.rate, self._on_tick)
+
+    def _on_tick(self) -> None:
+        if self.pub_channel is None:
+            return
+        self.publish_some(1)
+        self._schedule_tick()
+
+    def publish_some(self, n: int) -> None:
+        if self.pub_channel is None or self.r.blocked:
+            return
+        room = MAX_IN_FLIGHT - len(self.confirms)
+        for _ in range(min(n, max(room, 0))):
+            seq = self.next_seq
+            self.next_seq += 1
+            self._publish(seq)
+
+    def _publish(self, seq: int, republish: bool = False) -> None:
+        t = self.t
+        published_ns = time.monotonic_ns()
+        body = ProbeMessage(self.r.run_id, t.name, seq, published_ns).encode(t.message_size)
+        props = pika.BasicProperties(delivery_mode=2 if t.persistent else 1, content_type=CONTENT_TYPE,
+                                     message_id=f"{self.r.run_id}:{seq}")
+        self.confirms.published(seq, published_ns)
+        self.pub_channel.basic_publish(EXCHANGE, t.queue, body, props, mandatory=True)
+        self.count("published")
+        if republish:
+            self.count("republished")
+            self.event("republished", seq)
+        else:
+            self.event("published", seq)
+
+    def _on_confirm(self, frame) -> None:
+        method = frame.method
+        now = time.monotonic_ns()
+        settled = self.confirms.settle(method.delivery_tag, method.multiple, now)
+        if not settled:
+            return
+        acked = isinstance(method, pika.spec.Basic.Ack)
+        labels = self.t.labels
+        self.r.metrics.confirm_batch_size.labels(*labels).observe(len(settled))
+        for s in settled:
+            if acked:
+                self.r.metrics.confirm_latency.labels(*labels).observe(s.latency_s)
+                self.event("confirmed", s.seq, latency_s=s.latency_s, batch_size=len(settled))
+                if s.seq in self.returned:
+                    self.returned.discard(s.seq)
+                else:
+                    self.audit.confirmed(s.seq, now)
+            else:
+                self.event("nacked", s.seq, batch_size=len(settled))
+        self.count("confirmed" if acked else "nacked", len(settled))
+
+    def _on_return(self, _channel, _method, _props, body) -> None:
+        msg = ProbeMessage.decode(body)
+        if msg is None or msg.run_id != self.r.run_id:
+            return
+        self.returned.add(msg.seq)
+        self.count("returned")
+        self.event("returned", msg.seq)
+
+    # -- consumer ---------------------------------------------------------------------------------------
+    def open_consumer(self, connection) -> None:
+        connection.channel(on_open_callback=self._consumer_opened)
+
+    def _consumer_opened(self, channel) -> None:
+        channel.add_on_close_callback(lambda ch, reason: self._consumer_closed(ch, reason))
+        channel.add_on_cancel_callback(lambda _f: self._consumer_cancelled(channel))
+        self.declare(channel, lambda: channel.basic_qos(
+            prefetch_count=self.t.prefetch, callback=lambda _f: self._consume(channel)))
+
+    def _consume(self, channel) -> None:
+        args = {"x-stream-offset": "next"} if self.t.queue_type == "stream" else None
+        channel.basic_consume(self.t.queue, self._on_delivery, auto_ack=False, arguments=args)
+        self.con_channel = channel
+        if self.ever_opened["consumer"]:
+            self.count("reconnects")
+        self.ever_opened["consumer"] = True
+        self.unacked = 0
+        self.update_up()
+
+    def _consumer_cancelled(self, channel) -> None:
+        # The broker cancelled us: the queue was deleted. Declare it again and go on consuming.
+        self.fail("consumer", f"queue {self.t.queue} was deleted; declaring it again")
+        self.r.later(1.0, lambda: self.declare(channel, lambda: self._consume(channel))
+                     if channel.is_open else None)
+
+    def _consumer_closed(self, channel, reason) -> None:
+        if self.con_channel is channel or self.con_channel is None:
+            self.con_channel = None
+            self.unacked = 0
+            self.update_up()
+        if self.r.stopping:
+            return
+        if not isinstance(reason, pika.exceptions.ChannelClosedByClient):
+            self.fail("consumer", describe_close(reason))
+            if isinstance(reason, pika.exceptions.ChannelClosedByBroker) and self.r.con_connection_open():
+                self.r.later(BACKOFF_MAX, lambda: self.r.reopen(self, "consumer"))
+
+    def _on_delivery(self, channel, method, _props, body) -> None:
+        now = time.monotonic_ns()
+        msg = ProbeMessage.decode(body)
+        if msg is None or msg.run_id != self.r.run_id or msg.target != self.t.name:
+            channel.basic_ack(method.delivery_tag)  # another run's leftovers: not ours to audit
+            return
+        labels, seq = self.t.labels, msg.seq
+        self.count("delivered")
+        if method.redelivered:
+            self.count("redelivered")
+        requeue = (not method.redelivered and self.t.requeue_share > 0
+                   and self.r.random.random() < self.t.requeue_share)
+        duplicate = self.audit.delivered(seq, now, requeue=requeue)
+        if duplicate:
+            self.count("duplicates")
+        requeued_at = self.requeued_at.pop(seq, None)
+        if requeued_at is not None:
+            self.r.metrics.redelivery_latency.labels(*labels).observe((now - requeued_at) / 1e9)
+        else:
+            self.r.metrics.delivery_latency.labels(*labels).observe((now - msg.published_ns) / 1e9)
+        self.event("delivered", seq, latency_s=(now - msg.published_ns) / 1e9, redelivered=method.redelivered)
+        if requeue:
+            self.requeued_at[seq] = now
+            channel.basic_nack(method.delivery_tag, requeue=True)
+            self.count("requeued")
+            self.event("requeued", seq)
+            return
+        self.unacked += 1
+        if self.t.processing_delay:
+            self.r.later(self.t.processing_delay, lambda: self._ack(channel, method.delivery_tag, seq))
+        else:
+            self._ack(channel, method.delivery_tag, seq)
+
+    def _ack(self, channel, tag: int, seq: int) -> None:
+        if channel is not self.con_channel or not channel.is_open:
+            return  # the channel died meanwhile: the broker requeues the delivery itself
+        channel.basic_ack(tag)
+        self.unacked -= 1
+        self.event("acked", seq)
+
+    # -- housekeeping -------------------------------------------------------------------------------------
+    def housekeeping(self) -> None:
+        now = time.monotonic_ns()
+        for entry in self.confirms.expire(now, int(self.r.settings.confirm_timeout * 1e9)):
+            self.count("confirm_timeouts")
+            self.event("confirm_timeout", entry.seq)
+        lost = self.audit.expire(now)
+        if lost:
+            self.count("lost", len(lost))
+            log.error("probe %s: %d confirmed message(s) not delivered within %gs (first seq %d)", self.t.name,
+                      len(lost), self.r.settings.loss_deadline, lost[0][0])
+        horizon = now - int(self.r.settings.loss_deadline * 1e9)
+        for seq in [s for s, at in self.requeued_at.items() if at < horizon]:
+            del self.requeued_at[seq]
+        labels = self.t.labels
+        self.r.metrics.consumer_unacked.labels(*labels).set(self.unacked)
+
+
+class ProbeRunner:
+    """All targets against one broker, in one background thread; start() returns at once."""
+
+    def __init__(self, amqp_url: str, targets: tuple[Target, ...], metrics: ProbeMetrics,
+                 settings: ProbeSettings = ProbeSettings(), events: EventLog | None = None,
+                 ssl_options: pika.SSLOptions | None = None, display_url: str = ""):
+        self.params = pika.URLParameters(amqp_url)
+        if ssl_options is not None:
+            self.params.ssl_options = ssl_options
+        self.display_url = display_url or "the broker"
+        self.targets = targets
+        self.metrics = metrics
+        self.settings = settings
+        self.events = events
+        self.run_id = uuid.uuid4().hex[:12]
+        self.random = random.Random()
+        self.blocked = False
+        self.stopping = False
+        self.probes = [_TargetProbe(self, t) for t in targets]
+        for t in targets:
+            metrics.add_target(t)
+        self.ioloop = IOLoop()
+        self._connections: dict[str, pika.SelectConnection | None] = {"publisher": None, "consumer": None}
+        self._backoff = {"publisher": BACKOFF_MIN, "consumer": BACKOFF_MIN}
+        self._errors: dict[str, str | None] = {"publisher": None, "consumer": None}
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.events is not None:
+            self.events.start()
+        self._thread = threading.Thread(target=self._run, name="ackscope-probes", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+
+        def close_all():
+            for conn in self._connections.values():
+                if conn is not None and conn.is_open:
+                    conn.close()
+            self.ioloop.call_later(1.0, self.ioloop.stop)
+        self.ioloop.add_callback_threadsafe(close_all)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self.events is not None:
+            self.events.stop()
+
+    def _run(self) -> None:
+        for role in self._connections:
+            self._connect(role)
+        self.later(HOUSEKEEPING_S, self._housekeeping)
+        for p in self.probes:
+            if p.t.burst_size:
+                self.later(p.t.burst_interval, lambda p=p: self._burst(p))
+        try:
+            self.ioloop.start()
+        except Exception as e:  # a bug must not pass silently: say it, and show the probes down
+            log.error("probe loop crashed: %s: %s", type(e).__name__, e)
+            log.debug("probe loop crash", exc_info=True)
+            for p in self.probes:
+                self.metrics.up.labels(*p.t.labels).set(0)
+
+    def later(self, delay: float, fn: Callable[[], object]):
+        return self.ioloop.call_later(delay, fn)
+
+    # -- connections -------------------------------------------------------------------------------------
+    def _connect(self, role: str) -> None:
+        if self.stopping:
+            return
+        params = self.params
+        params.client_properties = {"connection_name": f"ackscope-probe {role}"}
+        self._connections[role] = pika.SelectConnection(
+            params, on_open_callback=lambda c: self._opened(role, c),
+            on_open_error_callback=lambda c, e: self._lost(role, e),
+            on_close_callback=lambda c, e: self._lost(role, e), custom_ioloop=self.ioloop)
+
+    def _opened(self, role: str, connection) -> None:
+        self._backoff[role] = BACKOFF_MIN
+        if self._errors[role] is not None:
+            log.info("probe %s connection to %s is back", role, self.display_url)
+            self._errors[role] = None
+        if role == "publisher":
+            connection.add_on_connection_blocked_callback(self._on_blocked)
+            connection.add_on_connection_unblocked_callback(self._on_unblocked)
+        for p in self.probes:
+            p.open_publisher(connection) if role == "publisher" else p.open_consumer(connection)
+
+    def _lost(self, role: str, reason) -> None:
+        self._connections[role] = None
+        if role == "publisher" and self.blocked:
+            self._on_unblocked()
+        if self.stopping:
+            return
+        message = describe_close(reason)
+        if message != self._errors[role]:
+            log.error("probe %s connection to %s: %s; retrying with backoff", role, self.display_url, message)
+            self._errors[role] = message
+        delay = self._backoff[role] * random.uniform(0.5, 1.0)  # jitter: many probes must not retry in step
+        self._backoff[role] = min(self._backoff[role] * 2, BACKOFF_MAX)
+        self.later(delay, lambda: self._connect(role))
+
+    def pub_connection_open(self) -> bool:
+        c = self._connections["publisher"]
+        return c is not None and c.is_open
+
+    def con_connection_open(self) -> bool:
+        c = self._connections["consumer"]
+        return c is not None and c.is_open
+
+    def reopen(self, probe: _TargetProbe, role: str) -> None:
+        conn = self._connections[role]
+        if conn is not None and conn.is_open and self.stopping is False:
+            probe.open_publisher(conn) if role == "publisher" else probe.open_consumer(conn)
+
+    def _on_blocked(self, _connection, _frame) -> None:
+        self.blocked = True
+        self.metrics.blocked.set(1)
+        log.warning("the broker blocks the probe's publishing connection (a resource alarm): publishing paused")
+
+    def _on_unblocked(self, _connection=None, _frame=None) -> None:
+        self.blocked = False
+        self.metrics.blocked.set(0)
+        log.info("the broker no longer blocks the probe's publishing connection")
+
+    # -- timers --------------------------------------------------------------------------------------------
+    def _burst(self, probe: _TargetProbe) -> None:
+        probe.publish_some(probe.t.burst_size)
+        self.later(probe.t.burst_interval, lambda: self._burst(probe))
+
+    def _housekeeping(self) -> None:
+        for p in self.probes:
+            p.housekeeping()
+        self.later(HOUSEKEEPING_S, self._housekeeping)
+
+    @property
+    def up(self) -> bool:
+        return all(p.pub_channel is not None and p.con_channel is not None for p in self.probes)

@@ -1,0 +1,70 @@
+"""Running the probes in a test and reading what they say."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ackscope.local_broker import LocalBroker
+from ackscope.probes.command import ProbeConfig, Probes
+from ackscope.probes.runner import ProbeSettings
+from ackscope.probes.targets import Target
+from ackscope.secret import Secret
+from helpers import Samples, parse, value, wait_for
+
+# Quick targets for tests: fast steady rate, a burst every 2 s, short deadlines.
+QUICK = dict(rate=20.0, burst_size=100, burst_interval=2.0)
+
+
+def quick(name: str, queue_type: str = "classic", persistent: bool = True, **overrides) -> Target:
+    return Target(name, queue_type, persistent, **{**QUICK, **overrides}).validate()
+
+
+def probe_config(broker: LocalBroker, vhost: str, targets: tuple[Target, ...], *, data_dir: str | None = None,
+                 loss_deadline: float = 15.0, confirm_timeout: float = 5.0, url: str | None = None) -> ProbeConfig:
+    url = url or broker.amqp_url(vhost)
+    return ProbeConfig(amqp_url=Secret(url), display_url=url.split("@")[-1], ssl_options=None, targets=targets,
+                       settings=ProbeSettings(confirm_timeout=confirm_timeout, loss_deadline=loss_deadline),
+                       data_dir=data_dir)
+
+
+@contextmanager
+def running_probes(cfg: ProbeConfig) -> Iterator[Probes]:
+    probes = Probes(cfg)
+    probes.start()
+    try:
+        yield probes
+    finally:
+        probes.stop()
+
+
+def probe_samples(probes: Probes) -> Samples:
+    return parse(probes.metrics_text().decode())
+
+
+def probe_value(probes: Probes, name: str, target: str) -> float:
+    v = value(probe_samples(probes), name, target=target)
+    return 0.0 if v is None else v
+
+
+def wait_probe(probes: Probes, name: str, target: str, at_least: float, timeout: float = 30.0) -> float:
+    """Wait until the probe sample `name` of `target` reaches `at_least`; return it."""
+    return wait_for(lambda: (v := probe_value(probes, name, target)) >= at_least and v, timeout,
+                    lambda: f"{name}{{target={target}}} >= {at_least} (now {probe_value(probes, name, target)})")
+
+
+@contextmanager
+def captured_log(name: str = "ackscope") -> Iterator[list[str]]:
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    handler, logger = Keep(), logging.getLogger(name)
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)

@@ -1,0 +1,137 @@
+"""The probes when things go wrong: bad credentials, a conflicting queue, a memory alarm, a broker crash."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pika
+import pytest
+import requests
+
+from ackscope.exporter.normalise import Selection
+from ackscope.local_broker import free_port
+from helpers import private_broker, scrape, value, wait_for, wait_for_sample
+from probe_helpers import (captured_log, probe_config, probe_samples, probe_value, quick, running_probes,
+                           wait_probe)
+
+
+def test_wrong_amqp_password_shows_probes_down_and_the_exporter_keeps_polling(broker, vhost, start_exporter):
+    bad = broker.amqp_url(vhost, password="not-the-password")
+    targets = (quick("classic-persistent"), quick("quorum", "quorum"))
+    with captured_log() as lines:
+        exporter = start_exporter(broker.management_url, probes=probe_config(broker, vhost, targets, url=bad),
+                                  selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+        wait_for_sample(exporter, "ackscope_up", 1)
+        time.sleep(3)  # several connection attempts
+        s = scrape(exporter)
+    for t in targets:
+        assert value(s, "ackscope_probe_up", target=t.name) == 0
+        assert value(s, "ackscope_probe_published_total", target=t.name) == 0
+    assert value(s, "ackscope_up") == 1
+    refused = [line for line in lines if "login refused" in line]
+    assert len(refused) == 2, lines  # one line per connection, not one per retry
+    assert not any("not-the-password" in line for line in lines)
+
+
+def test_probe_queue_declared_with_other_arguments_gives_one_clear_error(broker, vhost):
+    conflicting = quick("classic-persistent")
+    healthy = quick("quorum", "quorum")
+    conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url(vhost)))
+    conn.channel().queue_declare(conflicting.queue, durable=True, arguments={"x-max-length": 3})
+    conn.close()
+    with captured_log() as lines, running_probes(probe_config(broker, vhost, (conflicting, healthy))) as probes:
+        wait_probe(probes, "ackscope_probe_delivered_total", healthy.name, 10)
+        time.sleep(2)
+        assert probe_value(probes, "ackscope_probe_up", conflicting.name) == 0
+        assert probe_value(probes, "ackscope_probe_up", healthy.name) == 1
+    errors = [line for line in lines if "PRECONDITION_FAILED" in line]
+    assert errors and all(conflicting.name in line and "inequivalent arg" in line for line in errors), lines
+    assert len(errors) <= 2  # publisher and consumer channel each say it once
+
+
+def test_memory_alarm_blocks_the_probe_publisher_and_it_says_so(broker, vhost):
+    target = quick("classic-persistent", burst_size=0)
+    with captured_log() as lines, running_probes(probe_config(broker, vhost, (target,), confirm_timeout=60)) as probes:
+        wait_probe(probes, "ackscope_probe_confirmed_total", target.name, 10)
+        broker.ctl("set_vm_memory_high_watermark", "0.000001")
+        try:
+            wait_for(lambda: _blocked(probes) == 1, what="the probe to report its publisher blocked")
+            published = probe_value(probes, "ackscope_probe_published_total", target.name)
+            time.sleep(2)
+            # Blocked: it holds back instead of piling up unconfirmed messages.
+            assert probe_value(probes, "ackscope_probe_published_total", target.name) <= published + 1
+        finally:
+            broker.ctl("set_vm_memory_high_watermark", "0.4")
+        wait_for(lambda: _blocked(probes) == 0, what="the probe to report its publisher unblocked")
+        published = probe_value(probes, "ackscope_probe_published_total", target.name)
+        wait_probe(probes, "ackscope_probe_published_total", target.name, published + 10)
+    assert any("blocks the probe's publishing connection" in line for line in lines)
+
+
+def _blocked(probes) -> float:
+    return value(probe_samples(probes), "ackscope_probe_publisher_blocked")
+
+
+@pytest.fixture(scope="module")
+def crash_broker():
+    """A node of this module's own: killing it must not disturb the other tests' node."""
+    with private_broker("ackscope-crash") as node:
+        yield node
+
+
+def test_no_confirmed_persistent_message_is_lost_across_kill_9_and_restart(crash_broker):
+    broker = crash_broker
+    targets = (quick("classic-persistent", burst_size=200), quick("quorum", "quorum", burst_size=200))
+    with running_probes(probe_config(broker, "/", targets, loss_deadline=20, confirm_timeout=30)) as probes:
+        for t in targets:
+            wait_probe(probes, "ackscope_probe_confirmed_total", t.name, 150)
+        broker.kill()
+        time.sleep(2)
+        broker.start()
+        for t in targets:
+            wait_probe(probes, "ackscope_probe_reconnects_total", t.name, 2, timeout=60)
+            confirmed = probe_value(probes, "ackscope_probe_confirmed_total", t.name)
+            wait_probe(probes, "ackscope_probe_confirmed_total", t.name, confirmed + 50, timeout=60)
+        time.sleep(22)  # past the loss deadline of everything confirmed before the crash
+        for t in targets:
+            assert probe_value(probes, "ackscope_probe_lost_total", t.name) == 0, t.name
+            assert probe_value(probes, "ackscope_probe_up", t.name) == 1
+        audits = {p.t.name: p.audit.awaiting for p in probes.runner.probes}
+    assert all(n < 500 for n in audits.values()), audits
+
+
+def test_probe_command_serves_its_own_metrics_and_keeps_the_password_out_of_ps(broker, vhost):
+    port = free_port()
+    url = broker.amqp_url(vhost).replace("guest:guest@", "guest@")
+    env = dict(os.environ, ACKSCOPE_AMQP_PASSWORD="guest", ACKSCOPE_RATE="20")
+    proc = subprocess.Popen([sys.executable, "-m", "ackscope.cli", "probe", "--amqp-url", url,
+                             "--listen", f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        def delivered():
+            try:
+                text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+            except requests.ConnectionError:
+                return None
+            return "ackscope_probe_delivered_total{" in text and re.search(
+                r'ackscope_probe_delivered_total\{[^}]*target="quorum"[^}]*\} ([1-9])', text)
+        wait_for(delivered, timeout=30, what="ackscope probe to deliver on the quorum target")
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            assert b"guest:guest" not in f.read()
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+
+
+def test_probe_command_refuses_a_password_on_its_command_line(broker, vhost):
+    done = subprocess.run([sys.executable, "-m", "ackscope.cli", "probe", "--amqp-url", broker.amqp_url(vhost)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "must not carry a password" in done.stderr
+    assert "Traceback" not in done.stderr and "guest:guest" not in done.stderr
