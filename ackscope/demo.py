@@ -1,4 +1,4 @@
-"""`ackscope demo`: a private local broker and the exporter against it, until Ctrl-C."""
+"""`ackscope demo`: a private local broker, and the exporter with its probes against it, until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from ackscope.exporter.command import Exporter, ExporterConfig, wait_for_signal
 from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.normalise import Selection
 from ackscope.exporter.server import WebSecurity
+from ackscope.probes.command import ProbeConfig
+from ackscope.probes.runner import ProbeSettings
+from ackscope.probes.targets import targets_from_config
 
 from .config import ConfigError, host_port
 from .local_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, LocalBrokerError
@@ -40,7 +43,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         exporter = Exporter(ExporterConfig(
             management_url=broker.management_url, username=ADMIN_USER, password=Secret(ADMIN_PASSWORD),
             listen=listen, interval=args.interval, timeout=5.0, deadline=args.interval, verify=True,
-            selection=Selection(), limits=Limits(), web=WebSecurity()))
+            selection=Selection(), limits=Limits(), web=WebSecurity(),
+            # The demo shows every path the probes measure, the nack path included.
+            probes=ProbeConfig(amqp_url=Secret(broker.amqp_url()), display_url=f"127.0.0.1:{broker.ports.amqp}",
+                               ssl_options=None, targets=targets_from_config(None, {}, reject_publish=True),
+                               settings=ProbeSettings(), data_dir=None)))
         exporter.start()
         print(f"broker     amqp://127.0.0.1:{broker.ports.amqp}  management {broker.management_url} "
               f"({ADMIN_USER}/{ADMIN_PASSWORD}, loopback only)")

@@ -4,10 +4,12 @@ Runs `ackscope probe` with its default targets and rates (5 msg/s each plus a bu
 --seconds, and measures:
   - its CPU (share of one core) and RSS;
   - its confirm latency for the classic persistent target, against a minimal independent measurement in
-    the same run: a second client that publishes one persistent message at a time to a classic durable
-    queue of its own and times basic_publish until the broker's basic.ack (pika, blocking, confirm mode).
-    The probe's figure comes from its event log, single-message confirm frames only (burst frames settle
-    many messages at once and measure batching, not the round trip).
+    the same run: a second client that publishes one persistent message at a time into the same queue
+    (the probe's consumer acks and ignores messages that are not its own) and times basic_publish until
+    the broker's basic.ack (pika, blocking, confirm mode). Same queue, same consumer, same moment: what
+    differs is how each side takes its timestamps. The probe's figure comes from its event log,
+    single-message confirm frames only (burst frames settle many messages at once: batching, not the
+    round trip).
 Targets: CPU < 5% of one core; RSS < 150 MiB; |p50 difference| <= 0.3 ms.
 
     python bench/probe_overhead.py [--seconds 150]
@@ -29,22 +31,21 @@ import psutil
 import pyarrow.dataset as ds
 
 from ackscope.local_broker import ADMIN_PASSWORD, LocalBroker, free_port
+from ackscope.probes.targets import DEFAULT_TARGETS, EXCHANGE
+
+QUEUE = DEFAULT_TARGETS[0].queue  # classic-persistent
 
 
 def independent_latencies(url: str, stop: threading.Event, rate: float = 5.0) -> list[float]:
     conn = pika.BlockingConnection(pika.URLParameters(url))
     ch = conn.channel()
-    ch.queue_declare("ackscope.probe.bench-independent", durable=True,
-                     arguments={"x-expires": 600_000, "x-max-length": 10_000})
     ch.confirm_delivery()
     props = pika.BasicProperties(delivery_mode=2)
     out = []
     while not stop.is_set():
         started = time.perf_counter()
-        ch.basic_publish("", "ackscope.probe.bench-independent", b"x" * 128, props)  # returns on basic.ack
+        ch.basic_publish(EXCHANGE, QUEUE, b"not a probe message".ljust(128), props)  # returns on basic.ack
         out.append(time.perf_counter() - started)
-        if len(out) % 500 == 0:
-            ch.queue_purge("ackscope.probe.bench-independent")  # nobody consumes: keep it small
         time.sleep(max(0.0, 1 / rate - (time.perf_counter() - started)))
     conn.close()
     return out

@@ -280,7 +280,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     except pika.exceptions.AMQPError as e:
         raise ConfigError(f"{display}: {describe_close(e)}") from None
     table = Table(title=f"Publisher strategies on {display}, persistent messages, {args.seconds:g} s each")
-    for heading in ("strategy", "queue", "msg/s", "p50 ms", "p99 ms", "slower than streaming"):
+    for heading in ("strategy", "queue", "msg/s", "p50 ms", "p99 ms", "cost vs streaming"):
         table.add_column(heading, justify="left" if heading in ("strategy", "queue") else "right")
     for row in table_rows(results):
         table.add_row(*row)

@@ -98,16 +98,23 @@ class EventLog:
         self.flush()
 
     def flush(self) -> Path | None:
-        """Write the buffered events now, as one file; None when there were none (or writing failed)."""
+        """Write the buffered events now, max_rows to a file; the last file's path, or None when there
+        were none (or writing failed: they stay buffered)."""
         with self._lock:
             events, self._buffer = self._buffer, []
         if not events:
             return None
         try:
-            path = write_events(self.dir, events)
+            for start in range(0, len(events), self.max_rows):  # no file above max_rows
+                path = write_events(self.dir, events[start:start + self.max_rows])
+                self.files_written += 1
         except OSError as e:
-            with self._lock:  # keep them for the next try, within the same bound
-                self._buffer[:0] = events[-(self.max_buffered - len(self._buffer)):]
+            events = events[start:]
+            with self._lock:  # keep them for the next try, within the same bound (the newest win)
+                room = max(0, self.max_buffered - len(self._buffer))
+                kept = events[len(events) - room:] if room else []
+                self.dropped += len(events) - len(kept)
+                self._buffer[:0] = kept
             if not self._failing:
                 log.error("cannot write probe events under %s: %s; keeping them in memory", self.dir, e.strerror)
                 self._failing = True
@@ -115,7 +122,6 @@ class EventLog:
         if self._failing:
             log.info("probe events are written to %s again", self.dir)
             self._failing = False
-        self.files_written += 1
         return path
 
     def _run(self) -> None:

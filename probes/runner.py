@@ -42,7 +42,19 @@ class ProbeSettings:
 
 
 def describe_close(reason: BaseException | None) -> str:
-    """A broker's close reason in one line: '406 PRECONDITION_FAILED - inequivalent arg ...'."""
+    """A close or connect failure in one line: '406 PRECONDITION_FAILED - inequivalent arg ...',
+    'cannot connect (Connection refused)', 'login refused: ...'."""
+    # pika wraps connect failures: an error holding the workflow, which holds its attempts, each its cause.
+    while True:
+        inner = (getattr(reason, "exceptions", None) or [getattr(reason, "exception", None)]
+                 or [None])[-1]
+        if inner is None and reason is not None and reason.args and isinstance(reason.args[0], BaseException):
+            inner = reason.args[0]
+        if not isinstance(inner, BaseException):
+            break
+        reason = inner
+    if isinstance(reason, OSError):
+        return f"cannot connect ({reason.strerror or type(reason).__name__})"
     code = getattr(reason, "reply_code", None)
     text = getattr(reason, "reply_text", None)
     if code is not None:
@@ -131,17 +143,18 @@ class _TargetProbe:
             self.republish.extend(self.confirms.drain())
             self.returned.clear()
             self.update_up()
-        if self.r.stopping:
-            return
-        if not isinstance(reason, pika.exceptions.ChannelClosedByClient):
+        # Only a channel-level error is this target's own; a lost connection is said once, by the runner.
+        if isinstance(reason, pika.exceptions.ChannelClosedByBroker) and not self.r.stopping:
             self.fail("publisher", describe_close(reason))
-            if isinstance(reason, pika.exceptions.ChannelClosedByBroker) and self.r.pub_connection_open():
-                self.r.later(BACKOFF_MAX, lambda: self.r.reopen(self, "publisher"))
+            self.r.later(BACKOFF_MAX, lambda: self.r.reopen(self, "publisher", channel.connection))
 
     def _schedule_tick(self) -> None:
+        if self._tick is not None:  # a channel reopened before the old chain noticed: one chain only
+            self.r.ioloop.remove_timeout(self._tick)
         self._tick = self.r.later(1.0 / self.t.rate, self._on_tick)
 
     def _on_tick(self) -> None:
+        self._tick = None
         if self.pub_channel is None:
             return
         self.publish_some(1)
@@ -231,12 +244,9 @@ class _TargetProbe:
             self.con_channel = None
             self.unacked = 0
             self.update_up()
-        if self.r.stopping:
-            return
-        if not isinstance(reason, pika.exceptions.ChannelClosedByClient):
+        if isinstance(reason, pika.exceptions.ChannelClosedByBroker) and not self.r.stopping:
             self.fail("consumer", describe_close(reason))
-            if isinstance(reason, pika.exceptions.ChannelClosedByBroker) and self.r.con_connection_open():
-                self.r.later(BACKOFF_MAX, lambda: self.r.reopen(self, "consumer"))
+            self.r.later(BACKOFF_MAX, lambda: self.r.reopen(self, "consumer", channel.connection))
 
     def _on_delivery(self, channel, method, _props, body) -> None:
         now = time.monotonic_ns()
@@ -398,17 +408,11 @@ class ProbeRunner:
         self._backoff[role] = min(self._backoff[role] * 2, BACKOFF_MAX)
         self.later(delay, lambda: self._connect(role))
 
-    def pub_connection_open(self) -> bool:
-        c = self._connections["publisher"]
-        return c is not None and c.is_open
-
-    def con_connection_open(self) -> bool:
-        c = self._connections["consumer"]
-        return c is not None and c.is_open
-
-    def reopen(self, probe: _TargetProbe, role: str) -> None:
+    def reopen(self, probe: _TargetProbe, role: str, connection) -> None:
+        """Open a target's channel again on the connection it lost it on. If that connection has gone
+        since, reconnecting has opened every target's channels already."""
         conn = self._connections[role]
-        if conn is not None and conn.is_open and self.stopping is False:
+        if conn is connection and conn.is_open and not self.stopping:
             probe.open_publisher(conn) if role == "publisher" else probe.open_consumer(conn)
 
     def _on_blocked(self, _connection, _frame) -> None:

@@ -63,8 +63,11 @@ def captured_log(name: str = "ackscope") -> Iterator[list[str]]:
             lines.append(record.getMessage())
 
     handler, logger = Keep(), logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.INFO)
     logger.addHandler(handler)
     try:
         yield lines
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)

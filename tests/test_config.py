@@ -86,3 +86,31 @@ def test_cli_reports_config_errors_in_one_line_without_traceback():
                          capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.strip() == "ackscope exporter: --interval: must be a positive number of seconds, not '-1'"
+
+
+def test_probe_targets_and_settings_come_from_the_toml_probe_table(tmp_path):
+    path = _toml(tmp_path, '[probe]\namqp_url = "amqp://prober@rabbit:5672/%2F"\nrate = 2\nloss_deadline = 60\n'
+                           '[[probe.targets]]\nname = "orders"\nqueue_type = "quorum"\nrate = 20\n'
+                           '[[probe.targets]]\nname = "events"\nqueue_type = "stream"\n')
+    cfg = load(cli_args(config=path), {"ACKSCOPE_AMQP_PASSWORD": "probe-pw"})
+    probes = cfg.probes
+    assert [(t.name, t.queue_type, t.rate) for t in probes.targets] == [("orders", "quorum", 20.0),
+                                                                        ("events", "stream", 2.0)]
+    assert probes.settings.loss_deadline == 60.0
+    assert probes.amqp_url.reveal() == "amqp://prober:probe-pw@rabbit:5672/%2F"
+    assert "probe-pw" not in repr(probes) and probes.display_url == "amqp://prober@rabbit:5672/%2F"
+
+
+def test_no_amqp_url_means_no_probes(tmp_path):
+    assert load(cli_args(), {}).probes is None
+
+
+@pytest.mark.parametrize("toml, env, message", [
+    ('[probe]\namqp_url = "amqp://prober@rabbit/%2F"\namqp_password = "x"\n', {}, "may not be written"),
+    ('[probe]\namqp_url = "amqp://prober@rabbit/%2F"\n', {}, "no AMQP password for user 'prober'"),
+    ('[probe]\namqp_url = "http://rabbit/"\n', {}, "must look like amqp(s)://"),
+    ('[probe]\namqp_url = "amqp://guest@rabbit/"\n[[probe.targets]]\nname = "x"\nrate = -1\n', {}, "rate"),
+])
+def test_bad_probe_settings_are_refused_with_the_reason(tmp_path, toml, env, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load(cli_args(config=_toml(tmp_path, toml)), env)

@@ -15,7 +15,10 @@ from ackscope.local_broker import free_port
 from helpers import parse, value, wait_for
 
 
-def test_demo_serves_metrics_of_its_own_broker_and_stops_cleanly_on_ctrl_c():
+DEMO_TARGETS = ("classic-persistent", "classic-transient", "quorum", "reject-publish")
+
+
+def test_demo_serves_metrics_of_its_own_broker_and_probes_and_stops_cleanly_on_ctrl_c():
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "ackscope.cli", "demo", "--listen", f"127.0.0.1:{port}",
                              "--interval", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -28,8 +31,9 @@ def test_demo_serves_metrics_of_its_own_broker_and_stops_cleanly_on_ctrl_c():
 
         def up():
             s = parse(requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
-            return value(s, "ackscope_up") == 1 and value(s, "ackscope_broker_info", rabbitmq_version="3.10.8")
-        wait_for(up, what="the demo exporter to see its broker")
+            return (value(s, "ackscope_up") == 1 and value(s, "ackscope_broker_info", rabbitmq_version="3.10.8")
+                    and all(value(s, "ackscope_probe_up", target=t) == 1 for t in DEMO_TARGETS))
+        wait_for(up, what="the demo exporter to see its broker, and its probes to run")
         beam_pid = int((base_dir / "beam.pid").read_text())
     finally:
         proc.send_signal(signal.SIGINT)

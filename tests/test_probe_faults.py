@@ -135,3 +135,35 @@ def test_probe_command_refuses_a_password_on_its_command_line(broker, vhost):
     assert done.returncode == 2
     assert "must not carry a password" in done.stderr
     assert "Traceback" not in done.stderr and "guest:guest" not in done.stderr
+
+
+def test_unreachable_amqp_port_is_one_clear_line_and_probes_down(broker, vhost):
+    closed = f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F"
+    target = quick("classic-persistent")
+    with captured_log() as lines, running_probes(probe_config(broker, vhost, (target,), url=closed)) as probes:
+        time.sleep(4)  # the first retries
+        assert probe_value(probes, "ackscope_probe_up", target.name) == 0
+    assert [line for line in lines if "connection to" in line] == [
+        f"probe publisher connection to {closed.split('@')[-1]}: cannot connect (Connection refused); retrying "
+        "with backoff",
+        f"probe consumer connection to {closed.split('@')[-1]}: cannot connect (Connection refused); retrying "
+        "with backoff"]
+
+
+def test_unconfirmed_messages_are_republished_when_the_connection_is_closed_under_them(broker, vhost):
+    target = quick("classic-persistent", burst_size=2000, burst_interval=1.0)
+    with running_probes(probe_config(broker, vhost, (target,), loss_deadline=10)) as probes:
+        wait_probe(probes, "ackscope_probe_confirmed_total", target.name, 2000)
+
+        def publisher_name():
+            conns = broker.api("GET", f"/vhosts/{vhost}/connections").json()
+            return next((c["name"] for c in conns
+                         if c.get("client_properties", {}).get("connection_name") == "ackscope-probe publisher"), None)
+        name = wait_for(publisher_name, what="the probe's publishing connection")
+        wait_for(lambda: len(probes.runner.probes[0].confirms) > 100, timeout=10, what="a burst in flight")
+        broker.api("DELETE", f"/connections/{requests.utils.quote(name, safe='')}")
+        republished = wait_probe(probes, "ackscope_probe_republished_total", target.name, 1)
+        wait_probe(probes, "ackscope_probe_reconnects_total", target.name, 1)
+        time.sleep(12)  # past the loss deadline of everything confirmed before the close
+        assert probe_value(probes, "ackscope_probe_lost_total", target.name) == 0
+    assert republished >= 1
