@@ -12,6 +12,8 @@ from .config import ConfigError
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ackscope.diagnosis import command as diagnose
+    from ackscope.diagnosis import scenarios
     from ackscope.exporter import command as exporter
     from ackscope.probes import command as probes
     from ackscope.probes import confirm_strategies
@@ -37,6 +39,15 @@ def _parser() -> argparse.ArgumentParser:
                    f"0.0.0.0:{probes.DEFAULT_PORT}]")
     probes.add_arguments(p)
     p.set_defaults(run=probes.run)
+
+    p = commands.add_parser("diagnose", help="one-shot report: what is wrong, who causes it, what to do "
+                            "(exit 0 ok, 1 warning, 2 critical, 3 unreachable)")
+    diagnose.add_arguments(p)
+    p.set_defaults(run=diagnose.run)
+
+    p = commands.add_parser("scenario", help="reproduce client failure modes on a broker (--list says which)")
+    scenarios.add_arguments(p)
+    p.set_defaults(run=scenarios.run)
 
     p = commands.add_parser("bench", help="measure something on your broker")
     benches = p.add_subparsers(dest="bench", required=True, metavar="BENCH")

@@ -15,6 +15,10 @@ from collections.abc import Mapping
 from ackscope import config
 from ackscope.config import ConfigError, Option
 from ackscope.probes import command as probe_command
+from ackscope.diagnosis.findings import Finding
+from ackscope.diagnosis.rules import Context, evaluate
+from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.probes import stats as probe_stats
 from ackscope.probes.command import ProbeConfig, Probes
 from ackscope.secret import Secret
 
@@ -23,6 +27,7 @@ from .management import ManagementClient
 from .normalise import Selection
 from .poller import Poller
 from .server import Source, WebSecurity, loop_healthy, make_server, serve_in_background
+from .snapshot import Snapshot
 
 log = logging.getLogger("ackscope.exporter")
 
@@ -67,6 +72,7 @@ class ExporterConfig:
     limits: Limits
     web: WebSecurity
     probes: ProbeConfig | None = None  # run the synthetic probes in-process when an AMQP URL is set
+    thresholds: Thresholds = Thresholds()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,12 +85,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
     document = config.load_toml(path)
     section = config.table(document, "exporter", path)
     v: dict[str, Any] = config.resolve(OPTIONS, args, environ, section, SECRETS, where=path or "config")
-    password = v["password"]
-    if password is None:
-        if v["username"] != "guest":
-            raise ConfigError(f"no password for user {v['username']!r}: set ACKSCOPE_PASSWORD or "
-                              "ACKSCOPE_PASSWORD_FILE")
-        password = Secret("guest")  # the broker's own default account, usable from loopback only
+    password = password_for(v["username"], v["password"])
     if v["web_username"] and v["web_password"] is None:
         raise ConfigError("--web-username needs ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE")
     if bool(v["web_tls_cert"]) != bool(v["web_tls_key"]):
@@ -99,7 +100,23 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         limits=Limits(max_queues=v["max_queues"], max_channels=v["max_channels"]),
         web=WebSecurity(v["web_username"], v["web_password"], v["web_tls_cert"], v["web_tls_key"]),
         probes=probe_command.load(args, environ, document, path),
+        thresholds=load_thresholds(document, path),
     )
+
+
+def password_for(username: str, password: Secret | None) -> Secret:
+    if password is None:
+        if username != "guest":
+            raise ConfigError(f"no password for user {username!r}: set ACKSCOPE_PASSWORD or ACKSCOPE_PASSWORD_FILE")
+        password = Secret("guest")  # the broker's own default account, usable from loopback only
+    return password
+
+
+def load_thresholds(document: Mapping[str, Any], path: str | None) -> Thresholds:
+    try:
+        return Thresholds.from_table(dict(config.table(document, "diagnosis", path)), f"{path}: [diagnosis]")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 class Exporter:
@@ -112,15 +129,20 @@ class Exporter:
         except ValueError as e:
             raise ConfigError(f"--management-url: {e}") from None
         self.cfg = cfg
-        self.poller = Poller(client, interval=cfg.interval, deadline=cfg.deadline, selection=cfg.selection,
-                             limits=cfg.limits)
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
+        self.poller = Poller(client, interval=cfg.interval, deadline=cfg.deadline, selection=cfg.selection,
+                             limits=cfg.limits, diagnose=self._diagnose)
         healthy = loop_healthy(lambda: self.poller.status.last_attempt_at, time.time(), cfg.interval, cfg.deadline)
-        source = Source(self._metrics_body, healthy, {"/api/snapshot": lambda: self.poller.exposition.snapshot_json})
+        source = Source(self._metrics_body, healthy, {"/api/snapshot": lambda: self.poller.exposition.snapshot_json,
+                                                      "/api/findings": lambda: self.poller.exposition.findings_json})
         try:
             self.server = make_server(*cfg.listen, source, cfg.web)
         except OSError as e:
             raise ConfigError(f"--listen {cfg.listen[0]}:{cfg.listen[1]}: {e.strerror}") from None
+
+    def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> list[Finding]:
+        probes = probe_stats.read(self.probes.metrics.registry) if self.probes is not None else ()
+        return evaluate(Context(snapshot, previous, probes, self.cfg.thresholds))
 
     def _metrics_body(self, gzipped: bool) -> bytes:
         body = self.poller.exposition.metrics_body(gzipped)

@@ -16,10 +16,13 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from ackscope.diagnosis.findings import Finding
+
 from .cardinality import Limits, shape
 from .collectors.channels import ChannelCollector
 from .collectors.connections import ConnectionCollector
 from .collectors.consumers import ConsumerCollector
+from .collectors.findings import FindingCollector
 from .collectors.nodes import NodeCollector
 from .collectors.overview import OverviewCollector
 from .collectors.queues import QueueCollector
@@ -37,6 +40,7 @@ class Exposition:
     metrics_gz: bytes
     snapshot_json: bytes
     snapshot_taken_at: float | None
+    findings_json: bytes = b'{"findings":[]}'
 
     def age_text(self, now: float | None = None) -> bytes:
         """The scrape-time family: seconds since the snapshot behind /api/snapshot was taken."""
@@ -53,7 +57,8 @@ class Exposition:
         return self.age_text(now) + self.metrics
 
 
-def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits) -> Exposition:
+def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
+           findings: tuple[Finding, ...] = ()) -> Exposition:
     """The exposition for the latest poll. Broker series come only from a snapshot the last poll produced:
     after a failed poll /metrics says so (ackscope_up 0) instead of repeating stale numbers, while
     /api/snapshot keeps the last good snapshot, marked stale, for the UI."""
@@ -62,7 +67,8 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits) -> Exp
     registry.register(SelfCollector(status, shaped))
     if shaped is not None:
         for collector in (OverviewCollector(snapshot), NodeCollector(snapshot), ConnectionCollector(snapshot),
-                          ChannelCollector(shaped), ConsumerCollector(shaped), QueueCollector(shaped)):
+                          ChannelCollector(shaped), ConsumerCollector(shaped), QueueCollector(shaped),
+                          FindingCollector(findings)):
             registry.register(collector)
     metrics = generate_latest(registry)
     return Exposition(
@@ -70,7 +76,16 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits) -> Exp
         metrics_gz=gzip.compress(metrics, _GZIP_LEVEL),
         snapshot_json=snapshot_json(snapshot, status),
         snapshot_taken_at=snapshot.taken_at if snapshot is not None else None,
+        findings_json=findings_json(findings, snapshot, status),
     )
+
+
+def findings_json(findings: tuple[Finding, ...], snapshot: Snapshot | None, status: PollStatus) -> bytes:
+    """/api/findings: the findings of the last good snapshot, worst first, marked stale when the last poll
+    failed."""
+    return json.dumps({"up": status.up, "stale": not status.up,
+                       "taken_at": None if snapshot is None else snapshot.taken_at,
+                       "findings": [f.to_json() for f in findings]}, separators=(",", ":")).encode()
 
 
 def snapshot_json(snapshot: Snapshot | None, status: PollStatus) -> bytes:

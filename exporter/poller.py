@@ -11,7 +11,10 @@ import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import replace
 from types import MappingProxyType
+from collections.abc import Callable
 from typing import Any
+
+from ackscope.diagnosis.findings import Finding
 
 from . import normalise
 from .cardinality import Limits
@@ -36,7 +39,8 @@ class PollFailed(Exception):
 
 class Poller:
     def __init__(self, client: ManagementClient, *, interval: float, deadline: float,
-                 selection: Selection = Selection(), limits: Limits = Limits()):
+                 selection: Selection = Selection(), limits: Limits = Limits(),
+                 diagnose: Callable[[Snapshot, Snapshot | None], list[Finding]] | None = None):
         self.client = client
         self.interval = interval
         self.deadline = deadline
@@ -44,6 +48,8 @@ class Poller:
         self.limits = limits
         self.status = PollStatus()
         self.snapshot: Snapshot | None = None
+        self.diagnose = diagnose
+        self.findings: tuple[Finding, ...] = ()
         self.exposition: Exposition = render(None, self.status, limits)
         self._pool = ThreadPoolExecutor(max_workers=len(LISTS), thread_name_prefix="ackscope-fetch")
         self._notes_logged: set[str] = set()
@@ -90,6 +96,7 @@ class Poller:
             self._publish_failure([FetchError(e.endpoint, "malformed", str(e))], started, started_wall)
         else:
             was_up = self.status.up or self.status.last_attempt_at is None
+            self.findings = self._diagnose(snapshot, self.snapshot)
             self.snapshot = snapshot
             self.status = replace(self.status, up=True, last_duration=time.monotonic() - started,
                                   last_attempt_at=started_wall, last_success_at=started_wall, last_error=None,
@@ -99,7 +106,17 @@ class Poller:
             for note in set(snapshot.notes) - self._notes_logged:
                 log.info("%s", note)
                 self._notes_logged.add(note)
-        self.exposition = render(self.snapshot, self.status, self.limits)
+        self.exposition = render(self.snapshot, self.status, self.limits, self.findings)
+
+    def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> tuple[Finding, ...]:
+        if self.diagnose is None:
+            return ()
+        try:
+            return tuple(self.diagnose(snapshot, previous))
+        except Exception as e:  # a broken rule must not cost the metrics
+            log.error("diagnosis failed: %s: %s", type(e).__name__, e)
+            log.debug("diagnosis failure", exc_info=True)
+            return ()
 
     def _publish_failure(self, errors: list[FetchError], started: float, started_wall: float) -> None:
         counts = dict(self.status.errors)

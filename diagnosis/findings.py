@@ -1,0 +1,36 @@
+"""A finding: one rule's verdict on one object, with the numbers behind it and what to do."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str  # a contract: alerts and the UI key on it
+    severity: str  # info | warning | critical
+    vhost: str
+    object: str  # the queue, channel, connection or node it is about
+    connection_name: str  # the client's own name for the culprit's connection, or ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    explanation: str = ""
+    remedy: str = ""
+
+    @property
+    def rank(self) -> int:
+        return SEVERITIES.index(self.severity)
+
+    @property
+    def culprit(self) -> str:
+        """How a human names it: the object, and the client that owns it when there is one."""
+        return f"{self.object} ({self.connection_name})" if self.connection_name else self.object
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def worst_first(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (-f.rank, f.rule, f.vhost, f.object))

@@ -1,0 +1,430 @@
+"""The rules: pure functions from a Context (snapshot, previous snapshot, probe statistics, thresholds) to
+findings. Rule IDs are a contract: alerts and the UI key on them. The README's rules reference is generated
+from RULES (python -m ackscope.diagnosis.reference), so it cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from ackscope.exporter.snapshot import Channel, Queue, Snapshot
+from ackscope.probes.stats import TargetStats
+
+from .findings import Finding, worst_first
+from .thresholds import Thresholds
+
+ACKS_GUIDE = "RabbitMQ guide 'Consumer Acknowledgements and Publisher Confirms'"
+RELIABILITY_GUIDE = "RabbitMQ guide 'Reliability Guide'"
+
+
+@dataclass(frozen=True)
+class Context:
+    snapshot: Snapshot
+    previous: Snapshot | None = None  # the sample before, for rates; None on the first poll
+    probes: tuple[TargetStats, ...] = ()
+    thresholds: Thresholds = Thresholds()
+
+    def __post_init__(self):
+        s = self.snapshot
+        object.__setattr__(self, "_queues", {(q.vhost, q.name): q for q in s.queues})
+        object.__setattr__(self, "_channels", {c.name: c for c in s.channels})
+        prev = self.previous
+        object.__setattr__(self, "_prev_queues", {(q.vhost, q.name): q for q in prev.queues} if prev else {})
+        object.__setattr__(self, "_prev_channels", {c.name: c for c in prev.channels} if prev else {})
+
+    def queue(self, vhost: str, name: str) -> Queue | None:
+        return self._queues.get((vhost, name))
+
+    def channel(self, name: str) -> Channel | None:
+        return self._channels.get(name)
+
+    def rate(self, now: int | None, before: int | None) -> float | None:
+        """Per second between the two samples; None without a previous sample or a counter."""
+        if self.previous is None or now is None or before is None:
+            return None
+        seconds = self.snapshot.taken_at - self.previous.taken_at
+        return max(0, now - before) / seconds if seconds > 0 else None
+
+    def queue_rate(self, q: Queue, stat: str) -> float | None:
+        before = self._prev_queues.get((q.vhost, q.name))
+        return None if before is None else self.rate(getattr(q.message_stats, stat),
+                                                     getattr(before.message_stats, stat))
+
+    def previous_channel(self, name: str) -> Channel | None:
+        return self._prev_channels.get(name)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    meaning: str
+    remedy: str
+    check: Callable[[Context, Rule], Iterable[Finding]]
+
+    def finding(self, severity: str, vhost: str, obj: str, connection_name: str, evidence: dict,
+                explanation: str) -> Finding:
+        return Finding(self.id, severity, vhost, obj, connection_name, evidence, explanation, self.remedy)
+
+
+def _n(v) -> int:
+    return v or 0
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+# -- consumers -------------------------------------------------------------------------------------------
+def _prefetch_unlimited(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for con in ctx.snapshot.consumers:
+        ch = ctx.channel(con.channel)
+        if con.ack_required is not True or con.prefetch_count != 0 or ch is None or _n(ch.global_prefetch_count):
+            continue
+        unacked = _n(ch.messages_unacked)
+        critical = unacked >= ctx.thresholds.unlimited_prefetch_unacked_critical
+        yield rule.finding("critical" if critical else "warning", con.vhost, f"channel {con.channel}",
+                           con.connection_name, {"queue": con.queue, "prefetch": 0, "unacked": unacked},
+                           f"consumer {con.consumer_tag} on queue {con.queue} acks manually with no prefetch "
+                           f"limit: the broker pushes it every message it can; it holds {unacked} unacked.")
+
+
+def _auto_ack(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    t = ctx.thresholds
+    for con in ctx.snapshot.consumers:
+        if con.ack_required is not False:
+            continue
+        q = ctx.queue(con.vhost, con.queue)
+        ready = _n(q.messages_ready) if q else 0
+        rate = ctx.queue_rate(q, "deliver_get") if q else None
+        busy = ready >= t.auto_ack_backlog or (rate or 0) >= t.auto_ack_delivery_rate
+        yield rule.finding("warning" if busy else "info", con.vhost, f"channel {con.channel}", con.connection_name,
+                           {"queue": con.queue, "ready": ready, "delivery_rate": _round(rate)},
+                           f"consumer {con.consumer_tag} on queue {con.queue} uses automatic acknowledgement: a "
+                           "message counts as delivered once written to the socket and is lost if the "
+                           "connection drops; no prefetch limit protects the consumer from being flooded.")
+
+
+def _prefetch_saturated(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    seen = set()
+    for con in ctx.snapshot.consumers:
+        ch, q = ctx.channel(con.channel), ctx.queue(con.vhost, con.queue)
+        if ch is None or q is None or con.ack_required is not True or (ch.name, q.name) in seen:
+            continue
+        limit = ch.prefetch_limit
+        if limit is None or _n(ch.messages_unacked) < limit or _n(q.messages_ready) == 0:
+            continue
+        seen.add((ch.name, q.name))
+        yield rule.finding("warning", con.vhost, f"channel {ch.name}", con.connection_name,
+                           {"queue": q.name, "unacked": ch.messages_unacked, "prefetch_limit": limit,
+                            "ready": q.messages_ready},
+                           f"the consumer holds {ch.messages_unacked} unacked, its whole prefetch of {limit}, "
+                           f"while {q.messages_ready} messages wait in {q.name}: the consumer is the bottleneck.")
+
+
+def _prefetch_one(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for con in ctx.snapshot.consumers:
+        q = ctx.queue(con.vhost, con.queue)
+        if con.ack_required is not True or con.prefetch_count != 1 or q is None:
+            continue
+        if _n(q.messages_ready) < ctx.thresholds.prefetch_one_backlog:
+            continue
+        yield rule.finding("warning", con.vhost, f"channel {con.channel}", con.connection_name,
+                           {"queue": q.name, "prefetch": 1, "ready": q.messages_ready},
+                           f"a consumer with prefetch 1 drains {q.name}, which holds {q.messages_ready} ready "
+                           "messages: every delivery waits for the previous ack's round trip.")
+
+
+def _requeue_loop(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    t = ctx.thresholds
+    for q in ctx.snapshot.queues:
+        redeliver, deliver = ctx.queue_rate(q, "redeliver"), ctx.queue_rate(q, "deliver_get")
+        if redeliver is None or deliver is None or redeliver < t.requeue_min_rate:
+            continue
+        if redeliver < t.requeue_ratio * deliver:
+            continue
+        critical = deliver > 0 and redeliver >= 0.9 * deliver
+        yield rule.finding("critical" if critical else "warning", q.vhost, f"queue {q.name}", "",
+                           {"redeliver_rate": _round(redeliver), "deliver_rate": _round(deliver),
+                            "consumers": q.consumers},
+                           f"{redeliver:.1f} of {deliver:.1f} deliveries per second on {q.name} are redeliveries: "
+                           "consumers reject or nack with requeue and the same messages come straight back "
+                           "(a poison message, or every consumer failing), burning network and CPU.")
+
+
+# -- publishers ------------------------------------------------------------------------------------------
+def _publishing(ch: Channel) -> bool:
+    return _n(ch.message_stats.publish) > 0
+
+
+def _without_confirms(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for ch in ctx.snapshot.channels:
+        if _publishing(ch) and ch.confirm is False and ch.transactional is False:
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
+                               {"published": ch.message_stats.publish, "confirm": False},
+                               f"the channel has published {ch.message_stats.publish} messages without publisher "
+                               "confirms: nothing tells it whether the broker took them (at-most-once).")
+
+
+def _transactional(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for ch in ctx.snapshot.channels:
+        if _publishing(ch) and ch.transactional is True:
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
+                               {"published": ch.message_stats.publish, "transactional": True},
+                               "the channel publishes in AMQP transactions, which cost a round trip (and on "
+                               "slow disks an fsync) per commit: the guide puts them at about 250x slower than "
+                               "confirms ('ackscope bench confirms' measures it on this broker).")
+
+
+def _nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for ch in ctx.snapshot.channels:
+        s = ch.message_stats
+        if ch.confirm is not True or s.publish is None or s.confirm is None or ch.messages_unconfirmed is None:
+            continue
+        nacked = s.publish - s.confirm - ch.messages_unconfirmed
+        if nacked > 0:
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
+                               {"published": s.publish, "confirmed": s.confirm,
+                                "unconfirmed": ch.messages_unconfirmed, "inferred_nacked": nacked},
+                               f"about {nacked} publishes were neither confirmed nor are still awaiting a confirm: "
+                               "the broker refused responsibility for them with basic.nack (for example a full "
+                               "queue with x-overflow reject-publish). The broker has no nack counter; ackscope "
+                               "infers this from publish minus confirm minus unconfirmed.")
+
+
+def _unconfirmed_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    t = ctx.thresholds
+    for ch in ctx.snapshot.channels:
+        if ch.confirm is not True or ch.messages_unconfirmed is None:
+            continue
+        before = ctx.previous_channel(ch.name)
+        growth = (ch.messages_unconfirmed - _n(before.messages_unconfirmed)) if before else 0
+        if ch.messages_unconfirmed >= t.unconfirmed_backlog or (growth >= t.unconfirmed_growth
+                                                                 and ch.messages_unconfirmed > 0):
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
+                               {"unconfirmed": ch.messages_unconfirmed, "growth": growth},
+                               f"{ch.messages_unconfirmed} published messages await their confirm: the broker is "
+                               "slow to take responsibility (disk, a blocked queue, a quorum queue without its "
+                               "majority), and a crash now would leave the publisher to republish them.")
+
+
+def _unroutable(stat: str, what: str):
+    def check(ctx: Context, rule: Rule) -> Iterator[Finding]:
+        for ch in ctx.snapshot.channels:
+            count = getattr(ch.message_stats, stat)
+            if not count:
+                continue
+            before = ctx.previous_channel(ch.name)
+            rate = ctx.rate(count, getattr(before.message_stats, stat)) if before else None
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
+                               {stat: count, "rate": _round(rate)},
+                               f"the channel published {count} messages that matched no queue and were {what}.")
+    return check
+
+
+# -- queues ----------------------------------------------------------------------------------------------
+def _transient_in_durable(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for q in ctx.snapshot.queues:
+        if q.durable is not True or q.type != "classic" or q.messages_persistent is None:
+            continue
+        total = _n(q.messages_ready) + _n(q.messages_unacked)
+        transient = total - q.messages_persistent
+        if transient > 0:
+            yield rule.finding("warning", q.vhost, f"queue {q.name}", "",
+                               {"messages": total, "persistent": q.messages_persistent, "transient": transient},
+                               f"durable queue {q.name} holds {transient} transient messages: the queue survives "
+                               "a broker restart, they do not.")
+
+
+def _non_durable_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for q in ctx.snapshot.queues:
+        total = _n(q.messages_ready) + _n(q.messages_unacked)
+        if q.durable is False and total >= ctx.thresholds.non_durable_backlog:
+            yield rule.finding("warning", q.vhost, f"queue {q.name}", "",
+                               {"messages": total, "durable": False, "exclusive": q.exclusive},
+                               f"non-durable queue {q.name} holds {total} messages: a broker restart deletes the "
+                               "queue and all of them.")
+
+
+def _no_consumers(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for q in ctx.snapshot.queues:
+        if q.consumers == 0 and _n(q.messages_ready) >= ctx.thresholds.no_consumers_backlog:
+            yield rule.finding("warning", q.vhost, f"queue {q.name}", "",
+                               {"ready": q.messages_ready, "consumers": 0},
+                               f"{q.messages_ready} messages wait in {q.name} and nothing consumes from it.")
+
+
+# -- connections and nodes -------------------------------------------------------------------------------
+def _heartbeat_disabled(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for c in ctx.snapshot.connections:
+        if c.heartbeat_seconds == 0:
+            yield rule.finding("warning", c.vhost, f"connection {c.name}", c.connection_name,
+                               {"heartbeat_seconds": 0, "client": c.client},
+                               "the connection negotiated no heartbeat: if the network fails silently, neither "
+                               "side notices for minutes (about 11 with Linux defaults), and its unacked "
+                               "messages stay locked to a dead consumer.")
+
+
+def _blocked(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for c in ctx.snapshot.connections:
+        if c.blocked:
+            yield rule.finding("info" if c.state == "flow" else "warning", c.vhost, f"connection {c.name}",
+                               c.connection_name, {"state": c.state},
+                               "the broker holds back this connection's publishes" + (
+                                   " with credit flow control: it publishes faster than queues absorb."
+                                   if c.state == "flow" else ": a resource alarm (memory or disk) blocks every "
+                                   "publishing connection until it clears."))
+
+
+def _alarm(field: str, what: str):
+    def check(ctx: Context, rule: Rule) -> Iterator[Finding]:
+        for n in ctx.snapshot.nodes:
+            if getattr(n, f"{field}_alarm"):
+                evidence = ({"mem_used": n.mem_used, "mem_limit": n.mem_limit} if field == "mem"
+                            else {"disk_free": n.disk_free, "disk_free_limit": n.disk_free_limit})
+                yield rule.finding("critical", "", f"node {n.name}", "", evidence,
+                                   f"node {n.name} raised its {what} alarm: every publishing connection in the "
+                                   "cluster is blocked until it clears.")
+    return check
+
+
+# -- probes ----------------------------------------------------------------------------------------------
+def _probe_labels(p: TargetStats) -> dict:
+    return {"queue_type": p.queue_type, "persistent": p.persistent}
+
+
+def _probe_latency(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for p in ctx.probes:
+        p99 = p.quantile("confirm_latency_seconds", 0.99)
+        if p99 is None or p99 <= ctx.thresholds.probe_confirm_p99_seconds:
+            continue
+        if math.isinf(p99):  # beyond the largest bucket: say how far we know it is
+            largest = p.histograms["confirm_latency_seconds"][-2][0]
+            evidence, told = {"confirm_p99_seconds_above": largest}, f"more than {largest:g}s"
+        else:
+            evidence, told = {"confirm_p99_seconds_at_most": p99}, f"up to {p99:g}s"
+        yield rule.finding("warning", "", f"probe {p.target}", "ackscope-probe", {**evidence, **_probe_labels(p)},
+                           f"the probe's publisher waits {told} for 99% of its confirms on {p.queue_type} queue "
+                           f"ackscope.probe.{p.target}.")
+
+
+def _probe_lost(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for p in ctx.probes:
+        lost = p.counters.get("lost", 0)
+        if lost > 0:
+            yield rule.finding("critical" if p.persistent else "warning", "", f"probe {p.target}", "ackscope-probe",
+                               {"lost": lost, "confirmed": p.counters.get("confirmed"), **_probe_labels(p)},
+                               f"{lost:g} messages the broker confirmed were never delivered to the probe's "
+                               "consumer within the loss deadline" + ("." if p.persistent else
+                                                                       " (transient messages: a restart loses them)."))
+
+
+def _probe_nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for p in ctx.probes:
+        nacked = p.counters.get("nacked", 0)
+        if nacked > 0:
+            by_design = p.target == "reject-publish"
+            yield rule.finding("info" if by_design else "warning", "", f"probe {p.target}", "ackscope-probe",
+                               {"nacked": nacked, "published": p.counters.get("published"), **_probe_labels(p)},
+                               f"the broker refused {nacked:g} of the probe's publishes with basic.nack" + (
+                                   " (this target's queue rejects publishes when full, on purpose)." if by_design
+                                   else "."))
+
+
+def _probe_duplicates(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for p in ctx.probes:
+        dups = p.counters.get("duplicates", 0)
+        if dups > 0:
+            yield rule.finding("info", "", f"probe {p.target}", "ackscope-probe",
+                               {"duplicates": dups, "republished": p.counters.get("republished"),
+                                **_probe_labels(p)},
+                               f"the probe received {dups:g} messages twice: at-least-once delivery at work "
+                               "(a republish after a lost connection, or a redelivery of an ack that was lost).")
+
+
+def _probe_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for p in ctx.probes:
+        if not p.up:
+            yield rule.finding("warning", "", f"probe {p.target}", "ackscope-probe", _probe_labels(p),
+                               f"the probe for ackscope.probe.{p.target} has no open publisher and consumer "
+                               "channel: the broker is unreachable to it, refuses its login, or its queue "
+                               "conflicts (see the exporter's log).")
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("prefetch-unlimited", "A manual-ack consumer whose channel has prefetch 0 (unlimited); critical when it "
+         "holds many unacked messages.", f"Set basic.qos prefetch (100-300 is a good start); see {ACKS_GUIDE}, "
+         "'Channel Prefetch Setting (QoS)'.", _prefetch_unlimited),
+    Rule("auto-ack-consumer", "A consumer with automatic acknowledgement; a warning when its queue has a backlog "
+         "or a high delivery rate.", f"Use manual acks with a prefetch limit where losing a message matters; see "
+         f"{ACKS_GUIDE}, 'Acknowledgement Modes'.", _auto_ack),
+    Rule("prefetch-saturated", "A consumer at its prefetch limit while its queue holds ready messages: the "
+         "consumer is the bottleneck.", "Add consumers or make processing faster; raise prefetch only if "
+         f"processing is fast and uniform. See {ACKS_GUIDE}, 'Channel Prefetch Setting (QoS)'.", _prefetch_saturated),
+    Rule("prefetch-one", "Prefetch 1 on a queue with a backlog: throughput bound by round trips.",
+         f"Raise prefetch (tens to hundreds) unless strict one-at-a-time fairness is required; see {ACKS_GUIDE}, "
+         "'Consumer Acknowledgement Modes, Prefetch and Throughput'.", _prefetch_one),
+    Rule("requeue-loop", "A queue redelivering at a rate comparable to its delivery rate: a poison message, or "
+         "every consumer requeues.", "Find the message consumers reject; nack without requeue to a dead-letter "
+         f"exchange after a few attempts; see {ACKS_GUIDE}, 'Negative Acknowledgement and Requeuing of "
+         "Deliveries'.", _requeue_loop),
+    Rule("publisher-without-confirms", "A channel publishing without confirms and not transactional: "
+         "at-most-once.", f"Enable publisher confirms and handle them asynchronously; see {ACKS_GUIDE}, "
+         "'Publisher Confirms'.", _without_confirms),
+    Rule("transactional-publisher", "A transactional channel publishing.", "Use publisher confirms instead of "
+         f"transactions; see {ACKS_GUIDE}, 'Publisher Confirms'.", _transactional),
+    Rule("publisher-nacked", "A confirm-mode channel whose publishes minus confirms minus unconfirmed is above "
+         "0: the broker refused responsibility (inferred: the broker has no nack counter).",
+         "Handle basic.nack by republishing or reporting; check queue length limits with x-overflow "
+         f"reject-publish; see {ACKS_GUIDE}, 'Negative Acknowledgments for Publishes'.", _nacked),
+    Rule("unconfirmed-backlog", "A channel whose unconfirmed messages are many or growing.",
+         "Check the disk, alarms and quorum queue health; bound the publisher's in-flight window; see "
+         f"{ACKS_GUIDE}, 'Publisher Confirms and Guaranteed Delivery'.", _unconfirmed_backlog),
+    Rule("unroutable-dropped", "A channel whose messages matched no queue and were dropped silently.",
+         "Bind a queue for every routing key in use, publish with mandatory to get them back, or set an "
+         f"alternate exchange; see {RELIABILITY_GUIDE}, 'Unroutable Messages'.",
+         _unroutable("drop_unroutable", "dropped silently")),
+    Rule("unroutable-returned", "A channel whose mandatory messages matched no queue and were returned.",
+         "Check bindings and routing keys; make sure the publisher handles basic.return; see "
+         f"{RELIABILITY_GUIDE}, 'Unroutable Messages'.", _unroutable("return_unroutable", "returned")),
+    Rule("transient-in-durable-queue", "A durable classic queue holding non-persistent messages (lost on "
+         "restart).", "Publish with delivery mode 2 (persistent) where the messages must survive a restart; see "
+         f"{RELIABILITY_GUIDE}, 'Queue Durability and Message Persistence'.", _transient_in_durable),
+    Rule("non-durable-queue-backlog", "A non-durable queue holding messages.", "Declare the queue durable if "
+         f"its messages must survive a restart; see {RELIABILITY_GUIDE}, 'Queue Durability'.", _non_durable_backlog),
+    Rule("no-consumers-backlog", "Ready messages and no consumer.", "Start or fix the consumers, or set a TTL or "
+         "length limit; see RabbitMQ guide 'Queues', 'Queue Length Limit' and 'TTL'.", _no_consumers),
+    Rule("heartbeat-disabled", "A connection with heartbeat 0.", "Enable heartbeats (a timeout of 5-20 s is "
+         f"common); see {RELIABILITY_GUIDE}, 'Detecting Dead TCP Connections with Heartbeats'.", _heartbeat_disabled),
+    Rule("connection-blocked", "Connections blocked, blocking or in flow control.", "Find the alarm or the slow "
+         "queue: memory and disk alarms block all publishers; flow control means queues lag behind publishers. "
+         "See RabbitMQ guides 'Memory and Disk Alarms' and 'Flow Control'.", _blocked),
+    Rule("memory-alarm", "A node's memory alarm: every publisher in the cluster is blocked.", "Drain or purge "
+         "queues, add consumers, raise vm_memory_high_watermark only with memory to spare; see RabbitMQ guide "
+         "'Memory and Disk Alarms'.", _alarm("mem", "memory")),
+    Rule("disk-alarm", "A node's disk alarm: every publisher in the cluster is blocked.", "Free disk space or "
+         "drain queues; see RabbitMQ guide 'Memory and Disk Alarms'.", _alarm("disk_free", "free disk space")),
+    Rule("probe-confirm-latency-high", "A probe's confirm latency p99 above the threshold.", "Look at disk "
+         "latency, queue length and alarms; persistent messages wait for the message store's fsync, batched "
+         f"every few hundred ms under load; see {ACKS_GUIDE}, 'Latency of Publisher Confirms'.", _probe_latency),
+    Rule("probe-message-lost", "A confirmed probe message never delivered within the loss deadline (critical "
+         "for persistent messages).", "Check the probe queue's history (restarts, deletions, policies such as "
+         f"TTL or length limits) and the broker's logs; see {RELIABILITY_GUIDE}.", _probe_lost),
+    Rule("probe-nacked", "The broker nacked probe publishes.", "Check the probe queue's length limit and "
+         f"overflow behaviour and the broker's logs; see {ACKS_GUIDE}, 'Negative Acknowledgments for Publishes'.",
+         _probe_nacked),
+    Rule("probe-duplicates", "The probe received a message twice (at-least-once delivery at work).",
+         f"Nothing to fix in the broker; consumers must be idempotent; see {RELIABILITY_GUIDE}, "
+         "'At the Consumer'.", _probe_duplicates),
+    Rule("probe-down", "A probe target without open publisher and consumer channels.", "Read the exporter's log: "
+         "connection refused, login refused, or a probe queue declared with other arguments.", _probe_down),
+)
+
+
+def evaluate(ctx: Context) -> list[Finding]:
+    """Every rule's findings, worst first."""
+    findings: list[Finding] = []
+    for rule in RULES:
+        findings.extend(rule.check(ctx, rule))
+    return worst_first(findings)

@@ -1,0 +1,390 @@
+"""`ackscope scenario NAME…`: workloads that reproduce, on a broker you point them at, each failure mode a
+client can cause, for demos, staging drills and ackscope's own tests. Every connection names itself
+`ackscope-scenario <name>`; every queue is `ackscope.scenario.<name>…`, expires 10 minutes after its last
+use, and holds at most 100,000 messages. Rates are a few messages per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import pika
+import pika.exceptions
+from pika.adapters.select_connection import IOLoop
+
+from ackscope.config import ConfigError, read_secret
+from ackscope.secret import Secret
+
+log = logging.getLogger("ackscope.scenario")
+
+PREFIX = "ackscope.scenario."
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+TRANSIENT = pika.BasicProperties(delivery_mode=1)
+
+
+class Run:
+    """What a scenario's thread gets: connections that name the scenario, queues in its namespace, and a
+    stop signal every loop must watch."""
+
+    def __init__(self, name: str, url: Secret, stop: threading.Event):
+        self.name, self.url, self.stop = name, url, stop
+        self.connections: list[pika.BlockingConnection] = []
+        self.failure: BaseException | None = None
+
+    def parameters(self, heartbeat: int | None = None) -> pika.URLParameters:
+        params = pika.URLParameters(self.url.reveal())
+        params.client_properties = {"connection_name": f"ackscope-scenario {self.name}"}
+        if heartbeat is not None:
+            params.heartbeat = heartbeat
+        return params
+
+    def connect(self, heartbeat: int | None = None) -> pika.BlockingConnection:
+        conn = pika.BlockingConnection(self.parameters(heartbeat))
+        self.connections.append(conn)
+        return conn
+
+    def queue(self, channel, suffix: str = "", durable: bool = True, **arguments) -> str:
+        name = PREFIX + self.name + suffix
+        channel.queue_declare(name, durable=durable,
+                              arguments={"x-expires": 600_000, "x-max-length": 100_000, **arguments})
+        return name
+
+    def idle(self, conn: pika.BlockingConnection, every: float = 0.2,
+             tick: Callable[[], None] | None = None) -> None:
+        """Serve the connection (deliveries, heartbeats) until stopped, calling `tick` every `every` s (by
+        the clock: deliveries wake the loop early, and must not speed the scenario up)."""
+        next_tick = time.monotonic() + every
+        while not self.stop.is_set():
+            conn.process_data_events(time_limit=max(0.0, next_tick - time.monotonic()))
+            if time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + every
+                if tick is not None:
+                    tick()
+
+
+def _publish(ch, queue: str, count: int, props=PERSISTENT, exchange: str = "", mandatory: bool = False) -> None:
+    for i in range(count):
+        ch.basic_publish(exchange, queue, f"scenario message {i}".encode(), props, mandatory=mandatory)
+
+
+def prefetch_unlimited(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    _publish(ch, q, 50)
+    ch.basic_consume(q, lambda *a: None)  # manual ack, no basic.qos, never acks
+    run.idle(conn)
+
+
+def auto_ack_consumer(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    ch.basic_consume(q, lambda *a: None, auto_ack=True)
+    run.idle(conn, tick=lambda: _publish(ch, q, 4))
+
+
+def prefetch_saturated(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    _publish(ch, q, 100)
+    ch.basic_qos(prefetch_count=10)
+    ch.basic_consume(q, lambda *a: None)  # holds its ten and never acks
+    run.idle(conn)
+
+
+def prefetch_one(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    _publish(ch, q, 300)
+    ch.basic_qos(prefetch_count=1)
+    pending: list[int] = []
+    ch.basic_consume(q, lambda c, m, p, b: pending.append(m.delivery_tag))
+
+    def ack_slowly():  # two a second: throughput bound by the round trip and the work
+        if pending:
+            ch.basic_ack(pending.pop())
+    run.idle(conn, every=0.5, tick=ack_slowly)
+
+
+def requeue_loop(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    _publish(ch, q, 5)
+    ch.basic_qos(prefetch_count=5)
+    pending: list[int] = []
+    ch.basic_consume(q, lambda c, m, p, b: pending.append(m.delivery_tag))
+
+    def reject_all():  # at most 5 every 20 ms: bounded, but a loop
+        while pending:
+            ch.basic_nack(pending.pop(), requeue=True)
+    run.idle(conn, every=0.02, tick=reject_all)
+
+
+def publisher_without_confirms(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    ch.basic_consume(q, lambda c, m, p, b: c.basic_ack(m.delivery_tag))
+    run.idle(conn, tick=lambda: _publish(ch, q, 1))
+
+
+def transactional_publisher(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    ch.basic_consume(q, lambda c, m, p, b: c.basic_ack(m.delivery_tag))
+    ch.tx_select()
+
+    def commit_one():
+        _publish(ch, q, 1)
+        ch.tx_commit()
+    run.idle(conn, tick=commit_one)
+
+
+def publisher_nacked(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch, **{"x-max-length": 5, "x-overflow": "reject-publish"})
+    ch.confirm_delivery()
+
+    def publish_into_full_queue():
+        try:
+            _publish(ch, q, 1)
+        except pika.exceptions.NackError:
+            pass  # the broker refused it, as the scenario intends
+    run.idle(conn, every=0.2, tick=publish_into_full_queue)
+
+
+def unconfirmed_backlog(run: Run) -> None:
+    # pika's blocking channel waits for every confirm; this publisher must not, so it runs its own I/O loop.
+    ioloop = IOLoop()
+    queue = PREFIX + run.name
+    body = b"unconfirmed".ljust(256)
+
+    def burst(conn, ch) -> None:
+        if run.stop.is_set():
+            conn.close()
+            return
+        for _ in range(500):
+            ch.basic_publish("", queue, body, PERSISTENT)
+        ioloop.call_later(1.0, lambda: burst(conn, ch))
+
+    def opened(conn) -> None:
+        conn.channel(on_open_callback=lambda ch: ch.queue_declare(
+            queue, durable=True, arguments={"x-expires": 600_000, "x-max-length": 100_000},
+            callback=lambda _f: ch.confirm_delivery(lambda _frame: None, callback=lambda _f: burst(conn, ch))))
+
+    def failed(_conn, error) -> None:
+        run.failure = error
+        ioloop.stop()
+
+    pika.SelectConnection(run.parameters(), on_open_callback=opened, on_open_error_callback=failed,
+                          on_close_callback=lambda _c, _r: ioloop.stop(), custom_ioloop=ioloop)
+    ioloop.start()
+    if run.failure is not None:
+        raise run.failure
+
+
+def _unroutable(mandatory: bool):
+    def scenario(run: Run) -> None:
+        conn = run.connect()
+        ch = conn.channel()
+        exchange = PREFIX + run.name
+        ch.exchange_declare(exchange, "direct", auto_delete=False, durable=False)
+        run.idle(conn, tick=lambda: _publish(ch, "nobody-binds-this", 1, exchange=exchange, mandatory=mandatory))
+    return scenario
+
+
+def transient_in_durable_queue(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch, durable=True)
+    _publish(ch, q, 20, props=TRANSIENT)
+    run.idle(conn)
+
+
+def non_durable_queue_backlog(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch, durable=False)
+    _publish(ch, q, 150, props=TRANSIENT)
+    run.idle(conn)
+
+
+def no_consumers_backlog(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    _publish(ch, q, 150)
+    run.idle(conn)
+
+
+def heartbeat_disabled(run: Run) -> None:
+    conn = run.connect(heartbeat=0)
+    ch = conn.channel()
+    q = run.queue(ch)
+    # An idle connection may go unlisted by the management API until it does something: a passive
+    # declare a second keeps it visible without moving any messages.
+    run.idle(conn, every=1.0, tick=lambda: ch.queue_declare(q, passive=True))
+
+
+def blocked_publisher(run: Run) -> None:
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    ch.basic_consume(q, lambda c, m, p, b: c.basic_ack(m.delivery_tag))
+    ch.confirm_delivery()
+    run.idle(conn, every=0.5, tick=lambda: _publish(ch, q, 1))
+
+
+def healthy(run: Run) -> None:
+    """What good looks like: confirms, prefetch 50, manual acks, a durable queue, persistent messages."""
+    pub_conn, con_conn = run.connect(), run.connect()
+    pub, con = pub_conn.channel(), con_conn.channel()
+    q = run.queue(pub)
+    pub.confirm_delivery()
+    con.basic_qos(prefetch_count=50)
+    con.basic_consume(q, lambda c, m, p, b: c.basic_ack(m.delivery_tag))
+
+    def tick():
+        _publish(pub, q, 2)
+        con_conn.process_data_events(time_limit=0)
+    run.idle(pub_conn, tick=tick)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    rule: str  # the rule it makes fire ("" for the healthy workload)
+    description: str
+    run: Callable[[Run], None]
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("prefetch-unlimited", "prefetch-unlimited", "a manual-ack consumer without basic.qos that never "
+             "acks: it hoards every message", prefetch_unlimited),
+    Scenario("auto-ack-consumer", "auto-ack-consumer", "a consumer with automatic acknowledgement",
+             auto_ack_consumer),
+    Scenario("prefetch-saturated", "prefetch-saturated", "a prefetch-10 consumer that never acks, with a backlog "
+             "behind it", prefetch_saturated),
+    Scenario("prefetch-one", "prefetch-one", "a prefetch-1 consumer acking twice a second on a queue of 300",
+             prefetch_one),
+    Scenario("requeue-loop", "requeue-loop", "a consumer that nacks every delivery with requeue=true",
+             requeue_loop),
+    Scenario("publisher-without-confirms", "publisher-without-confirms", "a publisher without confirms or "
+             "transactions", publisher_without_confirms),
+    Scenario("transactional-publisher", "transactional-publisher", "a publisher committing a transaction per "
+             "message", transactional_publisher),
+    Scenario("publisher-nacked", "publisher-nacked", "a confirm-mode publisher into a full reject-publish queue",
+             publisher_nacked),
+    Scenario("unconfirmed-backlog", "unconfirmed-backlog", "a confirm-mode publisher that bursts 500 persistent "
+             "messages a second and never waits for confirms (a backlog shows when the disk or the queue lags)",
+             unconfirmed_backlog),
+    Scenario("unroutable-dropped", "unroutable-dropped", "a publisher to an exchange with no bindings, without "
+             "mandatory", _unroutable(False)),
+    Scenario("unroutable-returned", "unroutable-returned", "a publisher to an exchange with no bindings, with "
+             "mandatory", _unroutable(True)),
+    Scenario("transient-in-durable-queue", "transient-in-durable-queue", "transient messages in a durable queue",
+             transient_in_durable_queue),
+    Scenario("non-durable-queue-backlog", "non-durable-queue-backlog", "150 messages in a non-durable queue",
+             non_durable_queue_backlog),
+    Scenario("no-consumers-backlog", "no-consumers-backlog", "150 messages in a queue nobody consumes",
+             no_consumers_backlog),
+    Scenario("heartbeat-disabled", "heartbeat-disabled", "an idle connection that negotiated heartbeat 0",
+             heartbeat_disabled),
+    Scenario("blocked-publisher", "connection-blocked", "a confirm-mode publisher; blocked once a memory or disk "
+             "alarm is raised (set one with rabbitmqctl set_vm_memory_high_watermark)", blocked_publisher),
+    Scenario("healthy", "", "confirms, prefetch 50, manual acks, a durable queue, persistent messages: no "
+             "warning should fire", healthy),
+)
+BY_NAME = {s.name: s for s in SCENARIOS}
+
+
+class Running:
+    """Scenarios, each in a thread of its own; stop() closes every connection they opened."""
+
+    def __init__(self, scenarios: list[Scenario], url: Secret):
+        self.stop_event = threading.Event()
+        self.runs = [Run(s.name, url, self.stop_event) for s in scenarios]
+        self.errors: dict[str, str] = {}
+        self.threads = [threading.Thread(target=self._guard, args=(s, r), name=f"scenario-{s.name}", daemon=True)
+                        for s, r in zip(scenarios, self.runs)]
+
+    def _guard(self, scenario: Scenario, run: Run) -> None:
+        try:
+            scenario.run(run)
+        except Exception as e:  # the scenario ends; the others go on, and the reason is said once
+            if not self.stop_event.is_set():
+                self.errors[scenario.name] = f"{type(e).__name__}: {e}"
+                log.error("scenario %s stopped: %s: %s", scenario.name, type(e).__name__, e)
+
+    def start(self) -> Running:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout=10)
+        for run in self.runs:
+            for conn in run.connections:
+                try:
+                    if conn.is_open:
+                        conn.close()
+                except Exception:  # already gone with the broker: nothing left to close
+                    pass
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("names", nargs="*", metavar="NAME", help="scenarios to run (see --list)")
+    parser.add_argument("--list", action="store_true", help="say what each scenario does")
+    parser.add_argument("--amqp-url", help="broker to run them on (password from ACKSCOPE_AMQP_PASSWORD[_FILE]) "
+                        "[env ACKSCOPE_AMQP_URL; default amqp://guest@localhost:5672/%%2F]")
+    parser.add_argument("--duration", type=float, help="stop after this many seconds [until Ctrl-C]")
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    if args.list or not args.names:
+        width = max(len(s.name) for s in SCENARIOS)
+        for s in SCENARIOS:
+            print(f"{s.name:<{width}}  {s.description}" + (f"  [rule {s.rule}]" if s.rule and s.rule != s.name
+                                                            else ""))
+        return 0
+    unknown = [n for n in args.names if n not in BY_NAME]
+    if unknown:
+        raise ConfigError(f"unknown scenario {unknown[0]!r}: 'ackscope scenario --list' names them")
+    from ackscope.probes.command import with_password
+
+    if args.amqp_url and urlsplit(args.amqp_url).password:
+        raise ConfigError("--amqp-url must not carry a password (ps shows the command line): use "
+                          "ACKSCOPE_AMQP_PASSWORD or ACKSCOPE_AMQP_PASSWORD_FILE")
+    raw = args.amqp_url or environ.get("ACKSCOPE_AMQP_URL") or "amqp://guest@localhost:5672/%2F"
+    url, display = with_password(raw, read_secret("amqp_password", environ, {}, "config"))
+    try:
+        pika.URLParameters(url)
+    except ValueError as e:
+        raise ConfigError(f"--amqp-url {display}: {e}") from None
+    running = Running([BY_NAME[n] for n in args.names], Secret(url)).start()
+    print(f"running {', '.join(args.names)} on {display}; Ctrl-C stops", flush=True)
+    try:
+        running.stop_event.wait(args.duration)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        running.stop()
+    if running.errors:
+        for name, error in running.errors.items():
+            print(f"scenario {name}: {error}")
+        return 1
+    return 0

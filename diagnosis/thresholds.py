@@ -1,0 +1,34 @@
+"""The numbers the rules compare against, with defaults; the TOML table [diagnosis] overrides them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    unlimited_prefetch_unacked_critical: int = 1000  # prefetch-unlimited turns critical at this many unacked
+    auto_ack_backlog: int = 1000  # auto-ack-consumer warns when its queue holds this many ready
+    auto_ack_delivery_rate: float = 100.0  # ... or delivers this many per second
+    prefetch_one_backlog: int = 100  # prefetch-one: ready messages behind a prefetch-1 consumer
+    requeue_ratio: float = 0.5  # requeue-loop: redeliveries per delivery
+    requeue_min_rate: float = 1.0  # ... and at least this many redeliveries per second
+    unconfirmed_backlog: int = 1000  # unconfirmed-backlog: this many unconfirmed on a channel
+    unconfirmed_growth: int = 100  # ... or it grew by this many since the last sample
+    non_durable_backlog: int = 100  # non-durable-queue-backlog: messages in a non-durable queue
+    no_consumers_backlog: int = 100  # no-consumers-backlog: ready messages with no consumer
+    probe_confirm_p99_seconds: float = 1.0  # probe-confirm-latency-high
+
+    @classmethod
+    def from_table(cls, table: dict[str, Any], where: str = "[diagnosis]") -> Thresholds:
+        """Defaults overridden by the TOML table's keys; an unknown key or a negative number is an error."""
+        known = {f.name: f.type for f in fields(cls)}
+        values = {}
+        for key, value in table.items():
+            if key not in known:
+                raise ValueError(f"{where}: unknown threshold '{key}'")
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"{where}: {key} must be a number, 0 or more, not {value!r}")
+            values[key] = int(value) if known[key] == "int" else float(value)
+        return replace(cls(), **values)

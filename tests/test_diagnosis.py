@@ -1,0 +1,193 @@
+"""Diagnosis against a real broker: each rule fires on its scenario and names the culprit; a healthy
+workload raises nothing; alarms are critical; `ackscope diagnose` exits as on-call checks expect."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import pytest
+import requests
+
+from ackscope.diagnosis.rules import RULES
+from ackscope.diagnosis.scenarios import BY_NAME, PREFIX, SCENARIOS, Running
+from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.exporter.normalise import Selection
+from ackscope.local_broker import ADMIN_PASSWORD
+from ackscope.secret import Secret
+from helpers import parse, value, wait_for
+
+# Rules a client cannot cause from a scenario: alarms are the broker's (the alarm test raises one).
+NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm"}
+
+
+@contextmanager
+def running(broker, vhost, *names):
+    scenarios = Running([BY_NAME[n] for n in names], Secret(broker.amqp_url(vhost))).start()
+    try:
+        yield scenarios
+    finally:
+        scenarios.stop()
+    assert not scenarios.errors, scenarios.errors
+
+
+@pytest.fixture
+def watching(broker, vhost, start_exporter):
+    # A stalled queue holds a channel at about 500 unconfirmed (credit flow stops it there): the
+    # unconfirmed-backlog scenario's size, below the production default of 1,000.
+    return start_exporter(broker.management_url, interval=0.5, thresholds=Thresholds(unconfirmed_backlog=250),
+                          selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+
+
+def _findings(exporter) -> list[dict]:
+    return requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]
+
+
+@contextmanager
+def suspended_queue(broker, vhost: str, queue: str):
+    """Suspend a classic queue's process, so publishes into it wait for their confirms."""
+    lookup = (f'{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"{vhost}">>, queue, <<"{queue}">>)), '
+              "P = amqqueue:get_pid(Q), ")
+    wait_for(lambda: requests.get(f"{broker.management_url}/api/queues/{vhost}/{queue}",
+                                  auth=("guest", ADMIN_PASSWORD), timeout=5).status_code == 200,
+             what=f"queue {queue}")
+    broker.ctl("eval", lookup + "sys:suspend(P).")
+    try:
+        yield
+    finally:
+        broker.ctl("eval", lookup + "sys:resume(P).")
+
+
+SCENARIO_RULES = [s for s in SCENARIOS if s.rule and s.rule != "connection-blocked"]
+
+
+@pytest.mark.parametrize("scenario", SCENARIO_RULES, ids=[s.name for s in SCENARIO_RULES])
+def test_each_rule_fires_on_its_scenario_and_names_the_culprit(broker, vhost, watching, scenario):
+    queue_culprit = f"queue {PREFIX}{scenario.name}"
+    client = f"ackscope-scenario {scenario.name}"
+
+    def fired():
+        found = [f for f in _findings(watching) if f["rule"] == scenario.rule]
+        return [f for f in found if f["connection_name"] == client or f["object"] == queue_culprit]
+
+    with running(broker, vhost, scenario.name):
+        if scenario.name == "unconfirmed-backlog":
+            with suspended_queue(broker, vhost, PREFIX + scenario.name):
+                found = wait_for(fired, timeout=30, what=f"{scenario.rule} on {scenario.name}")
+        else:
+            found = wait_for(fired, timeout=30, what=f"{scenario.rule} on {scenario.name}")
+    f = found[0]
+    assert f["vhost"] == vhost and f["severity"] in ("info", "warning", "critical")
+    assert f["evidence"] and f["explanation"] and f["remedy"]
+
+
+def test_every_client_rule_has_a_scenario():
+    covered = {s.rule for s in SCENARIOS}
+    assert {r.id for r in RULES if not r.id.startswith("probe-")} - NOT_FROM_SCENARIOS <= covered
+
+
+def test_a_healthy_workload_raises_no_warning(broker, vhost, watching):
+    with running(broker, vhost, "healthy"):
+        wait_for(lambda: requests.get(f"{broker.management_url}/api/queues/{vhost}/{PREFIX}healthy",
+                                      auth=("guest", ADMIN_PASSWORD), timeout=5).json()
+                 .get("message_stats", {}).get("ack", 0) > 20, what="the healthy workload to flow")
+        time.sleep(3)  # several polls, so the rate rules have had their say
+        findings = _findings(watching)
+    assert [f for f in findings if f["severity"] != "info"] == [], findings
+
+
+def _diagnose(broker, vhost, *extra, password=ADMIN_PASSWORD, url=None):
+    env = dict(os.environ, ACKSCOPE_PASSWORD=password, COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "ackscope.cli", "diagnose", "--management-url",
+                           url or broker.management_url, "--include-vhosts", re.escape(vhost), "--window", "1.5s",
+                           *extra], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_memory_alarm_is_critical_blocks_the_publisher_and_exits_2(broker, vhost):
+    with running(broker, vhost, "blocked-publisher"):
+        broker.ctl("set_vm_memory_high_watermark", "0.000001")
+        try:
+            def blocked():
+                done = _diagnose(broker, vhost, "--format", "json")
+                report = json.loads(done.stdout)
+                rules = {(f["rule"], f["severity"], f["connection_name"]) for f in report["findings"]}
+                return (done.returncode, rules) if ("connection-blocked", "warning",
+                                                    "ackscope-scenario blocked-publisher") in rules else None
+            code, rules = wait_for(blocked, timeout=60, what="the scenario's publisher to be blocked")
+        finally:
+            broker.ctl("set_vm_memory_high_watermark", "0.4")
+    assert code == 2
+    assert any(r == "memory-alarm" and s == "critical" for r, s, _ in rules)
+
+
+def test_diagnose_text_names_the_culprit_and_the_remedy_and_exits_1_on_a_warning(broker, vhost):
+    with running(broker, vhost, "prefetch-unlimited"):
+        wait_for(lambda: requests.get(f"{broker.management_url}/api/consumers/{vhost}",
+                                      auth=("guest", ADMIN_PASSWORD), timeout=5).json(), what="the consumer")
+        done = wait_for(lambda: (d := _diagnose(broker, vhost)).returncode == 1 and d, timeout=30,
+                        what="diagnose to see the warning")
+    head = next(line for line in done.stdout.splitlines() if "prefetch-unlimited" in line)
+    assert head.startswith("WARNING") and f"vhost={vhost}" in head and "(ackscope-scenario prefetch-unlimited)" in head
+    assert "unacked=50" in done.stdout and "Channel Prefetch Setting" in done.stdout
+    assert done.stderr == ""
+
+
+def test_diagnose_json_has_findings_and_broker(broker, vhost):
+    done = _diagnose(broker, vhost, "--format", "json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["findings"] == []
+    assert report["broker"]["rabbitmq_version"] == "3.10.8" and report["broker"]["vhosts"] == [vhost]
+
+
+@pytest.mark.parametrize("case", ["unreachable", "wrong-password"])
+def test_unreachable_broker_or_refused_login_exits_3_with_one_line(broker, vhost, case):
+    from ackscope.local_broker import free_port
+    if case == "unreachable":
+        done = _diagnose(broker, vhost, url=f"http://127.0.0.1:{free_port()}")
+    else:
+        done = _diagnose(broker, vhost, password="not-the-password")
+    assert done.returncode == 3
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ackscope diagnose: cannot read")
+    assert ("Connection refused" if case == "unreachable" else "login failed") in lines[0]
+    assert "not-the-password" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_exporter_exports_findings_as_metrics(broker, vhost, watching):
+    with running(broker, vhost, "heartbeat-disabled"):
+        def exported():
+            samples = parse(requests.get(watching.url + "/metrics", timeout=5).text)
+            return value(samples, "ackscope_finding", rule="heartbeat-disabled", severity="warning", vhost=vhost,
+                         connection_name="ackscope-scenario heartbeat-disabled") == 1
+        wait_for(exported, timeout=30, what="ackscope_finding for heartbeat-disabled")
+
+
+def test_probe_rules_fire_from_live_probes_in_the_exporter(broker, vhost, start_exporter):
+    from dataclasses import replace as with_
+
+    from ackscope.probes.targets import REJECT_PUBLISH
+    from probe_helpers import probe_config, quick
+    nacking = with_(REJECT_PUBLISH, burst_interval=2.0)
+    exporter = start_exporter(broker.management_url, interval=0.5,
+                              probes=probe_config(broker, vhost, (nacking, quick("classic-persistent"))),
+                              selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+    found = wait_for(lambda: [f for f in _findings(exporter) if f["rule"] == "probe-nacked"], timeout=30,
+                     what="probe-nacked from the reject-publish target")
+    assert (found[0]["object"], found[0]["severity"]) == ("probe reject-publish", "info")
+    assert not [f for f in _findings(exporter) if f["rule"] in ("probe-down", "probe-message-lost")]
+
+
+def test_probe_that_cannot_log_in_is_reported_down(broker, vhost, start_exporter):
+    from probe_helpers import probe_config, quick
+    bad = broker.amqp_url(vhost, password="not-the-password")
+    exporter = start_exporter(broker.management_url, interval=0.5,
+                              probes=probe_config(broker, vhost, (quick("quorum", "quorum"),), url=bad),
+                              selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+    found = wait_for(lambda: [f for f in _findings(exporter) if f["rule"] == "probe-down"], timeout=20,
+                     what="probe-down")
+    assert found[0]["object"] == "probe quorum"

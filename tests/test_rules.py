@@ -1,0 +1,211 @@
+"""Each diagnosis rule on small snapshots, at the edges of its thresholds."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from ackscope.diagnosis.findings import worst_first
+from ackscope.diagnosis.rules import RULES, Context, evaluate
+from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.probes.stats import TargetStats
+from snapshot_builders import channel, connection, consumer, node, queue, snapshot, stats
+
+
+def _rules(ctx: Context) -> list[tuple[str, str, str]]:
+    return [(f.rule, f.severity, f.object) for f in evaluate(ctx)]
+
+
+def _only(ctx: Context, rule: str):
+    return [f for f in evaluate(ctx) if f.rule == rule]
+
+
+def test_a_healthy_snapshot_has_no_findings():
+    s = snapshot(queues=[queue(messages_ready=5, messages_persistent=5)],
+                 channels=[channel(message_stats=stats(publish=100, confirm=100))],
+                 consumers=[consumer()], connections=[connection()], nodes=[node()])
+    assert evaluate(Context(s, s)) == []
+
+
+def test_hoarding_consumer_with_prefetch_zero_is_attributed_and_critical_when_it_holds_many():
+    t = Thresholds(unlimited_prefetch_unacked_critical=1000)
+    for unacked, severity in ((999, "warning"), (1000, "critical")):
+        s = snapshot(channels=[channel(prefetch_count=0, messages_unacked=unacked)],
+                     consumers=[consumer(prefetch_count=0, connection_name="hoarder")], queues=[queue()])
+        [f] = _only(Context(s, thresholds=t), "prefetch-unlimited")
+        assert (f.severity, f.connection_name, f.evidence["unacked"]) == (severity, "hoarder", unacked)
+        assert f.object == "channel ch 1" and "Channel Prefetch" in f.remedy
+
+
+def test_prefetch_zero_with_a_global_limit_is_not_unlimited():
+    s = snapshot(channels=[channel(prefetch_count=0, global_prefetch_count=100)],
+                 consumers=[consumer(prefetch_count=0)], queues=[queue()])
+    assert _only(Context(s), "prefetch-unlimited") == []
+
+
+def test_auto_ack_consumer_is_info_when_idle_and_warning_with_a_backlog_or_a_fast_rate():
+    t = Thresholds(auto_ack_backlog=1000, auto_ack_delivery_rate=100)
+    con = consumer(ack_required=False)
+    quiet = snapshot(queues=[queue(messages_ready=999)], consumers=[con], channels=[channel()])
+    assert _only(Context(quiet, thresholds=t), "auto-ack-consumer")[0].severity == "info"
+    backlog = snapshot(queues=[queue(messages_ready=1000)], consumers=[con], channels=[channel()])
+    assert _only(Context(backlog, thresholds=t), "auto-ack-consumer")[0].severity == "warning"
+    before = snapshot(1000.0, queues=[queue(message_stats=stats(deliver_get=0))], consumers=[con])
+    after = snapshot(1010.0, queues=[queue(message_stats=stats(deliver_get=1000))], consumers=[con])
+    [f] = _only(Context(after, before, thresholds=t), "auto-ack-consumer")
+    assert f.severity == "warning" and f.evidence["delivery_rate"] == 100.0
+
+
+def test_consumer_at_its_prefetch_with_ready_messages_behind_it_is_saturated():
+    full = snapshot(channels=[channel(prefetch_count=10, messages_unacked=10)],
+                    consumers=[consumer(prefetch_count=10)], queues=[queue(messages_ready=1)])
+    [f] = _only(Context(full), "prefetch-saturated")
+    assert f.evidence == {"queue": "q", "unacked": 10, "prefetch_limit": 10, "ready": 1}
+    one_short = snapshot(channels=[channel(prefetch_count=10, messages_unacked=9)],
+                         consumers=[consumer(prefetch_count=10)], queues=[queue(messages_ready=1)])
+    assert _only(Context(one_short), "prefetch-saturated") == []
+    drained = snapshot(channels=[channel(prefetch_count=10, messages_unacked=10)],
+                       consumers=[consumer(prefetch_count=10)], queues=[queue(messages_ready=0)])
+    assert _only(Context(drained), "prefetch-saturated") == []
+
+
+def test_prefetch_one_fires_from_the_backlog_threshold():
+    t = Thresholds(prefetch_one_backlog=100)
+    for ready, fires in ((99, False), (100, True)):
+        s = snapshot(channels=[channel(prefetch_count=1)], consumers=[consumer(prefetch_count=1)],
+                     queues=[queue(messages_ready=ready)])
+        assert bool(_only(Context(s, thresholds=t), "prefetch-one")) is fires
+
+
+def test_requeue_loop_needs_redeliveries_comparable_to_deliveries_and_a_minimum_rate():
+    t = Thresholds(requeue_ratio=0.5, requeue_min_rate=1.0)
+
+    def ctx(redeliver, deliver):
+        before = snapshot(1000.0, queues=[queue(message_stats=stats(deliver_get=0, redeliver=0))])
+        after = snapshot(1010.0, queues=[queue(message_stats=stats(deliver_get=deliver, redeliver=redeliver))])
+        return Context(after, before, thresholds=t)
+    assert _only(ctx(redeliver=50, deliver=100), "requeue-loop")[0].severity == "warning"
+    assert _only(ctx(redeliver=95, deliver=100), "requeue-loop")[0].severity == "critical"
+    assert _only(ctx(redeliver=49, deliver=100), "requeue-loop") == []  # below half
+    assert _only(ctx(redeliver=9, deliver=10), "requeue-loop") == []  # under 1/s
+    assert _only(Context(snapshot(queues=[queue(message_stats=stats(redeliver=10**6))])), "requeue-loop") == []
+
+
+def test_publishers_without_confirms_and_transactional_ones_are_told_apart():
+    s = snapshot(channels=[channel("plain", confirm=False, message_stats=stats(publish=3), connection_name="p1"),
+                           channel("tx", confirm=False, transactional=True, message_stats=stats(publish=3)),
+                           channel("idle", confirm=False, message_stats=stats(publish=0))])
+    assert _rules(Context(s)) == [("publisher-without-confirms", "warning", "channel plain"),
+                                  ("transactional-publisher", "warning", "channel tx")]
+
+
+def test_publisher_nacks_are_inferred_from_publish_minus_confirm_minus_unconfirmed():
+    nacked = snapshot(channels=[channel(messages_unconfirmed=2, message_stats=stats(publish=10, confirm=5))])
+    [f] = _only(Context(nacked), "publisher-nacked")
+    assert f.evidence["inferred_nacked"] == 3 and "infers" in f.explanation
+    balanced = snapshot(channels=[channel(messages_unconfirmed=5, message_stats=stats(publish=10, confirm=5))])
+    assert _only(Context(balanced), "publisher-nacked") == []
+
+
+def test_unconfirmed_backlog_fires_when_large_or_growing():
+    t = Thresholds(unconfirmed_backlog=1000, unconfirmed_growth=100)
+    assert _only(Context(snapshot(channels=[channel(messages_unconfirmed=999)]), thresholds=t),
+                 "unconfirmed-backlog") == []
+    assert _only(Context(snapshot(channels=[channel(messages_unconfirmed=1000)]), thresholds=t),
+                 "unconfirmed-backlog")
+    before = snapshot(1000.0, channels=[channel(messages_unconfirmed=50)])
+    after = snapshot(1005.0, channels=[channel(messages_unconfirmed=150)])
+    [f] = _only(Context(after, before, thresholds=t), "unconfirmed-backlog")
+    assert f.evidence == {"unconfirmed": 150, "growth": 100}
+
+
+def test_unroutable_messages_name_the_publishing_channel_and_its_client():
+    s = snapshot(channels=[channel("dropper", connection_name="billing",
+                                   message_stats=stats(publish=5, drop_unroutable=5)),
+                           channel("returner", message_stats=stats(publish=2, return_unroutable=2))])
+    found = {(f.rule, f.object, f.connection_name) for f in evaluate(Context(s))}
+    assert ("unroutable-dropped", "channel dropper", "billing") in found
+    assert ("unroutable-returned", "channel returner", "app") in found
+
+
+def test_queue_rules_transient_in_durable_non_durable_backlog_and_no_consumers():
+    t = Thresholds(non_durable_backlog=100, no_consumers_backlog=100)
+    s = snapshot(queues=[queue("mixed", messages_ready=10, messages_persistent=7),
+                         queue("temp", durable=False, messages_ready=100, messages_persistent=0),
+                         queue("orphan", consumers=0, messages_ready=100, messages_persistent=100),
+                         queue("small-orphan", consumers=0, messages_ready=99, messages_persistent=99)])
+    found = {(f.rule, f.object) for f in evaluate(Context(s, thresholds=t))}
+    assert found == {("transient-in-durable-queue", "queue mixed"), ("non-durable-queue-backlog", "queue temp"),
+                     ("no-consumers-backlog", "queue orphan")}
+
+
+def test_connection_rules_heartbeat_and_blocked_states():
+    s = snapshot(connections=[connection("a", heartbeat_seconds=0, connection_name="legacy"),
+                              connection("b", state="blocked"), connection("c", state="flow"),
+                              connection("d", state="running")])
+    assert _rules(Context(s)) == [("connection-blocked", "warning", "connection b"),
+                                  ("heartbeat-disabled", "warning", "connection a"),
+                                  ("connection-blocked", "info", "connection c")]
+
+
+def test_alarms_are_critical_and_sorted_first():
+    s = snapshot(nodes=[node(mem_alarm=True), node("rabbit@b", disk_free_alarm=True)],
+                 connections=[connection(heartbeat_seconds=0)])
+    assert _rules(Context(s)) == [("disk-alarm", "critical", "node rabbit@b"),
+                                  ("memory-alarm", "critical", "node rabbit@test"),
+                                  ("heartbeat-disabled", "warning", "connection conn")]
+
+
+def _probe(target="classic-persistent", persistent=True, up=True, buckets=None, **counters) -> TargetStats:
+    return TargetStats(target, "classic", persistent, up, counters,
+                       {"confirm_latency_seconds": buckets or ((0.01, 10.0), (1.0, 10.0), (math.inf, 10.0))})
+
+
+def test_probe_rules_from_probe_statistics():
+    slow = ((0.5, 90.0), (1.0, 98.0), (2.0, 100.0), (math.inf, 100.0))
+    beyond = ((1.0, 50.0), (30.0, 90.0), (math.inf, 100.0))
+    probes = (_probe("lost-p", lost=2), _probe("lost-t", persistent=False, lost=1), _probe("slow", buckets=slow),
+              _probe("beyond", buckets=beyond), _probe("reject-publish", nacked=5), _probe("nacks", nacked=1),
+              _probe("dups", duplicates=3), _probe("down", up=False))
+    found = {(f.rule, f.severity, f.object) for f in evaluate(Context(snapshot(), probes=probes))}
+    assert found == {("probe-message-lost", "critical", "probe lost-p"), ("probe-message-lost", "warning", "probe lost-t"),
+                     ("probe-confirm-latency-high", "warning", "probe slow"),
+                     ("probe-confirm-latency-high", "warning", "probe beyond"),
+                     ("probe-nacked", "info", "probe reject-publish"), ("probe-nacked", "warning", "probe nacks"),
+                     ("probe-duplicates", "info", "probe dups"), ("probe-down", "warning", "probe down")}
+    beyond_finding = next(f for f in evaluate(Context(snapshot(), probes=probes)) if f.object == "probe beyond")
+    assert beyond_finding.evidence["confirm_p99_seconds_above"] == 30.0
+    json.dumps([f.to_json() for f in evaluate(Context(snapshot(), probes=probes))], allow_nan=False)
+
+
+def test_every_rule_id_is_unique_and_has_meaning_and_remedy():
+    ids = [r.id for r in RULES]
+    assert len(ids) == len(set(ids)) == 23
+    assert all(r.meaning and r.remedy for r in RULES)
+
+
+@pytest.mark.parametrize("table, message", [({"colour": 1}, "unknown threshold"), ({"requeue_ratio": -1}, "0 or more"),
+                                            ({"prefetch_one_backlog": "many"}, "must be a number")])
+def test_bad_thresholds_are_refused(table, message):
+    with pytest.raises(ValueError, match=message):
+        Thresholds.from_table(table)
+
+
+def test_thresholds_from_toml_override_defaults():
+    t = Thresholds.from_table({"prefetch_one_backlog": 5, "requeue_ratio": 0.8})
+    assert (t.prefetch_one_backlog, t.requeue_ratio, t.no_consumers_backlog) == (5, 0.8, 100)
+
+
+def test_worst_first_orders_by_severity_then_rule():
+    s = snapshot(nodes=[node(mem_alarm=True)], connections=[connection(heartbeat_seconds=0, state="flow")])
+    assert [f.severity for f in worst_first(evaluate(Context(s)))] == ["critical", "warning", "info"]
+
+
+def test_readme_rules_reference_is_the_one_generated_from_the_code():
+    from pathlib import Path
+
+    from ackscope.diagnosis.reference import markdown
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert markdown() in readme, "README's rules reference is stale: paste python -m ackscope.diagnosis.reference"
