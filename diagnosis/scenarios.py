@@ -205,28 +205,14 @@ def _unroutable(mandatory: bool):
     return scenario
 
 
-def transient_in_durable_queue(run: Run) -> None:
-    conn = run.connect()
-    ch = conn.channel()
-    q = run.queue(ch, durable=True)
-    _publish(ch, q, 20, props=TRANSIENT)
-    run.idle(conn)
-
-
-def non_durable_queue_backlog(run: Run) -> None:
-    conn = run.connect()
-    ch = conn.channel()
-    q = run.queue(ch, durable=False)
-    _publish(ch, q, 150, props=TRANSIENT)
-    run.idle(conn)
-
-
-def no_consumers_backlog(run: Run) -> None:
-    conn = run.connect()
-    ch = conn.channel()
-    q = run.queue(ch)
-    _publish(ch, q, 150)
-    run.idle(conn)
+def _backlog(count: int, durable: bool = True, props=PERSISTENT):
+    """A queue of the scenario's holding `count` messages that nobody consumes."""
+    def scenario(run: Run) -> None:
+        conn = run.connect()
+        ch = conn.channel()
+        _publish(ch, run.queue(ch, durable=durable), count, props=props)
+        run.idle(conn)
+    return scenario
 
 
 def heartbeat_disabled(run: Run) -> None:
@@ -295,11 +281,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("unroutable-returned", "unroutable-returned", "a publisher to an exchange with no bindings, with "
              "mandatory", _unroutable(True)),
     Scenario("transient-in-durable-queue", "transient-in-durable-queue", "transient messages in a durable queue",
-             transient_in_durable_queue),
+             _backlog(20, props=TRANSIENT)),
     Scenario("non-durable-queue-backlog", "non-durable-queue-backlog", "150 messages in a non-durable queue",
-             non_durable_queue_backlog),
+             _backlog(150, durable=False, props=TRANSIENT)),
     Scenario("no-consumers-backlog", "no-consumers-backlog", "150 messages in a queue nobody consumes",
-             no_consumers_backlog),
+             _backlog(150)),
     Scenario("heartbeat-disabled", "heartbeat-disabled", "an idle connection that negotiated heartbeat 0",
              heartbeat_disabled),
     Scenario("blocked-publisher", "connection-blocked", "a confirm-mode publisher; blocked once a memory or disk "

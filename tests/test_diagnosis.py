@@ -191,3 +191,20 @@ def test_probe_that_cannot_log_in_is_reported_down(broker, vhost, start_exporter
     found = wait_for(lambda: [f for f in _findings(exporter) if f["rule"] == "probe-down"], timeout=20,
                      what="probe-down")
     assert found[0]["object"] == "probe quorum"
+
+
+def test_scenario_command_lists_runs_for_a_duration_and_refuses_unknown_names(broker, vhost):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "ackscope.cli", "scenario", *args], capture_output=True,
+                              text=True, timeout=60, env=dict(os.environ, ACKSCOPE_AMQP_PASSWORD=ADMIN_PASSWORD))
+    listed = cli("--list")
+    assert listed.returncode == 0 and [line.split()[0] for line in listed.stdout.splitlines()] == list(BY_NAME)
+    url = broker.amqp_url(vhost).replace(f":{ADMIN_PASSWORD}@", "@")
+    done = cli("no-consumers-backlog", "--amqp-url", url, "--duration", "2")
+    assert done.returncode == 0, done.stderr
+    queue = requests.get(f"{broker.management_url}/api/queues/{vhost}/{PREFIX}no-consumers-backlog",
+                         auth=("guest", ADMIN_PASSWORD), timeout=5).json()
+    assert queue["arguments"]["x-expires"] == 600_000 and queue["durable"] is True
+    unknown = cli("no-such-thing", "--amqp-url", url)
+    assert unknown.returncode == 2 and "unknown scenario 'no-such-thing'" in unknown.stderr
+    assert "Traceback" not in unknown.stderr + done.stderr
