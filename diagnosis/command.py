@@ -57,8 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     path = args.config or environ.get("ACKSCOPE_CONFIG")
     document = config.load_toml(path)
+    # The exporter's table also holds its listener and web settings: diagnose takes what reaches the broker.
     section = {k: v for k, v in config.table(document, "exporter", path).items()
-               if k in _CONNECTION_OPTIONS or k in exporter_command.SECRETS or k.endswith("_file")}
+               if k in _CONNECTION_OPTIONS or k in ("password", "password_file")}
     v = config.resolve(OPTIONS, args, environ, section, ("password",), where=path or "config")
     try:
         window = window_seconds(args.window)

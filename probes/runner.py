@@ -46,8 +46,7 @@ def describe_close(reason: BaseException | None) -> str:
     'cannot connect (Connection refused)', 'login refused: ...'."""
     # pika wraps connect failures: an error holding the workflow, which holds its attempts, each its cause.
     while True:
-        inner = (getattr(reason, "exceptions", None) or [getattr(reason, "exception", None)]
-                 or [None])[-1]
+        inner = (getattr(reason, "exceptions", None) or [getattr(reason, "exception", None)])[-1]
         if inner is None and reason is not None and reason.args and isinstance(reason.args[0], BaseException):
             inner = reason.args[0]
         if not isinstance(inner, BaseException):

@@ -114,3 +114,15 @@ def test_no_amqp_url_means_no_probes(tmp_path):
 def test_bad_probe_settings_are_refused_with_the_reason(tmp_path, toml, env, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load(cli_args(config=_toml(tmp_path, toml)), env)
+
+
+def test_diagnose_reads_the_connection_from_the_exporters_toml_table(tmp_path, capsys):
+    from ackscope.cli import main
+    from ackscope.local_broker import free_port
+    path = _toml(tmp_path, f'[exporter]\nmanagement_url = "http://127.0.0.1:{free_port()}"\nlisten = "0.0.0.0:1"\n'
+                           'web_username = "w"\nweb_password_file = "/nonexistent"\ninterval = 3\n'
+                           '[diagnosis]\nprefetch_one_backlog = 5\n')
+    assert main(["diagnose", "--config", path, "--window", "100ms"]) == 3  # read its URL, found nobody there
+    assert "Connection refused" in capsys.readouterr().err
+    assert main(["diagnose", "--config", _toml(tmp_path, '[diagnosis]\nnope = 1\n')]) == 2
+    assert "unknown threshold 'nope'" in capsys.readouterr().err
