@@ -8,6 +8,7 @@ import os
 import sys
 
 from . import __version__
+from . import config
 from .config import ConfigError
 
 
@@ -38,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", metavar="HOST:PORT", help=f"address of /metrics [env ACKSCOPE_LISTEN; default "
                    f"0.0.0.0:{probes.DEFAULT_PORT}]")
     probes.add_arguments(p)
+    config.add_arguments(p, (probes.DATA_DIR,))
     p.set_defaults(run=probes.run)
 
     p = commands.add_parser("diagnose", help="one-shot report: what is wrong, who causes it, what to do "

@@ -23,6 +23,7 @@ from ackscope.probes.command import ProbeConfig, Probes
 from ackscope.secret import Secret
 
 from .cardinality import Limits
+from .history import SnapshotHistory
 from .management import ManagementClient
 from .normalise import Selection
 from .poller import Poller
@@ -54,6 +55,8 @@ OPTIONS = (
            "(password from ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE)"),
     Option("web_tls_cert", None, config.existing_file, "serve HTTPS with this certificate (PEM)"),
     Option("web_tls_key", None, config.existing_file, "private key of --web-tls-cert (PEM)"),
+    probe_command.DATA_DIR,
+    Option("snapshot_every", 1, config.positive_int, "with --data-dir, record every Nth poll's snapshot"),
 )
 SECRETS = ("password", "web_password")
 
@@ -73,6 +76,8 @@ class ExporterConfig:
     web: WebSecurity
     probes: ProbeConfig | None = None  # run the synthetic probes in-process when an AMQP URL is set
     thresholds: Thresholds = Thresholds()
+    data_dir: str | None = None  # probe events and snapshot history as Parquet
+    snapshot_every: int = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,8 +104,9 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         selection=Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"]),
         limits=Limits(max_queues=v["max_queues"], max_channels=v["max_channels"]),
         web=WebSecurity(v["web_username"], v["web_password"], v["web_tls_cert"], v["web_tls_key"]),
-        probes=probe_command.load(args, environ, document, path),
+        probes=probe_command.load(args, environ, document, path, v["data_dir"]),
         thresholds=load_thresholds(document, path),
+        data_dir=v["data_dir"], snapshot_every=v["snapshot_every"],
     )
 
 
@@ -130,8 +136,10 @@ class Exporter:
             raise ConfigError(f"--management-url: {e}") from None
         self.cfg = cfg
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
+        self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
         self.poller = Poller(client, interval=cfg.interval, deadline=cfg.deadline, selection=cfg.selection,
-                             limits=cfg.limits, diagnose=self._diagnose)
+                             limits=cfg.limits, diagnose=self._diagnose,
+                             record=self.history.record if self.history is not None else None)
         healthy = loop_healthy(lambda: self.poller.status.last_attempt_at, time.time(), cfg.interval, cfg.deadline)
         source = Source(self._metrics_body, healthy, {"/api/snapshot": lambda: self.poller.exposition.snapshot_json,
                                                       "/api/findings": lambda: self.poller.exposition.findings_json})
@@ -159,6 +167,8 @@ class Exporter:
         # Rendering a large exposition holds the GIL for most of a second; a shorter switch interval lets
         # scrape threads in within about a millisecond instead of waiting 5 ms at each of their steps.
         sys.setswitchinterval(0.001)
+        if self.history is not None:
+            self.history.start()
         self.poller.start()
         if self.probes is not None:
             self.probes.start()
@@ -170,6 +180,8 @@ class Exporter:
         self.poller.stop()
         if self.probes is not None:
             self.probes.stop()
+        if self.history is not None:
+            self.history.stop()
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

@@ -40,7 +40,8 @@ class PollFailed(Exception):
 class Poller:
     def __init__(self, client: ManagementClient, *, interval: float, deadline: float,
                  selection: Selection = Selection(), limits: Limits = Limits(),
-                 diagnose: Callable[[Snapshot, Snapshot | None], list[Finding]] | None = None):
+                 diagnose: Callable[[Snapshot, Snapshot | None], list[Finding]] | None = None,
+                 record: Callable[[Snapshot], None] | None = None):
         self.client = client
         self.interval = interval
         self.deadline = deadline
@@ -49,6 +50,7 @@ class Poller:
         self.status = PollStatus()
         self.snapshot: Snapshot | None = None
         self.diagnose = diagnose
+        self.record = record  # keeps each good snapshot (the history under --data-dir)
         self.findings: tuple[Finding, ...] = ()
         self.exposition: Exposition = render(None, self.status, limits)
         self._pool = ThreadPoolExecutor(max_workers=len(LISTS), thread_name_prefix="ackscope-fetch")
@@ -98,6 +100,8 @@ class Poller:
             was_up = self.status.up or self.status.last_attempt_at is None
             self.findings = self._diagnose(snapshot, self.snapshot)
             self.snapshot = snapshot
+            if self.record is not None:
+                self.record(snapshot)
             self.status = replace(self.status, up=True, last_duration=time.monotonic() - started,
                                   last_attempt_at=started_wall, last_success_at=started_wall, last_error=None,
                                   failing=frozenset())

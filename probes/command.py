@@ -40,7 +40,6 @@ OPTIONS = (
            "it counts as a confirm timeout"),
     Option("loss_deadline", 120.0, config.positive_float, "seconds a confirmed message may take to be "
            "delivered before it counts as lost"),
-    Option("data_dir", None, str, "write the probe event log as Parquet under DIR/events/"),
     Option("rate", None, config.positive_float, "steady messages per second per target [5]"),
     Option("burst_size", None, config.non_negative_int, "messages per burst per target [200]"),
     Option("burst_interval", None, config.positive_float, "seconds between bursts [60]"),
@@ -49,6 +48,9 @@ OPTIONS = (
     Option("reject_publish", False, config.boolean, "add a tiny reject-publish queue that proves nacks are "
            "seen", switch=True),
 )
+# Shared with the exporter, which also records its snapshot history there.
+DATA_DIR = Option("data_dir", None, str, "write Parquet under DIR: probe events in DIR/events/ (and, for the "
+                  "exporter, snapshot history in DIR/snapshots/)")
 SECRETS = ("amqp_password",)
 SHARED = ("rate", "burst_size", "burst_interval", "prefetch", "requeue_share")
 
@@ -68,10 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load(args: argparse.Namespace, environ: Mapping[str, str], document: Mapping[str, Any],
-         path: str | None) -> ProbeConfig | None:
-    """The probe configuration, or None when no AMQP URL is set anywhere."""
+         path: str | None, data_dir: str | None = None) -> ProbeConfig | None:
+    """The probe configuration, or None when no AMQP URL is set anywhere. `data_dir` is the caller's
+    --data-dir; without one, [probe] data_dir in the TOML file."""
     section = dict(config.table(document, "probe", path))
     rows = section.pop("targets", None)
+    data_dir = data_dir or section.pop("data_dir", None)
     v = config.resolve(OPTIONS, args, environ, section, SECRETS, where=path or "config")
     if v["amqp_url"] is None:
         return None
@@ -90,7 +94,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str], document: Mapping
         ssl_options=_ssl_options(url, v["amqp_ca_file"], v["amqp_insecure_skip_verify"]),
         targets=targets,
         settings=ProbeSettings(confirm_timeout=v["confirm_timeout"], loss_deadline=v["loss_deadline"]),
-        data_dir=v["data_dir"])
+        data_dir=data_dir)
 
 
 def with_password(url: str, password: Secret | None) -> tuple[str, str]:
@@ -160,7 +164,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     path = getattr(args, "config", None)
     document = config.load_toml(path)
-    cfg = load(args, environ, document, path)
+    data_dir = config.resolve((DATA_DIR,), args, environ, {})["data_dir"]
+    cfg = load(args, environ, document, path, data_dir)
     if cfg is None:
         raise ConfigError("no AMQP URL: set --amqp-url or ACKSCOPE_AMQP_URL")
     listen = config.host_port(args.listen or environ.get("ACKSCOPE_LISTEN") or f"0.0.0.0:{DEFAULT_PORT}")

@@ -40,11 +40,12 @@ def exporter_config(management_url: str, *, username: str = ADMIN_USER, password
                     interval: float = 0.5, timeout: float = 2.0, deadline: float | None = None,
                     selection: Selection = Selection(), limits: Limits = Limits(),
                     web: WebSecurity = WebSecurity(), verify: bool | str = True,
-                    probes: ProbeConfig | None = None, thresholds: Thresholds = Thresholds()) -> ExporterConfig:
+                    probes: ProbeConfig | None = None, thresholds: Thresholds = Thresholds(),
+                    data_dir: str | None = None) -> ExporterConfig:
     return ExporterConfig(management_url=management_url, username=username, password=Secret(password),
                           listen=("127.0.0.1", 0), interval=interval, timeout=timeout,
                           deadline=deadline or max(interval, timeout), verify=verify, selection=selection,
-                          limits=limits, web=web, probes=probes, thresholds=thresholds)
+                          limits=limits, web=web, probes=probes, thresholds=thresholds, data_dir=data_dir)
 
 
 @pytest.fixture

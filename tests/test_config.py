@@ -126,3 +126,13 @@ def test_diagnose_reads_the_connection_from_the_exporters_toml_table(tmp_path, c
     assert "Connection refused" in capsys.readouterr().err
     assert main(["diagnose", "--config", _toml(tmp_path, '[diagnosis]\nnope = 1\n')]) == 2
     assert "unknown threshold 'nope'" in capsys.readouterr().err
+
+
+def test_one_data_dir_serves_the_probes_and_the_snapshot_history(tmp_path):
+    path = _toml(tmp_path, '[exporter]\ndata_dir = "/var/lib/ackscope"\nsnapshot_every = 6\n'
+                           '[probe]\namqp_url = "amqp://guest@rabbit/%2F"\n')
+    cfg = load(cli_args(config=path), {})
+    assert (cfg.data_dir, cfg.snapshot_every, cfg.probes.data_dir) == ("/var/lib/ackscope", 6, "/var/lib/ackscope")
+    cfg = load(cli_args(config=_toml(tmp_path, '[probe]\namqp_url = "amqp://guest@rabbit/%2F"\n'
+                                                'data_dir = "/probe-only"\n')), {})
+    assert (cfg.data_dir, cfg.probes.data_dir) == (None, "/probe-only")

@@ -1,0 +1,92 @@
+"""Snapshot history under DIR/snapshots/{channels,consumers,queues}/: the state behind the metrics, as
+Parquet (ackscope.parquet_log: atomic, rotated, bounded), every poll or every Nth. The Spark pipeline
+reads it for prefetch saturation, redelivery hot spots and publisher safety over time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from ackscope.parquet_log import ParquetLog
+
+from .snapshot import Snapshot
+
+_TS = pa.field("taken_at", pa.timestamp("us", tz="UTC"), nullable=False)
+_COUNTS = ("published", "confirmed", "delivered", "acked", "redelivered", "unroutable_returned",
+           "unroutable_dropped")
+_STAT_OF = {"published": "publish", "confirmed": "confirm", "delivered": "deliver_get", "acked": "ack",
+            "redelivered": "redeliver", "unroutable_returned": "return_unroutable",
+            "unroutable_dropped": "drop_unroutable"}
+
+SCHEMAS = {
+    "channels": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "channel", "connection_name",
+                                                                      "user")]
+                          + [pa.field(n, pa.int64()) for n in ("prefetch_count", "global_prefetch_count",
+                                                               "prefetch_limit", "messages_unacked",
+                                                               "messages_unconfirmed", "consumer_count")]
+                          + [pa.field("confirm", pa.bool_()), pa.field("transactional", pa.bool_())]
+                          + [pa.field(f"{n}_total", pa.int64()) for n in _COUNTS]),
+    "consumers": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "queue", "consumer_tag",
+                                                                       "channel", "connection_name")]
+                           + [pa.field("prefetch_count", pa.int64()), pa.field("ack_required", pa.bool_())]),
+    "queues": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "queue", "type")]
+                        + [pa.field("durable", pa.bool_())]
+                        + [pa.field(n, pa.int64()) for n in ("messages_ready", "messages_unacked",
+                                                             "messages_persistent", "consumers")]
+                        + [pa.field("consumer_utilisation", pa.float64())]
+                        + [pa.field(f"{n}_total", pa.int64()) for n in ("published", "delivered", "acked",
+                                                                        "redelivered")]),
+}
+
+
+def rows(snapshot: Snapshot) -> dict[str, list[dict]]:
+    """The snapshot's channels, consumers and queues as rows of SCHEMAS (pure)."""
+    ts = int(snapshot.taken_at * 1_000_000)
+    return {
+        "channels": [{"taken_at": ts, "vhost": c.vhost, "channel": c.name, "connection_name": c.connection_name,
+                      "user": c.user, "prefetch_count": c.prefetch_count,
+                      "global_prefetch_count": c.global_prefetch_count, "prefetch_limit": c.prefetch_limit,
+                      "messages_unacked": c.messages_unacked, "messages_unconfirmed": c.messages_unconfirmed,
+                      "consumer_count": c.consumer_count, "confirm": c.confirm, "transactional": c.transactional,
+                      **{f"{n}_total": getattr(c.message_stats, _STAT_OF[n]) for n in _COUNTS}}
+                     for c in snapshot.channels],
+        "consumers": [{"taken_at": ts, "vhost": c.vhost, "queue": c.queue, "consumer_tag": c.consumer_tag,
+                       "channel": c.channel, "connection_name": c.connection_name,
+                       "prefetch_count": c.prefetch_count, "ack_required": c.ack_required}
+                      for c in snapshot.consumers],
+        "queues": [{"taken_at": ts, "vhost": q.vhost, "queue": q.name, "type": q.type, "durable": q.durable,
+                    "messages_ready": q.messages_ready, "messages_unacked": q.messages_unacked,
+                    "messages_persistent": q.messages_persistent, "consumers": q.consumers,
+                    "consumer_utilisation": q.consumer_utilisation,
+                    **{f"{n}_total": getattr(q.message_stats, _STAT_OF[n])
+                       for n in ("published", "delivered", "acked", "redelivered")}}
+                   for q in snapshot.queues],
+    }
+
+
+class SnapshotHistory:
+    def __init__(self, data_dir: str | Path, every: int = 1, rotate_seconds: float = 300.0):
+        self.every = every
+        self._polls = 0
+        self.logs = {kind: ParquetLog(Path(data_dir) / "snapshots" / kind, schema, "taken_at",
+                                      f"{kind} snapshots", rotate_seconds=rotate_seconds, max_rows=500_000,
+                                      max_buffered=2_000_000)
+                     for kind, schema in SCHEMAS.items()}
+
+    def record(self, snapshot: Snapshot) -> None:
+        """Keep this snapshot if it is the every-th one since the start."""
+        self._polls += 1
+        if (self._polls - 1) % self.every:
+            return
+        for kind, kind_rows in rows(snapshot).items():
+            if kind_rows:
+                self.logs[kind].extend(kind_rows)
+
+    def start(self) -> None:
+        for log in self.logs.values():
+            log.start()
+
+    def stop(self) -> None:
+        for log in self.logs.values():
+            log.stop()
