@@ -90,44 +90,33 @@ def auto_ack_consumer(run: Run) -> None:
     run.idle(conn, tick=lambda: _publish(ch, q, 4))
 
 
-def prefetch_saturated(run: Run) -> None:
-    conn = run.connect()
-    ch = conn.channel()
-    q = run.queue(ch)
-    _publish(ch, q, 100)
-    ch.basic_qos(prefetch_count=10)
-    ch.basic_consume(q, lambda *a: None)  # holds its ten and never acks
-    run.idle(conn)
+def _settling_consumer(messages: int, prefetch: int, every: float, settle: Callable[[object, list[int]], None]):
+    """A queue of `messages` consumed with `prefetch` and manual acks; every `every` seconds, `settle`
+    decides what happens to the deliveries the consumer holds."""
+    def scenario(run: Run) -> None:
+        conn = run.connect()
+        ch = conn.channel()
+        q = run.queue(ch)
+        _publish(ch, q, messages)
+        ch.basic_qos(prefetch_count=prefetch)
+        held: list[int] = []
+        ch.basic_consume(q, lambda c, m, p, b: held.append(m.delivery_tag))
+        run.idle(conn, every=every, tick=lambda: settle(ch, held))
+    return scenario
 
 
-def prefetch_one(run: Run) -> None:
-    conn = run.connect()
-    ch = conn.channel()
-    q = run.queue(ch)
-    _publish(ch, q, 300)
-    ch.basic_qos(prefetch_count=1)
-    pending: list[int] = []
-    ch.basic_consume(q, lambda c, m, p, b: pending.append(m.delivery_tag))
-
-    def ack_slowly():  # two a second: throughput bound by the round trip and the work
-        if pending:
-            ch.basic_ack(pending.pop())
-    run.idle(conn, every=0.5, tick=ack_slowly)
+def _keep(_ch, _held: list[int]) -> None:
+    """Never ack: the consumer sits at its prefetch."""
 
 
-def requeue_loop(run: Run) -> None:
-    conn = run.connect()
-    ch = conn.channel()
-    q = run.queue(ch)
-    _publish(ch, q, 5)
-    ch.basic_qos(prefetch_count=5)
-    pending: list[int] = []
-    ch.basic_consume(q, lambda c, m, p, b: pending.append(m.delivery_tag))
+def _ack_one(ch, held: list[int]) -> None:
+    if held:
+        ch.basic_ack(held.pop())
 
-    def reject_all():  # at most 5 every 20 ms: bounded, but a loop
-        while pending:
-            ch.basic_nack(pending.pop(), requeue=True)
-    run.idle(conn, every=0.02, tick=reject_all)
+
+def _requeue_all(ch, held: list[int]) -> None:
+    while held:
+        ch.basic_nack(held.pop(), requeue=True)
 
 
 def publisher_without_confirms(run: Run) -> None:
@@ -262,11 +251,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("auto-ack-consumer", "auto-ack-consumer", "a consumer with automatic acknowledgement",
              auto_ack_consumer),
     Scenario("prefetch-saturated", "prefetch-saturated", "a prefetch-10 consumer that never acks, with a backlog "
-             "behind it", prefetch_saturated),
+             "behind it", _settling_consumer(100, 10, 0.2, _keep)),
+    # Two acks a second: throughput bound by the round trip and the work.
     Scenario("prefetch-one", "prefetch-one", "a prefetch-1 consumer acking twice a second on a queue of 300",
-             prefetch_one),
+             _settling_consumer(300, 1, 0.5, _ack_one)),
+    # At most 5 nacks every 20 ms: bounded, but a loop.
     Scenario("requeue-loop", "requeue-loop", "a consumer that nacks every delivery with requeue=true",
-             requeue_loop),
+             _settling_consumer(5, 5, 0.02, _requeue_all)),
     Scenario("publisher-without-confirms", "publisher-without-confirms", "a publisher without confirms or "
              "transactions", publisher_without_confirms),
     Scenario("transactional-publisher", "transactional-publisher", "a publisher committing a transaction per "
