@@ -136,3 +136,11 @@ def test_one_data_dir_serves_the_probes_and_the_snapshot_history(tmp_path):
     cfg = load(cli_args(config=_toml(tmp_path, '[probe]\namqp_url = "amqp://guest@rabbit/%2F"\n'
                                                 'data_dir = "/probe-only"\n')), {})
     assert (cfg.data_dir, cfg.probes.data_dir) == (None, "/probe-only")
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    listing = subprocess.Popen([sys.executable, "-m", "ackscope.cli", "scenario", "--list"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    listing.stdout.close()  # like `| head -0`: the reader is gone before the first line
+    _, err = listing.communicate(timeout=30)
+    assert b"Traceback" not in err and b"BrokenPipe" not in err
