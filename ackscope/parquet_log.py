@@ -33,7 +33,6 @@ class ParquetLog:
         self.max_rows = max_rows
         self.max_buffered = max_buffered
         self.dropped = 0
-        self.files_written = 0
         self._buffer: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -79,7 +78,6 @@ class ParquetLog:
         try:
             for start in range(0, len(rows), self.max_rows):  # no file above max_rows
                 path = self._write(rows[start:start + self.max_rows])
-                self.files_written += 1
         except OSError as e:
             rows = rows[start:]
             with self._lock:  # keep them for the next try, within the same bound (the newest win)

@@ -119,25 +119,25 @@ def _requeue_all(ch, held: list[int]) -> None:
         ch.basic_nack(held.pop(), requeue=True)
 
 
-def publisher_without_confirms(run: Run) -> None:
-    conn = run.connect()
-    ch = conn.channel()
-    q = run.queue(ch)
-    ch.basic_consume(q, lambda c, m, p, b: c.basic_ack(m.delivery_tag))
-    run.idle(conn, tick=lambda: _publish(ch, q, 1))
+def _publishing_to_itself(mode: str, every: float = 0.2):
+    """A publisher of one message per `every` s into a queue it also consumes and acks; `mode` is how it
+    publishes: "plain" (no confirms), "tx" (a transaction per message) or "confirm" (waiting for each)."""
+    def scenario(run: Run) -> None:
+        conn = run.connect()
+        ch = conn.channel()
+        q = run.queue(ch)
+        ch.basic_consume(q, lambda c, m, p, b: c.basic_ack(m.delivery_tag))
+        if mode == "tx":
+            ch.tx_select()
+        elif mode == "confirm":
+            ch.confirm_delivery()
 
-
-def transactional_publisher(run: Run) -> None:
-    conn = run.connect()
-    ch = conn.channel()
-    q = run.queue(ch)
-    ch.basic_consume(q, lambda c, m, p, b: c.basic_ack(m.delivery_tag))
-    ch.tx_select()
-
-    def commit_one():
-        _publish(ch, q, 1)
-        ch.tx_commit()
-    run.idle(conn, tick=commit_one)
+        def publish_one():
+            _publish(ch, q, 1)
+            if mode == "tx":
+                ch.tx_commit()
+        run.idle(conn, every=every, tick=publish_one)
+    return scenario
 
 
 def publisher_nacked(run: Run) -> None:
@@ -213,15 +213,6 @@ def heartbeat_disabled(run: Run) -> None:
     run.idle(conn, every=1.0, tick=lambda: ch.queue_declare(q, passive=True))
 
 
-def blocked_publisher(run: Run) -> None:
-    conn = run.connect()
-    ch = conn.channel()
-    q = run.queue(ch)
-    ch.basic_consume(q, lambda c, m, p, b: c.basic_ack(m.delivery_tag))
-    ch.confirm_delivery()
-    run.idle(conn, every=0.5, tick=lambda: _publish(ch, q, 1))
-
-
 def healthy(run: Run) -> None:
     """What good looks like: confirms, prefetch 50, manual acks, a durable queue, persistent messages."""
     pub_conn, con_conn = run.connect(), run.connect()
@@ -259,9 +250,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("requeue-loop", "requeue-loop", "a consumer that nacks every delivery with requeue=true",
              _settling_consumer(5, 5, 0.02, _requeue_all)),
     Scenario("publisher-without-confirms", "publisher-without-confirms", "a publisher without confirms or "
-             "transactions", publisher_without_confirms),
+             "transactions", _publishing_to_itself("plain")),
     Scenario("transactional-publisher", "transactional-publisher", "a publisher committing a transaction per "
-             "message", transactional_publisher),
+             "message", _publishing_to_itself("tx")),
     Scenario("publisher-nacked", "publisher-nacked", "a confirm-mode publisher into a full reject-publish queue",
              publisher_nacked),
     Scenario("unconfirmed-backlog", "unconfirmed-backlog", "a confirm-mode publisher that bursts 500 persistent "
@@ -280,7 +271,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("heartbeat-disabled", "heartbeat-disabled", "an idle connection that negotiated heartbeat 0",
              heartbeat_disabled),
     Scenario("blocked-publisher", "connection-blocked", "a confirm-mode publisher; blocked once a memory or disk "
-             "alarm is raised (set one with rabbitmqctl set_vm_memory_high_watermark)", blocked_publisher),
+             "alarm is raised (set one with rabbitmqctl set_vm_memory_high_watermark)",
+             _publishing_to_itself("confirm", every=0.5)),
     Scenario("healthy", "", "confirms, prefetch 50, manual acks, a durable queue, persistent messages: no "
              "warning should fire", healthy),
 )

@@ -58,9 +58,13 @@ def _queue(queue_type: str) -> str:
     return f"{PREFIX}bench-{queue_type}"
 
 
+def _arguments(queue_type: str) -> dict:
+    """Bounded and self-expiring, like every queue ackscope declares."""
+    return {"x-queue-type": queue_type, "x-expires": 600_000, "x-max-length": 100_000}
+
+
 def _declare(channel, queue_type: str) -> None:
-    channel.queue_declare(_queue(queue_type), durable=True, arguments={
-        "x-queue-type": queue_type, "x-expires": 600_000, "x-max-length": 100_000})
+    channel.queue_declare(_queue(queue_type), durable=True, arguments=_arguments(queue_type))
     channel.queue_purge(_queue(queue_type))
 
 
@@ -131,8 +135,7 @@ class _AsyncPublisher:
 
     def _channel(self, ch) -> None:
         self.ch = ch
-        args = {"x-queue-type": self.queue_type, "x-expires": 600_000, "x-max-length": 100_000}
-        ch.queue_declare(_queue(self.queue_type), durable=True, arguments=args,
+        ch.queue_declare(_queue(self.queue_type), durable=True, arguments=_arguments(self.queue_type),
                          callback=lambda _f: ch.queue_purge(_queue(self.queue_type), callback=lambda _f: self._ready()))
 
     def _ready(self) -> None:

@@ -433,7 +433,3 @@ class ProbeRunner:
         for p in self.probes:
             p.housekeeping()
         self.later(HOUSEKEEPING_S, self._housekeeping)
-
-    @property
-    def up(self) -> bool:
-        return all(p.pub_channel is not None and p.con_channel is not None for p in self.probes)
