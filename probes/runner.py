@@ -84,10 +84,10 @@ class _TargetProbe:
         self._tick = None
 
     # -- events ---------------------------------------------------------------------------------------
-    def event(self, kind: str, seq: int, **fields) -> None:
+    def event(self, kind: str, seq: int, ts_us: int | None = None, **fields) -> None:
         if self.r.events is not None:
             self.r.events.append(Event(self.r.run_id, self.t.name, self.t.queue_type, self.t.persistent, seq, kind,
-                                       now_us(), **fields))
+                                       ts_us or now_us(), **fields))
 
     def count(self, name: str, n: int = 1) -> None:
         self.r.metrics.count(name, self.t, n)
@@ -192,16 +192,17 @@ class _TargetProbe:
         acked = isinstance(method, pika.spec.Basic.Ack)
         labels = self.t.labels
         self.r.metrics.confirm_batch_size.labels(*labels).observe(len(settled))
+        seen_us = now_us()  # one frame, one instant: the pipeline tells frames apart by it
         for s in settled:
             if acked:
                 self.r.metrics.confirm_latency.labels(*labels).observe(s.latency_s)
-                self.event("confirmed", s.seq, latency_s=s.latency_s, batch_size=len(settled))
+                self.event("confirmed", s.seq, seen_us, latency_s=s.latency_s, batch_size=len(settled))
                 if s.seq in self.returned:
                     self.returned.discard(s.seq)
                 else:
                     self.audit.confirmed(s.seq, now)
             else:
-                self.event("nacked", s.seq, batch_size=len(settled))
+                self.event("nacked", s.seq, seen_us, batch_size=len(settled))
         self.count("confirmed" if acked else "nacked", len(settled))
 
     def _on_return(self, _channel, _method, _props, body) -> None:
