@@ -16,6 +16,7 @@ def _parser() -> argparse.ArgumentParser:
     from ackscope.diagnosis import command as diagnose
     from ackscope.diagnosis import scenarios
     from ackscope.exporter import command as exporter
+    from ackscope.pipeline import command as pipeline
     from ackscope.probes import command as probes
     from ackscope.probes import confirm_strategies
 
@@ -51,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     scenarios.add_arguments(p)
     p.set_defaults(run=scenarios.run)
 
+    p = commands.add_parser("pipeline", help="on Spark: probe events and exporter history → delivery audit, "
+                            "latency, batching and saturation reports")
+    pipeline.add_arguments(p)
+    p.set_defaults(run=pipeline.run)
+
     p = commands.add_parser("bench", help="measure something on your broker")
     benches = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
     b = benches.add_parser("confirms", help="publisher strategies side by side: transactions, confirms, "
@@ -68,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # PySpark's bridge logs each connection it closes
     if args.log_level != "debug":
         # pika logs every failed connection attempt with its whole workflow; ackscope says it in one line.
         logging.getLogger("pika").setLevel(logging.CRITICAL)

@@ -91,3 +91,12 @@ def clients() -> Iterator[Callable[..., pika.BlockingConnection]]:
                 conn.close()
             except Exception:  # the broker may have closed it already (that is what some tests do)
                 pass
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark for the suite (the pipeline command joins it when run in-process)."""
+    from ackscope.pipeline.session import start
+    session = start("local[2]")
+    yield session
+    session.stop()

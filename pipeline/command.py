@@ -1,0 +1,273 @@
+"""`ackscope pipeline`: probe events and snapshot history → Parquet reports and summary.json, on Spark.
+
+The transformations are pure (audit, latency, batching, snapshots); this module reads, writes and reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ackscope import config
+from ackscope.config import ConfigError, Option
+
+_DURATION = re.compile(r"^(\d+)\s*([smhd])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_s(v: Any) -> int:
+    """'30s', '1m', '6h', '2d' → seconds."""
+    m = _DURATION.match(str(v).strip())
+    if not m or int(m.group(1)) == 0:
+        raise ValueError(f"expected a duration such as 30s, 1m, 6h or 2d, not {v!r}")
+    return int(m.group(1)) * _UNIT[m.group(2)]
+
+
+def point_in_time(v: Any, now: datetime | None = None) -> datetime:
+    """An ISO 8601 date or time (UTC unless it says otherwise), or a duration meaning that long ago."""
+    text = str(v).strip()
+    if _DURATION.match(text):
+        return (now or datetime.now(UTC)) - timedelta(seconds=duration_s(text))
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"expected a time such as 2026-11-22, 2026-11-22T03:00 or 6h (ago), not {v!r}") from None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+OPTIONS = (
+    Option("data_dir", None, str, "read DIR/events/ (probe events) and DIR/snapshots/ (exporter history); "
+           "any Hadoop-compatible URI"),
+    Option("out", None, str, "write the reports and summary.json under OUT; any Hadoop-compatible URI"),
+    Option("master", "local[2]", str, "Spark master: local[N] on this machine, or a cluster's URL"),
+    Option("window", "1m", duration_s, "width of the time windows of the windowed reports"),
+    Option("since", None, point_in_time, "only events from this time (ISO 8601, UTC unless stated, or e.g. 6h "
+           "for six hours ago)"),
+    Option("until", None, point_in_time, "only events before this time (same forms as --since)"),
+    Option("loss_deadline", 120.0, config.positive_float, "seconds a confirmed message may take to be delivered "
+           "before the audit calls it lost"),
+    Option("spark_ui", False, config.boolean, "keep Spark's web UI on while the pipeline runs", switch=True),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    config.add_arguments(parser, OPTIONS)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting, e.g. spark.executor.memory=8g (repeatable)")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    data_dir: str
+    out: str
+    master: str = "local[2]"
+    window_s: int = 60
+    since: datetime | None = None
+    until: datetime | None = None
+    loss_deadline_s: float = 120.0
+    spark_ui: bool = False
+    spark_conf: tuple[tuple[str, str], ...] = ()
+
+
+def load(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineConfig:
+    v = config.resolve(OPTIONS, args, environ, {})
+    for required in ("data_dir", "out"):
+        if not v[required]:
+            raise ConfigError(f"--{required.replace('_', '-')} is required")
+    if v["since"] and v["until"] and v["since"] >= v["until"]:
+        raise ConfigError("--since must be before --until")
+    conf = []
+    for item in args.conf or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--conf {item!r}: expected KEY=VALUE")
+        conf.append((key.strip(), value))
+    return PipelineConfig(v["data_dir"], v["out"], v["master"], v["window"], v["since"], v["until"],
+                          v["loss_deadline"], bool(v["spark_ui"]), tuple(conf))
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    from .session import SparkUnavailable
+
+    cfg = load(args, environ)
+    progress = Progress(sys.stderr)
+    try:
+        summary = execute(cfg, progress)
+    except (SparkUnavailable, NoInput) as e:
+        print(f"ackscope pipeline: {e}", file=sys.stderr)
+        return 1
+    except (PySparkException, Py4JError) as e:
+        # An unreadable output location, a lost cluster: Spark's first line says which.
+        print(f"ackscope pipeline: Spark failed: {_first_line(e)}", file=sys.stderr)
+        return 1
+    progress.line(f"done in {summary['run_time_s']:.1f} s: {cfg.out.rstrip('/')}/summary.json")
+    return 0
+
+
+class NoInput(Exception):
+    """Neither probe events nor snapshot history under the data dir."""
+
+
+class Progress:
+    """One line per stage on stderr: what it did and how long it took."""
+
+    def __init__(self, stream):
+        from rich.console import Console
+        self.console = Console(file=stream, highlight=False, soft_wrap=True)
+
+    def line(self, text: str) -> None:
+        self.console.print(text, markup=False)
+
+    def stage(self, name: str, work: Callable[[], int]) -> int:
+        started = time.monotonic()
+        with self.console.status(f"{name} …"):
+            rows = work()
+        self.line(f"  {name:<24} {rows:>10,} rows {time.monotonic() - started:7.1f} s")
+        return rows
+
+
+def execute(cfg: PipelineConfig, progress: Progress) -> dict:
+    """Run the whole pipeline; return (and write) the summary."""
+    from ackscope.exporter.history import SCHEMAS
+    from ackscope.probes.events import SCHEMA as EVENTS
+
+    from . import audit, batching, latency, snapshots
+    from .inputs import read, scan
+    from .session import start
+    from .windows import within
+
+    started = time.monotonic()
+    spark = start(cfg.master, cfg.spark_ui, dict(cfg.spark_conf))
+    root = cfg.data_dir.rstrip("/")
+    days = (cfg.since.date() if cfg.since else None, cfg.until.date() if cfg.until else None)
+    sources = {"events": scan(spark, "events", f"{root}/events", EVENTS, *days)}
+    for kind, schema in SCHEMAS.items():
+        sources[f"snapshots/{kind}"] = scan(spark, kind, f"{root}/snapshots/{kind}", schema, *days)
+    if not any(s.files or s.skipped for s in sources.values()):
+        raise NoInput(f"nothing to read under {root}: expected probe events in {root}/events/ or exporter "
+                      f"history in {root}/snapshots/ (run the probes or the exporter with --data-dir)")
+    for name, s in sources.items():
+        progress.line(f"read {name}: {len(s.files)} files, {s.rows:,} rows"
+                      + (f", {len(s.skipped)} skipped" if s.skipped else ""))
+        for skipped in s.skipped[:5]:
+            progress.line(f"  skipped {skipped.file}: {skipped.reason}")
+        if len(s.skipped) > 5:
+            progress.line(f"  … and {len(s.skipped) - 5} more (all in summary.json)")
+
+    events = read(spark, sources["events"], EVENTS)
+    in_range = within(events, "ts", cfg.since, cfg.until)
+    channels = within(read(spark, sources["snapshots/channels"], SCHEMAS["channels"]), "taken_at", cfg.since,
+                      cfg.until)
+    consumers = within(read(spark, sources["snapshots/consumers"], SCHEMAS["consumers"]), "taken_at", cfg.since,
+                       cfg.until)
+    queues = within(read(spark, sources["snapshots/queues"], SCHEMAS["queues"]), "taken_at", cfg.since, cfg.until)
+
+    from pyspark import StorageLevel
+    classified = audit.classify(events, cfg.loss_deadline_s, cfg.since, cfg.until) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    out = cfg.out.rstrip("/")
+    w = cfg.window_s
+    reports: list[tuple[str, Any, list[str], bool]] = [
+        # name, DataFrame, sort keys, partitioned by date
+        ("delivery_audit", audit.delivery_audit(classified), ["run_id", "probe"], False),
+        ("lost_messages", audit.lost_messages(classified), ["run_id", "probe", "seq"], False),
+        ("confirm_latency", latency.confirm_latency(in_range, w), ["window_start", "probe"], True),
+        ("confirm_batches", batching.confirm_batches(in_range), ["probe", "batch_size"], False),
+        ("confirm_batch_interval", batching.confirm_batch_interval(in_range), ["probe"], False),
+        ("delivery_latency", latency.delivery_latency(in_range, w), ["window_start", "probe"], True),
+        ("redelivery", latency.redelivery(in_range, w), ["window_start", "probe"], True),
+        ("prefetch_saturation", snapshots.prefetch_saturation(channels, consumers), snapshots.CHANNEL, False),
+        ("redelivery_hotspots", snapshots.redelivery_hotspots(queues), ["rank"], False),
+        ("publisher_safety", snapshots.publisher_safety(channels, w), ["window_start", *snapshots.CHANNEL], True),
+    ]
+    written: dict[str, int] = {}
+    audit_rows: list = []
+    for name, df, keys, by_date in reports:
+        def write(df=df, name=name, keys=keys, by_date=by_date) -> int:
+            return _write(df, f"{out}/{name}", keys, by_date)
+        written[name] = progress.stage(name, write)
+        if name == "delivery_audit":
+            audit_rows = spark.read.parquet(f"{out}/delivery_audit").collect()
+    classified.unpersist()
+    confirm_p = latency.confirm_latency_by_probe(in_range).collect()
+    summary = {
+        "data_dir": cfg.data_dir,
+        "out": cfg.out,
+        "since": cfg.since.isoformat() if cfg.since else None,
+        "until": cfg.until.isoformat() if cfg.until else None,
+        "window_s": w,
+        "loss_deadline_s": cfg.loss_deadline_s,
+        "spark": {"master": cfg.master, "version": spark.version},
+        "inputs": {name: s.summary() for name, s in sources.items()},
+        "files_read": sum(len(s.files) for s in sources.values()),
+        "files_skipped": sum(len(s.skipped) for s in sources.values()),
+        "rows": sum(s.rows for s in sources.values()),
+        "outputs": written,
+        "probes": headline(audit_rows, {r["probe"]: (r["p50_s"], r["p99_s"]) for r in confirm_p}),
+        "run_time_s": round(time.monotonic() - started, 3),
+    }
+    _write_text(spark, f"{out}/summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+def headline(audit_rows: list, confirm: Mapping[str, tuple[float, float]]) -> dict:
+    """Per probe, over all its runs in range: the audit's counts and the confirm latency p50/p99."""
+    fields = ("published", "confirmed", "nacked", "returned", "confirm_timeouts", "republished", "delivered",
+              "duplicates", "redelivered", "lost", "awaiting")
+    probes: dict[str, dict] = {}
+    for r in audit_rows:
+        p = probes.setdefault(r["probe"], {"queue_type": r["queue_type"], "persistent": r["persistent"], "runs": 0,
+                                           **{f: 0 for f in fields}})
+        p["runs"] += 1
+        for f in fields:
+            p[f] += r[f]
+    for probe, (p50, p99) in confirm.items():
+        if probe in probes:
+            probes[probe]["confirm_p50_s"], probes[probe]["confirm_p99_s"] = p50, p99
+    return dict(sorted(probes.items()))
+
+
+def _write(df, path: str, keys: list[str], by_date: bool) -> int:
+    """Write one report, rows in a stable order, replacing what a previous run wrote (for the dates this
+    run covers, when partitioned by date); return its row count."""
+    from pyspark.sql import functions as F
+    if by_date:
+        df = df.withColumn("date", F.to_date("window_start"))
+    # One sorted file per report (per date): reports are aggregates, small next to their input. Kept in
+    # memory while written so that counting its rows costs nothing more.
+    df = df.repartition(1).sortWithinPartitions(*(["date"] if by_date else []), *keys).persist()
+    try:
+        writer = df.write.mode("overwrite").option("compression", "zstd")
+        if by_date:
+            writer = writer.partitionBy("date")
+        writer.parquet(path)
+        return df.count()
+    finally:
+        df.unpersist()
+
+
+def _first_line(e: BaseException) -> str:
+    from py4j.protocol import Py4JJavaError
+    text = str(e.java_exception.getMessage()) if isinstance(e, Py4JJavaError) else str(e)
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def _write_text(spark, path: str, text: str) -> None:
+    jvm = spark._jvm  # noqa: SLF001 - Hadoop's FileSystem, so that OUT may be any Hadoop URI
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    stream = target.getFileSystem(spark._jsc.hadoopConfiguration()).create(target, True)  # noqa: SLF001
+    try:
+        stream.write(bytearray(text.encode()))
+    finally:
+        stream.close()

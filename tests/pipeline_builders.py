@@ -1,0 +1,69 @@
+"""Handcrafted probe event logs and snapshot histories for the pipeline's tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ackscope.exporter.history import SCHEMAS
+from ackscope.probes.events import SCHEMA as EVENTS
+
+T0 = datetime(2026, 11, 21, 3, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+class Log:
+    """Events of one probe target, written in the order a probe would see them."""
+
+    def __init__(self, run_id: str = "run1", probe: str = "classic-persistent", queue_type: str = "classic",
+                 persistent: bool = True):
+        self.target = dict(run_id=run_id, probe=probe, queue_type=queue_type, persistent=persistent)
+        self.rows: list[dict] = []
+
+    def add(self, seq: int, kind: str, t: float, latency_s: float | None = None, batch_size: int | None = None,
+            redelivered: bool | None = None) -> Log:
+        self.rows.append({**self.target, "seq": seq, "kind": kind, "ts": at(t), "latency_s": latency_s,
+                          "batch_size": batch_size, "redelivered": redelivered})
+        return self
+
+    def happy(self, seq: int, t: float) -> Log:
+        """Published at t, delivered 2 ms later, acked, confirmed alone 5 ms after publishing."""
+        return (self.add(seq, "published", t).add(seq, "delivered", t + 0.002, 0.002, redelivered=False)
+                .add(seq, "acked", t + 0.003).add(seq, "confirmed", t + 0.005, 0.005, batch_size=1))
+
+
+def frame(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, EVENTS)
+
+
+def _df(spark, schema: pa.Schema, rows: list[dict]):
+    from ackscope.pipeline.inputs import spark_schema
+    return spark.createDataFrame([tuple(r.get(n) for n in schema.names) for r in rows], spark_schema(schema))
+
+
+def events_df(spark, *logs: Log):
+    return _df(spark, EVENTS, [r for log in logs for r in log.rows])
+
+
+def snapshot_df(spark, kind: str, rows: list[dict]):
+    """Snapshot rows of `kind`; `taken_at` in seconds after T0, missing fields null."""
+    return _df(spark, SCHEMAS[kind], [{**r, "taken_at": at(r["taken_at"])} for r in rows])
+
+
+def write_events(data_dir: Path, *logs: Log, name: str = "part-000001.parquet") -> Path:
+    rows = [r for log in logs for r in log.rows]
+    day = min(r["ts"] for r in rows).date().isoformat()
+    path = data_dir / "events" / f"date={day}" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(frame(rows), path, compression="zstd")
+    return path
+
+
+def rows_of(df, order: list[str]) -> list[dict]:
+    return [r.asDict() for r in df.orderBy(*order).collect()]
