@@ -114,6 +114,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return 0
 
 
+# The reports, in the order the command writes them.
+REPORTS = ("delivery_audit", "lost_messages", "confirm_latency", "confirm_batches", "confirm_batch_interval",
+           "delivery_latency", "redelivery", "prefetch_saturation", "redelivery_hotspots", "publisher_safety")
+
+
 class NoInput(Exception):
     """Neither probe events nor snapshot history under the data dir."""
 
@@ -138,11 +143,13 @@ class Progress:
 
 def execute(cfg: PipelineConfig, progress: Progress) -> dict:
     """Run the whole pipeline; return (and write) the summary."""
+    from pyspark import StorageLevel
+
     from ackscope.exporter.history import SCHEMAS
     from ackscope.probes.events import SCHEMA as EVENTS
 
     from . import audit, batching, latency, snapshots
-    from .inputs import read, scan
+    from .inputs import read, scan, verify
     from .session import start
     from .windows import within
 
@@ -156,7 +163,11 @@ def execute(cfg: PipelineConfig, progress: Progress) -> dict:
     if not any(s.files or s.skipped for s in sources.values()):
         raise NoInput(f"nothing to read under {root}: expected probe events in {root}/events/ or exporter "
                       f"history in {root}/snapshots/ (run the probes or the exporter with --data-dir)")
-    for name, s in sources.items():
+    frames = {}
+    for name, schema in (("events", EVENTS), *((f"snapshots/{kind}", kind_schema)
+                                                for kind, kind_schema in SCHEMAS.items())):
+        frames[name] = read(spark, sources[name], schema)
+        sources[name] = s = verify(spark, sources[name], frames[name])
         progress.line(f"read {name}: {len(s.files)} files, {s.rows:,} rows"
                       + (f", {len(s.skipped)} skipped" if s.skipped else ""))
         for skipped in s.skipped[:5]:
@@ -164,15 +175,12 @@ def execute(cfg: PipelineConfig, progress: Progress) -> dict:
         if len(s.skipped) > 5:
             progress.line(f"  … and {len(s.skipped) - 5} more (all in summary.json)")
 
-    events = read(spark, sources["events"], EVENTS)
+    events = frames["events"]
     in_range = within(events, "ts", cfg.since, cfg.until)
-    channels = within(read(spark, sources["snapshots/channels"], SCHEMAS["channels"]), "taken_at", cfg.since,
-                      cfg.until)
-    consumers = within(read(spark, sources["snapshots/consumers"], SCHEMAS["consumers"]), "taken_at", cfg.since,
-                       cfg.until)
-    queues = within(read(spark, sources["snapshots/queues"], SCHEMAS["queues"]), "taken_at", cfg.since, cfg.until)
+    channels = within(frames["snapshots/channels"], "taken_at", cfg.since, cfg.until)
+    consumers = within(frames["snapshots/consumers"], "taken_at", cfg.since, cfg.until)
+    queues = within(frames["snapshots/queues"], "taken_at", cfg.since, cfg.until)
 
-    from pyspark import StorageLevel
     classified = audit.classify(events, cfg.loss_deadline_s, cfg.since, cfg.until) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     out = cfg.out.rstrip("/")

@@ -29,11 +29,18 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class DataFile:
+    path: str  # as Hadoop qualifies it
+    relative: str  # to the input's root
+    rows: int  # as its footer says
+
+
+@dataclass(frozen=True)
 class Input:
     """One input dataset: the files that passed their check, and those that did not."""
     name: str
     root: str
-    files: tuple[str, ...]
+    files: tuple[DataFile, ...]
     rows: int
     skipped: tuple[Skipped, ...]
 
@@ -80,7 +87,7 @@ def scan(spark: SparkSession, name: str, root: str, schema: pa.Schema, since: da
         if problem:
             skipped.append(Skipped(relative, problem))
         else:
-            files.append(full)
+            files.append(DataFile(full, relative, count))
             rows += count
     return Input(name, root, tuple(files), rows, tuple(skipped))
 
@@ -90,7 +97,28 @@ def read(spark: SparkSession, source: Input, schema: pa.Schema) -> DataFrame:
     struct = spark_schema(schema)
     if not source.files:
         return spark.createDataFrame([], struct)
-    return spark.read.schema(struct).parquet(*source.files)
+    return spark.read.schema(struct).parquet(*(f.path for f in source.files))
+
+
+def verify(spark: SparkSession, source: Input, df: DataFrame) -> Input:
+    """`source` after one pass that counts the rows Spark actually read from each file: a file whose footer
+    is sound but whose pages are damaged is skipped by Spark (spark.sql.files.ignoreCorruptFiles) wholly or
+    in part; this is where it gets reported."""
+    from pyspark.sql import functions as F
+
+    if not source.files:
+        return source
+    qualify = spark._jvm.org.apache.hadoop.fs.Path  # noqa: SLF001 - normalise URIs the way the listing did
+    # Aggregating a hash of every column makes Spark decode every page; a bare count would come from the
+    # footers (and Spark would simplify a count of any non-null expression into one).
+    counted = (df.select(F.input_file_name().alias("file"), F.xxhash64(*df.columns).alias("h"))
+               .groupBy("file").agg(F.count("*").alias("rows"), F.max("h").alias("_")))
+    read = {qualify(r["file"]).toString(): r["rows"] for r in counted.collect()}
+    intact = tuple(f for f in source.files if read.get(f.path, 0) == f.rows)
+    damaged = [Skipped(f.relative, f"damaged data pages: read {read.get(f.path, 0):,} of its {f.rows:,} rows")
+               for f in source.files if f not in intact]
+    return Input(source.name, source.root, intact, sum(read.values()),
+                 tuple(sorted((*source.skipped, *damaged), key=lambda s: s.file)))
 
 
 def _in_range(relative: str, since: date | None, until: date | None) -> bool:

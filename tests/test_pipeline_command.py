@@ -1,0 +1,171 @@
+"""`ackscope pipeline` end to end on handcrafted inputs: damaged files skipped and named, reruns that give the
+same output, date partitions replaced only where a rerun covers them, and a quiet, one-line-per-error CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from ackscope.cli import main
+from ackscope.exporter.history import SCHEMAS
+from ackscope.pipeline.command import REPORTS, PipelineConfig, Progress, execute
+from pipeline_builders import Log, at, write_events
+
+ACKSCOPE = str(Path(sys.executable).with_name("ackscope"))
+
+
+def _log(runs: int = 1, start: float = 0.0) -> list[Log]:
+    logs = []
+    for r in range(runs):
+        log = Log(run_id=f"run{r}")
+        for seq in range(1, 41):
+            log.happy(seq, start + seq)
+        log.add(41, "published", start + 41).add(41, "confirmed", start + 41.01, 0.01, batch_size=1)  # lost
+        log.happy(42, start + 400)
+        logs.append(log)
+    return logs
+
+
+def _run(data: Path, out: Path, **kw) -> dict:
+    return execute(PipelineConfig(str(data), str(out), **kw), Progress(io.StringIO()))
+
+
+def _reports(out: Path) -> dict[str, list[dict]]:
+    read = {}
+    for name in REPORTS:
+        table = ds.dataset(out / name, format="parquet", partitioning="hive").to_table()
+        read[name] = sorted(table.to_pylist(), key=repr)
+    return read
+
+
+def test_damaged_files_are_skipped_counted_and_named_and_the_rest_is_read(spark, tmp_path):
+    data = tmp_path / "data"
+    good = write_events(data, *_log())
+    day = good.parent
+    raw = good.read_bytes()
+    (day / "part-half-written.parquet").write_bytes(raw[: len(raw) // 2])
+    (day / "part-garbage.parquet").write_bytes(b"PAR1 this is not parquet at all PAR1")
+    (day / "part-empty.parquet").write_bytes(b"")
+    pq.write_table(SCHEMAS["queues"].empty_table(), day / "part-foreign.parquet")
+    (day / "notes.txt").write_text("left here by someone")
+    (day / ".part-in-progress.parquet.tmp").write_bytes(raw[:100])  # a writer's temporary file: not data
+    # A sound footer over damaged pages: only reading the data shows it.
+    damaged = day / "part-damaged-pages.parquet"
+    pq.write_table(pq.read_table(good), damaged, compression="none")
+    pages = bytearray(damaged.read_bytes())
+    pages[8:1500] = bytes((i * 37) % 251 for i in range(8, 1500))
+    damaged.write_bytes(bytes(pages))
+
+    summary = _run(data, tmp_path / "out")
+
+    events = summary["inputs"]["events"]
+    reasons = {s["file"].split("/")[-1]: s["reason"] for s in events["skipped"]}
+    assert set(reasons) == {"part-half-written.parquet", "part-garbage.parquet", "part-empty.parquet",
+                            "part-foreign.parquet", "notes.txt", "part-damaged-pages.parquet"}
+    assert reasons["part-damaged-pages.parquet"].startswith("damaged data pages: read 0 of its ")
+    assert "half-written or cut short" in reasons["part-half-written.parquet"]
+    assert reasons["part-empty.parquet"] == "empty file (0 bytes)"
+    assert "no column run_id" in reasons["part-foreign.parquet"]
+    assert events["files_skipped"] == summary["files_skipped"] == 6
+    assert events["files_read"] == 1 and events["rows"] == pq.read_metadata(good).num_rows
+    assert summary["probes"]["classic-persistent"]["lost"] == 1
+    assert summary["probes"]["classic-persistent"]["delivered"] == 41
+
+
+def test_a_rerun_over_the_same_input_writes_the_same_reports(spark, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    write_events(data, *_log(runs=2))
+    first = _run(data, out)
+    before = _reports(out)
+    files = sorted(p.relative_to(out) for p in out.rglob("*.parquet"))
+    second = _run(data, out)
+    assert _reports(out) == before
+    assert len(sorted(out.rglob("*.parquet"))) == len(files)  # replaced, not appended
+    assert {k: v for k, v in first.items() if k != "run_time_s"} == \
+        {k: v for k, v in second.items() if k != "run_time_s"}
+
+
+def test_a_rerun_for_one_day_replaces_only_that_days_partitions(spark, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    write_events(data, *_log(), name="day1.parquet")
+    write_events(data, *_log(start=86_400.0), name="day2.parquet")
+    _run(data, out)
+    day1 = [r for r in _reports(out)["confirm_latency"] if r["window_start"].day == at(0).day]
+    assert len({p.name for p in (out / "confirm_latency").iterdir() if p.name.startswith("date=")}) == 2
+
+    _run(data, out, since=at(86_400), window_s=3600)
+    latency = _reports(out)["confirm_latency"]
+    assert [r for r in latency if r["window_start"].day == at(0).day] == day1  # untouched
+    day2 = [r for r in latency if r["window_start"].day == at(86_400).day]
+    assert len(day2) == 1 and day2[0]["count"] == 42  # one hourly window now
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([ACKSCOPE, "pipeline", *args], capture_output=True, text=True, timeout=300,
+                          env=env or {**os.environ, "ACKSCOPE_LOG_LEVEL": "info"})
+
+
+def test_the_command_is_quiet_reports_by_stage_and_writes_summary_json(tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    write_events(data, *_log())
+    (data / "events" / "broken.parquet").write_bytes(b"PAR1")
+    result = _cli("--data-dir", str(data), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "read events: 1 files, 166 rows, 1 skipped"
+    assert lines[1].startswith("  skipped broken.parquet: not a complete Parquet file")
+    staged = [line.split()[0] for line in lines if line.startswith("  ") and line.rstrip().endswith(" s")]
+    assert staged == list(REPORTS)
+    assert lines[-1].startswith("done in ") and lines[-1].endswith(f"{out}/summary.json")
+    assert not [line for line in lines if "WARN" in line or "INFO" in line or "Traceback" in line]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["files_skipped"] == 1 and summary["outputs"]["delivery_audit"] == 1
+
+
+def test_an_empty_data_dir_is_one_clear_line(tmp_path):
+    (tmp_path / "data").mkdir()
+    result = _cli("--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"ackscope pipeline: nothing to read under {tmp_path / 'data'}: expected probe events in "
+        f"{tmp_path / 'data'}/events/ or exporter history in {tmp_path / 'data'}/snapshots/ (run the probes or "
+        f"the exporter with --data-dir)"]
+
+
+def test_an_unwritable_output_is_one_line_from_spark(tmp_path):
+    data = tmp_path / "data"
+    write_events(data, *_log())
+    (tmp_path / "out").write_text("a file where the output directory should be")
+    result = _cli("--data-dir", str(data), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1
+    error = [line for line in result.stderr.splitlines() if line.startswith("ackscope pipeline:")]
+    assert len(error) == 1 and error[0].startswith("ackscope pipeline: Spark failed: ")
+    assert "Traceback" not in result.stderr
+
+
+def test_without_java_the_command_says_what_to_install(tmp_path):
+    data = tmp_path / "data"
+    write_events(data, *_log())
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    result = _cli("--data-dir", str(data), "--out", str(tmp_path / "out"), env=env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("ackscope pipeline: the pipeline needs a Java runtime (17 or newer) and none "
+                                     "was found: install openjdk-17-jre-headless or set JAVA_HOME")
+
+
+def test_bad_options_are_usage_errors_before_spark_starts(capsys):
+    assert main(["pipeline", "--data-dir", "d", "--out", "o", "--window", "fortnight"]) == 2
+    assert main(["pipeline", "--data-dir", "d", "--out", "o", "--since", "2026-11-22", "--until", "1d"]) == 2
+    assert main(["pipeline", "--data-dir", "d"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["ackscope pipeline: --window: expected a duration such as 30s, 1m, 6h or 2d, not 'fortnight'",
+                   "ackscope pipeline: --since must be before --until",
+                   "ackscope pipeline: --out is required"]
