@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 need=()
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need+=(rabbitmq-server)
+# The Spark pipeline (PySpark 4) runs on a Java 17+ runtime.
+command -v java >/dev/null || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] || need+=(openjdk-17-jre-headless)
 if [ "${1:-}" = "--test" ]; then
   command -v promtool >/dev/null && command -v prometheus >/dev/null || need+=(prometheus)
 fi
