@@ -12,7 +12,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 PROBE = ["run_id", "probe", "queue_type", "persistent"]
-MESSAGE = PROBE + ["seq"]
 
 
 def _count_kind(kind: str) -> F.Column:
@@ -22,7 +21,11 @@ def _count_kind(kind: str) -> F.Column:
 def messages(events: DataFrame) -> DataFrame:
     """One row per message: when it was published and confirmed, and how its story went."""
     kind, ts = F.col("kind"), F.col("ts")
-    return events.groupBy(*MESSAGE).agg(
+    # Acks say nothing the deliveries do not; a probe's queue type and persistence are fixed for its run,
+    # so they ride along instead of widening the shuffle's key.
+    return events.where(kind != "acked").groupBy("run_id", "probe", "seq").agg(
+        F.max("queue_type").alias("queue_type"),
+        F.max("persistent").alias("persistent"),
         F.min("ts").alias("first_seen"),
         F.min(F.when(kind == "published", ts)).alias("published_at"),
         F.min(F.when(kind == "confirmed", ts)).alias("confirmed_at"),
@@ -54,13 +57,16 @@ def classify(events: DataFrame, loss_deadline_s: float, since: datetime | None =
     return msgs.withColumn("lost", undelivered & due).withColumn("awaiting", undelivered & ~due)
 
 
-def delivery_audit(classified: DataFrame) -> DataFrame:
+def per_run(classified: DataFrame) -> DataFrame:
     """Per run and probe: published, confirmed, nacked, returned, confirm_timeouts, republished,
     delivered (distinct seq), duplicates (deliveries beyond the first, not counting the one redelivery each
-    of the probe's own requeues causes), redelivered, lost and awaiting."""
+    of the probe's own requeues causes), redelivered, lost and awaiting; and `lost_messages`, the lost ones
+    themselves (seq, published_at, confirmed_at), gathered in the same pass: the per-message rows are
+    the expensive part, too large to keep and too costly to build twice."""
     def messages_with(condition: F.Column) -> F.Column:
         return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
 
+    lost = F.when(F.col("lost"), F.struct("seq", "published_at", "confirmed_at"))
     return classified.groupBy(*PROBE).agg(
         F.min("first_seen").alias("first_event"),
         F.max("first_seen").alias("last_event"),
@@ -75,9 +81,15 @@ def delivery_audit(classified: DataFrame) -> DataFrame:
         F.sum("redeliveries").cast("long").alias("redelivered"),
         messages_with(F.col("lost")).alias("lost"),
         messages_with(F.col("awaiting")).alias("awaiting"),
+        F.array_sort(F.collect_list(lost)).alias("lost_messages"),
     )
 
 
-def lost_messages(classified: DataFrame) -> DataFrame:
-    """Every lost message: run_id, probe, seq, when it was published and confirmed."""
-    return classified.where("lost").select(*PROBE, "seq", "published_at", "confirmed_at")
+def delivery_audit(runs: DataFrame) -> DataFrame:
+    """The `delivery_audit` report from `per_run`."""
+    return runs.drop("lost_messages")
+
+
+def lost_messages(runs: DataFrame) -> DataFrame:
+    """Every lost message, from `per_run`: run_id, probe, seq, when it was published and confirmed."""
+    return runs.select(*PROBE, F.explode("lost_messages").alias("m")).select(*PROBE, "m.*")

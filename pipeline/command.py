@@ -18,6 +18,7 @@ from typing import Any
 from ackscope import config
 from ackscope.config import ConfigError, Option
 
+_FAILED_READ = re.compile(r"Encountered error while reading file (\S+?)\.?\s+SQLSTATE")
 _DURATION = re.compile(r"^(\d+)\s*([smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -143,15 +144,13 @@ class Progress:
 
 def execute(cfg: PipelineConfig, progress: Progress) -> dict:
     """Run the whole pipeline; return (and write) the summary."""
-    from pyspark import StorageLevel
+    from py4j.protocol import Py4JJavaError
 
     from ackscope.exporter.history import SCHEMAS
     from ackscope.probes.events import SCHEMA as EVENTS
 
-    from . import audit, batching, latency, snapshots
-    from .inputs import read, scan, verify
+    from .inputs import read, scan
     from .session import start
-    from .windows import within
 
     started = time.monotonic()
     spark = start(cfg.master, cfg.spark_ui, dict(cfg.spark_conf))
@@ -163,57 +162,34 @@ def execute(cfg: PipelineConfig, progress: Progress) -> dict:
     if not any(s.files or s.skipped for s in sources.values()):
         raise NoInput(f"nothing to read under {root}: expected probe events in {root}/events/ or exporter "
                       f"history in {root}/snapshots/ (run the probes or the exporter with --data-dir)")
-    frames = {}
-    for name, schema in (("events", EVENTS), *((f"snapshots/{kind}", kind_schema)
-                                                for kind, kind_schema in SCHEMAS.items())):
-        frames[name] = read(spark, sources[name], schema)
-        sources[name] = s = verify(spark, sources[name], frames[name])
-        progress.line(f"read {name}: {len(s.files)} files, {s.rows:,} rows"
-                      + (f", {len(s.skipped)} skipped" if s.skipped else ""))
-        for skipped in s.skipped[:5]:
+    schemas = {"events": EVENTS, **{f"snapshots/{kind}": schema for kind, schema in SCHEMAS.items()}}
+    for name, source in sources.items():
+        progress.line(f"read {name}: {len(source.files)} files, {source.rows:,} rows"
+                      + (f", {len(source.skipped)} skipped" if source.skipped else ""))
+        for skipped in source.skipped[:5]:
             progress.line(f"  skipped {skipped.file}: {skipped.reason}")
-        if len(s.skipped) > 5:
-            progress.line(f"  … and {len(s.skipped) - 5} more (all in summary.json)")
-
-    events = frames["events"]
-    in_range = within(events, "ts", cfg.since, cfg.until)
-    channels = within(frames["snapshots/channels"], "taken_at", cfg.since, cfg.until)
-    consumers = within(frames["snapshots/consumers"], "taken_at", cfg.since, cfg.until)
-    queues = within(frames["snapshots/queues"], "taken_at", cfg.since, cfg.until)
-
-    classified = audit.classify(events, cfg.loss_deadline_s, cfg.since, cfg.until) \
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    out = cfg.out.rstrip("/")
-    w = cfg.window_s
-    reports: list[tuple[str, Any, list[str], bool]] = [
-        # name, DataFrame, sort keys, partitioned by date
-        ("delivery_audit", audit.delivery_audit(classified), ["run_id", "probe"], False),
-        ("lost_messages", audit.lost_messages(classified), ["run_id", "probe", "seq"], False),
-        ("confirm_latency", latency.confirm_latency(in_range, w), ["window_start", "probe"], True),
-        ("confirm_batches", batching.confirm_batches(in_range), ["probe", "batch_size"], False),
-        ("confirm_batch_interval", batching.confirm_batch_interval(in_range), ["probe"], False),
-        ("delivery_latency", latency.delivery_latency(in_range, w), ["window_start", "probe"], True),
-        ("redelivery", latency.redelivery(in_range, w), ["window_start", "probe"], True),
-        ("prefetch_saturation", snapshots.prefetch_saturation(channels, consumers), snapshots.CHANNEL, False),
-        ("redelivery_hotspots", snapshots.redelivery_hotspots(queues), ["rank"], False),
-        ("publisher_safety", snapshots.publisher_safety(channels, w), ["window_start", *snapshots.CHANNEL], True),
-    ]
-    written: dict[str, int] = {}
-    audit_rows: list = []
-    for name, df, keys, by_date in reports:
-        def write(df=df, name=name, keys=keys, by_date=by_date) -> int:
-            return _write(df, f"{out}/{name}", keys, by_date)
-        written[name] = progress.stage(name, write)
-        if name == "delivery_audit":
-            audit_rows = spark.read.parquet(f"{out}/delivery_audit").collect()
-    classified.unpersist()
-    confirm_p = latency.confirm_latency_by_probe(in_range).collect()
+        if len(source.skipped) > 5:
+            progress.line(f"  … and {len(source.skipped) - 5} more (all in summary.json)")
+    while True:
+        frames = {name: read(spark, source, schemas[name]) for name, source in sources.items()}
+        try:
+            written, audit_rows, confirm_p = _reports(spark, cfg, frames, progress)
+            break
+        except Py4JJavaError as e:
+            # Damage a footer cannot show (a page of a sound file) fails the job that reads it: set the file
+            # aside and run the reports again without it.
+            found = damaged_file(spark, e, sources)
+            if found is None:
+                raise
+            name, damaged = found
+            sources[name] = sources[name].without(damaged, "damaged data pages (the footer is sound)")
+            progress.line(f"  skipped {damaged.relative}: damaged data pages; writing the reports again without it")
     summary = {
         "data_dir": cfg.data_dir,
         "out": cfg.out,
         "since": cfg.since.isoformat() if cfg.since else None,
         "until": cfg.until.isoformat() if cfg.until else None,
-        "window_s": w,
+        "window_s": cfg.window_s,
         "loss_deadline_s": cfg.loss_deadline_s,
         "spark": {"master": cfg.master, "version": spark.version},
         "inputs": {name: s.summary() for name, s in sources.items()},
@@ -224,8 +200,62 @@ def execute(cfg: PipelineConfig, progress: Progress) -> dict:
         "probes": headline(audit_rows, {r["probe"]: (r["p50_s"], r["p99_s"]) for r in confirm_p}),
         "run_time_s": round(time.monotonic() - started, 3),
     }
-    _write_text(spark, f"{out}/summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    _write_text(spark, f"{cfg.out.rstrip('/')}/summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
+
+
+def _reports(spark, cfg: PipelineConfig, frames: Mapping[str, Any], progress: Progress):
+    """Write every report; return the rows written per report, the audit's rows and the confirm
+    percentiles per probe (for the summary)."""
+    from pyspark import StorageLevel
+
+    from . import audit, batching, latency, snapshots
+    from .windows import within
+
+    events = frames["events"]
+    in_range = within(events, "ts", cfg.since, cfg.until)
+    channels = within(frames["snapshots/channels"], "taken_at", cfg.since, cfg.until)
+    consumers = within(frames["snapshots/consumers"], "taken_at", cfg.since, cfg.until)
+    queues = within(frames["snapshots/queues"], "taken_at", cfg.since, cfg.until)
+    # Both the audit and the list of lost messages come from one small per-run result: keep it.
+    runs = audit.per_run(audit.classify(events, cfg.loss_deadline_s, cfg.since, cfg.until)) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    out, w = cfg.out.rstrip("/"), cfg.window_s
+    reports: list[tuple[str, Any, list[str], bool]] = [
+        # name, DataFrame, sort keys, partitioned by date
+        ("delivery_audit", audit.delivery_audit(runs), ["run_id", "probe"], False),
+        ("lost_messages", audit.lost_messages(runs), ["run_id", "probe", "seq"], False),
+        ("confirm_latency", latency.confirm_latency(in_range, w), ["window_start", "probe"], True),
+        ("confirm_batches", batching.confirm_batches(in_range), ["probe", "batch_size"], False),
+        ("confirm_batch_interval", batching.confirm_batch_interval(in_range), ["probe"], False),
+        ("delivery_latency", latency.delivery_latency(in_range, w), ["window_start", "probe"], True),
+        ("redelivery", latency.redelivery(in_range, w), ["window_start", "probe"], True),
+        ("prefetch_saturation", snapshots.prefetch_saturation(channels, consumers), snapshots.CHANNEL, False),
+        ("redelivery_hotspots", snapshots.redelivery_hotspots(queues), ["rank"], False),
+        ("publisher_safety", snapshots.publisher_safety(channels, w), ["window_start", *snapshots.CHANNEL], True),
+    ]
+    written: dict[str, int] = {}
+    try:
+        for name, df, keys, by_date in reports:
+            written[name] = progress.stage(name, lambda df=df, name=name, keys=keys, by_date=by_date:
+                                           _write(df, f"{out}/{name}", keys, by_date))
+    finally:
+        runs.unpersist()
+    audit_rows = spark.read.parquet(f"{out}/delivery_audit").collect()
+    return written, audit_rows, latency.confirm_latency_by_probe(in_range).collect()
+
+
+def damaged_file(spark, error: BaseException, sources: Mapping[str, Any]):
+    """(input name, DataFile) when `error` is Spark failing to read one of the inputs' files, else None."""
+    m = _FAILED_READ.search(str(error))
+    if not m:
+        return None
+    path = spark._jvm.org.apache.hadoop.fs.Path(m.group(1)).toString()  # noqa: SLF001 - as the listing wrote it
+    for name, source in sources.items():
+        for f in source.files:
+            if f.path == path:
+                return name, f
+    return None
 
 
 def headline(audit_rows: list, confirm: Mapping[str, tuple[float, float]]) -> dict:

@@ -1,7 +1,7 @@
 """Finding the pipeline's input files and checking each before Spark reads it.
 
 Files are listed through Hadoop's FileSystem, so DIR may be any Hadoop-compatible URI (file:, hdfs:, s3a:
-with its connector on the classpath). Each file's Parquet footer is read on the driver: a half-written,
+with its connector on the classpath). Each file's Parquet footer is read in a Spark task: a half-written,
 truncated, empty or foreign file is skipped and reported by name instead of failing the job, and the
 footers give the row counts for summary.json without a pass over the data.
 """
@@ -9,16 +9,18 @@ footers give the row counts for summary.json without a pass over the data.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from datetime import date, timedelta
+from urllib.parse import urlparse
 
 import pyarrow as pa
+from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 # How pyarrow writes each logical type (the writers are ackscope.parquet_log).
-_PHYSICAL = {pa.string(): "binary", pa.int64(): "int64", pa.bool_(): "boolean", pa.float64(): "double"}
-_COLUMN = re.compile(r"^\s*(?:required|optional|repeated)\s+(\w+)\s+([^\s(;]+)", re.MULTILINE)
+_PHYSICAL = {pa.string(): "BYTE_ARRAY", pa.int64(): "INT64", pa.bool_(): "BOOLEAN", pa.float64(): "DOUBLE"}
 _DATE_DIR = re.compile(r"(?:^|/)date=(\d{4}-\d{2}-\d{2})/")
 
 
@@ -43,6 +45,11 @@ class Input:
     files: tuple[DataFile, ...]
     rows: int
     skipped: tuple[Skipped, ...]
+
+    def without(self, damaged: DataFile, reason: str) -> Input:
+        """This input with `damaged` moved to the skipped files."""
+        return Input(self.name, self.root, tuple(f for f in self.files if f != damaged), self.rows - damaged.rows,
+                     tuple(sorted((*self.skipped, Skipped(damaged.relative, reason)), key=lambda s: s.file)))
 
     def summary(self) -> dict:
         return {"root": self.root, "files_read": len(self.files), "rows": self.rows,
@@ -70,20 +77,28 @@ def scan(spark: SparkSession, name: str, root: str, schema: pa.Schema, since: da
     if not fs.exists(path):
         return Input(name, root, (), 0, ())
     base = fs.makeQualified(path).toString().rstrip("/") + "/"
-    expected = {f.name: "int64" if pa.types.is_timestamp(f.type) else _PHYSICAL[f.type] for f in schema}
-    files, skipped, rows = [], [], 0
+    expected = {f.name: "INT64" if pa.types.is_timestamp(f.type) else _PHYSICAL[f.type] for f in schema}
     listing = fs.listFiles(path, True)
-    statuses = []
+    candidates = []
     while listing.hasNext():
-        statuses.append(listing.next())
-    for status in sorted(statuses, key=lambda s: s.getPath().toString()):
+        status = listing.next()
         full = status.getPath().toString()
         relative = full[len(base):] if full.startswith(base) else full
         if any(part.startswith((".", "_")) for part in relative.split("/")):
             continue  # a writer's temporary file, or Spark's _SUCCESS: not data, by Hadoop's convention
-        if not _in_range(relative, since, until):
-            continue
-        problem, count = _check(jvm, conf, status, expected)
+        if _in_range(relative, since, until):
+            candidates.append((full, relative, status.getLen()))
+    candidates.sort()
+    checks = []
+    if candidates:
+        # The footers are read where Spark runs its tasks: in parallel, and near the data on a cluster.
+        work = [(full, size, expected) for full, _, size in candidates]
+        # Shipped by value: the executors need pyarrow, not ackscope.
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        slices = min(len(work), spark.sparkContext.defaultParallelism * 4)
+        checks = spark.sparkContext.parallelize(work, slices).map(check_footer).collect()
+    files, skipped, rows = [], [], 0
+    for (full, relative, _), (problem, count) in zip(candidates, checks):
         if problem:
             skipped.append(Skipped(relative, problem))
         else:
@@ -100,27 +115,6 @@ def read(spark: SparkSession, source: Input, schema: pa.Schema) -> DataFrame:
     return spark.read.schema(struct).parquet(*(f.path for f in source.files))
 
 
-def verify(spark: SparkSession, source: Input, df: DataFrame) -> Input:
-    """`source` after one pass that counts the rows Spark actually read from each file: a file whose footer
-    is sound but whose pages are damaged is skipped by Spark (spark.sql.files.ignoreCorruptFiles) wholly or
-    in part; this is where it gets reported."""
-    from pyspark.sql import functions as F
-
-    if not source.files:
-        return source
-    qualify = spark._jvm.org.apache.hadoop.fs.Path  # noqa: SLF001 - normalise URIs the way the listing did
-    # Aggregating a hash of every column makes Spark decode every page; a bare count would come from the
-    # footers (and Spark would simplify a count of any non-null expression into one).
-    counted = (df.select(F.input_file_name().alias("file"), F.xxhash64(*df.columns).alias("h"))
-               .groupBy("file").agg(F.count("*").alias("rows"), F.max("h").alias("_")))
-    read = {qualify(r["file"]).toString(): r["rows"] for r in counted.collect()}
-    intact = tuple(f for f in source.files if read.get(f.path, 0) == f.rows)
-    damaged = [Skipped(f.relative, f"damaged data pages: read {read.get(f.path, 0):,} of its {f.rows:,} rows")
-               for f in source.files if f not in intact]
-    return Input(source.name, source.root, intact, sum(read.values()),
-                 tuple(sorted((*source.skipped, *damaged), key=lambda s: s.file)))
-
-
 def _in_range(relative: str, since: date | None, until: date | None) -> bool:
     m = _DATE_DIR.search(relative)
     if not m:
@@ -130,33 +124,34 @@ def _in_range(relative: str, since: date | None, until: date | None) -> bool:
             and (until is None or day <= until + timedelta(days=1)))
 
 
-def _check(jvm, conf, status, expected: dict[str, str]) -> tuple[str | None, int]:
-    """(why the file cannot be read, or None; its row count)."""
-    from py4j.protocol import Py4JJavaError
+def check_footer(item: tuple[str, int, dict[str, str]]) -> tuple[str | None, int]:
+    """(why the file cannot be read, or None; its row count), from its Parquet footer. Runs in Spark's
+    Python workers, so it reads through pyarrow's file systems (local, HDFS, S3, GCS)."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
 
-    if not status.getPath().getName().endswith(".parquet"):
+    uri, size, expected = item
+    if not uri.endswith(".parquet"):
         return "not a .parquet file", 0
-    if status.getLen() == 0:
+    if size == 0:
         return "empty file (0 bytes)", 0
     try:
-        reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(
-            jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromStatus(status, conf))
-        try:
-            count, layout = reader.getRecordCount(), reader.getFooter().getFileMetaData().getSchema().toString()
-        finally:
-            reader.close()
-    except Py4JJavaError as e:
-        message = str(e.java_exception.getMessage() or "")
-        if "is not a Parquet file" in message or "magic number" in message:
-            return f"not a complete Parquet file ({status.getLen()} bytes, no valid footer: half-written or " \
-                   f"cut short)", 0
-        return f"unreadable Parquet footer: {message.splitlines()[0] if message else 'unknown error'}", 0
-    found = {name.lower(): physical.lower() for physical, name in
-             ((m.group(1), m.group(2)) for m in _COLUMN.finditer(layout))}
+        if uri.startswith("file:"):
+            fs, path = pafs.LocalFileSystem(), urlparse(uri).path
+        else:
+            fs, path = pafs.FileSystem.from_uri(re.sub(r"^s3a://", "s3://", uri))
+        with fs.open_input_file(path) as f:
+            meta = pq.ParquetFile(f).metadata
+    except (OSError, pa.ArrowException) as e:
+        message = str(e)
+        if "magic bytes not found" in message or "smaller than the minimum file footer" in message:
+            return f"not a complete Parquet file ({size} bytes, no valid footer: half-written or cut short)", 0
+        return f"unreadable Parquet footer: {message.splitlines()[0] if message else type(e).__name__}", 0
+    found = {meta.schema.column(i).name: meta.schema.column(i).physical_type for i in range(meta.num_columns)}
     missing = [n for n in expected if n not in found]
     if missing:
         return f"not this dataset's schema: no column {', '.join(missing)}", 0
     wrong = [f"{n} is {found[n]}, expected {t}" for n, t in expected.items() if found[n] != t]
     if wrong:
         return f"not this dataset's schema: {'; '.join(wrong)}", 0
-    return None, count
+    return None, meta.num_rows

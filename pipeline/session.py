@@ -34,9 +34,6 @@ def defaults(master: str, ui: bool) -> dict[str, str]:
         # Standard Parquet timestamps (UTC-adjusted microseconds), not Spark's legacy INT96, so that pandas,
         # pyarrow and the dashboard read the reports as they read the event log.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        # Half-written or damaged files are found and reported before reading; this is the safety net
-        # for damage a Parquet footer cannot show.
-        "spark.sql.files.ignoreCorruptFiles": "true",
         # Windowed outputs are partitioned by date: a rerun replaces only the dates it covers.
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J.as_uri()}",
@@ -59,6 +56,9 @@ def start(master: str = "local[2]", ui: bool = False, conf: Mapping[str, str] | 
     if not shutil.which("java") and not _java_home():
         raise SparkUnavailable("the pipeline needs a Java runtime (17 or newer) and none was found: "
                                "install openjdk-17-jre-headless or set JAVA_HOME")
+    if master.startswith("local"):
+        # Python tasks (the footer checks) run in this interpreter, beside the pyarrow it has.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark_conf = SparkConf()
     for key, value in {**defaults(master, ui), **(conf or {})}.items():
         spark_conf.set(key, value)

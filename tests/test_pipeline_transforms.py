@@ -12,9 +12,9 @@ from pipeline_builders import Log, at, events_df, rows_of, snapshot_df
 
 
 def _audit(spark, *logs, deadline=60.0, since=None, until=None):
-    classified = audit.classify(events_df(spark, *logs), deadline, since, until)
-    return (rows_of(audit.delivery_audit(classified), ["run_id", "probe"]),
-            rows_of(audit.lost_messages(classified), ["run_id", "probe", "seq"]))
+    runs = audit.per_run(audit.classify(events_df(spark, *logs), deadline, since, until))
+    return (rows_of(audit.delivery_audit(runs), ["run_id", "probe"]),
+            rows_of(audit.lost_messages(runs), ["run_id", "probe", "seq"]))
 
 
 def test_audit_counts_every_outcome_exactly_to_the_message(spark):
