@@ -142,7 +142,8 @@ class Exporter:
                              record=self.history.record if self.history is not None else None)
         healthy = loop_healthy(lambda: self.poller.status.last_attempt_at, time.time(), cfg.interval, cfg.deadline)
         source = Source(self._metrics_body, healthy, {"/api/snapshot": lambda: self.poller.exposition.snapshot_json,
-                                                      "/api/findings": lambda: self.poller.exposition.findings_json})
+                                                      "/api/findings": lambda: self.poller.exposition.findings_json,
+                                                      "/api/probes": self._probes_json})
         try:
             self.server = make_server(*cfg.listen, source, cfg.web)
         except OSError as e:
@@ -151,6 +152,10 @@ class Exporter:
     def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> list[Finding]:
         probes = probe_stats.read(self.probes.metrics.registry) if self.probes is not None else ()
         return evaluate(Context(snapshot, previous, probes, self.cfg.thresholds))
+
+    def _probes_json(self) -> bytes:
+        stats = probe_stats.read(self.probes.metrics.registry) if self.probes is not None else ()
+        return probe_stats.probes_json(stats, time.time())
 
     def _metrics_body(self, gzipped: bool) -> bytes:
         body = self.poller.exposition.metrics_body(gzipped)

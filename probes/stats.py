@@ -3,6 +3,8 @@ JSON API see (a rule must not depend on prometheus_client's objects)."""
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
@@ -19,6 +21,14 @@ class TargetStats:
     counters: dict[str, float] = field(default_factory=dict)  # published, confirmed, nacked, lost, ...
     # Cumulative bucket counts, (upper bound, count), of each histogram: confirm_latency_seconds, ...
     histograms: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    gauges: dict[str, float] = field(default_factory=dict)  # consumer_unacked, consumer_prefetch, ...
+
+    def to_json(self) -> dict:
+        """As /api/probes serves it (the +Inf bucket's bound as the string "+Inf")."""
+        return {"target": self.target, "queue_type": self.queue_type, "persistent": self.persistent, "up": self.up,
+                "counters": self.counters, "gauges": self.gauges,
+                "histograms": {h: [["+Inf" if math.isinf(le) else le, count] for le, count in buckets]
+                               for h, buckets in self.histograms.items()}}
 
     def quantile(self, histogram: str, q: float) -> float | None:
         """The upper bound of the bucket that holds quantile q (None with no observations)."""
@@ -40,15 +50,24 @@ def read(registry: CollectorRegistry) -> tuple[TargetStats, ...]:
             target = s.labels.get("target")
             if target is None:
                 continue
-            row = rows.setdefault(target, {"labels": s.labels, "counters": {}, "buckets": {}, "up": 0.0})
+            row = rows.setdefault(target, {"labels": s.labels, "counters": {}, "buckets": {}, "gauges": {},
+                                           "up": 0.0})
             if family.type == "counter" and s.name.endswith("_total"):
                 row["counters"][name] = s.value
             elif family.type == "histogram" and s.name.endswith("_bucket"):
                 row["buckets"].setdefault(name, []).append((float(s.labels["le"]), s.value))
             elif name == "up":
                 row["up"] = s.value
+            elif family.type == "gauge":
+                row["gauges"][name] = s.value
     return tuple(
         TargetStats(target=t, queue_type=r["labels"]["queue_type"], persistent=r["labels"]["persistent"] == "true",
-                    up=r["up"] == 1, counters=r["counters"],
+                    up=r["up"] == 1, counters=r["counters"], gauges=r["gauges"],
                     histograms={h: tuple(sorted(b)) for h, b in r["buckets"].items()})
         for t, r in sorted(rows.items()))
+
+
+def probes_json(stats: tuple[TargetStats, ...], taken_at: float) -> bytes:
+    """/api/probes: every target's counters, gauges and histogram buckets."""
+    return json.dumps({"taken_at": taken_at, "probes": [t.to_json() for t in stats]},
+                      separators=(",", ":")).encode()

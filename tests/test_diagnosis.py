@@ -182,6 +182,24 @@ def test_probe_rules_fire_from_live_probes_in_the_exporter(broker, vhost, start_
     assert not [f for f in _findings(exporter) if f["rule"] in ("probe-down", "probe-message-lost")]
 
 
+def test_exporter_serves_the_probes_counters_gauges_and_histograms_as_json(broker, vhost, start_exporter):
+    from probe_helpers import probe_config, quick
+    exporter = start_exporter(broker.management_url, interval=0.5,
+                              probes=probe_config(broker, vhost, (quick("quorum", "quorum"),)),
+                              selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+
+    def confirmed():
+        probes = requests.get(exporter.url + "/api/probes", timeout=5).json()["probes"]
+        return probes if probes and probes[0]["counters"].get("confirmed", 0) >= 20 else None
+
+    (quorum,) = wait_for(confirmed, timeout=30, what="20 confirms in /api/probes")
+    assert (quorum["target"], quorum["queue_type"], quorum["persistent"], quorum["up"]) == \
+        ("quorum", "quorum", True, True)
+    latency = quorum["histograms"]["confirm_latency_seconds"]
+    assert latency[-1][0] == "+Inf" and latency[-1][1] >= 20
+    assert quorum["gauges"]["consumer_prefetch"] == 20
+
+
 def test_probe_that_cannot_log_in_is_reported_down(broker, vhost, start_exporter):
     from probe_helpers import probe_config, quick
     bad = broker.amqp_url(vhost, password="not-the-password")
