@@ -15,6 +15,7 @@ from .config import ConfigError
 def _parser() -> argparse.ArgumentParser:
     from ackscope.diagnosis import command as diagnose
     from ackscope.diagnosis import scenarios
+    from ackscope.dashboard import command as dashboard
     from ackscope.exporter import command as exporter
     from ackscope.pipeline import command as pipeline
     from ackscope.probes import command as probes
@@ -56,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
                             "latency, batching and saturation reports")
     pipeline.add_arguments(p)
     p.set_defaults(run=pipeline.run)
+
+    p = commands.add_parser("dashboard", help="the web UI for on-call diagnosis, against an exporter")
+    dashboard.add_arguments(p)
+    p.set_defaults(run=dashboard.run)
 
     p = commands.add_parser("bench", help="measure something on your broker")
     benches = p.add_subparsers(dest="bench", required=True, metavar="BENCH")

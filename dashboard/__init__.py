@@ -1,0 +1,1 @@
+"""The Streamlit UI for on-call diagnosis: what is wrong, who causes it, since when."""

@@ -1,0 +1,5 @@
+"""The Streamlit script `ackscope dashboard` runs."""
+
+from ackscope.dashboard.pages import main
+
+main()

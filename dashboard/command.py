@@ -1,0 +1,67 @@
+"""`ackscope dashboard`: the Streamlit UI, in a process of its own, against an exporter."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from ackscope import config
+from ackscope.config import Option
+
+APP = Path(__file__).with_name("app.py")
+
+OPTIONS = (
+    Option("exporter_url", "http://localhost:9577", str, "the ackscope exporter whose /api/* the pages show"),
+    Option("port", 8501, config.positive_int, "port of the web UI"),
+    Option("address", "0.0.0.0", str, "address the web UI listens on"),
+    Option("reports", None, str, "the pipeline's --out directory, for the History page"),
+    Option("prometheus_url", None, str, "a Prometheus that scrapes the exporter, for longer history"),
+    Option("refresh", 10.0, config.positive_float, "seconds between refreshes of the live pages"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    config.add_arguments(parser, OPTIONS)
+
+
+def streamlit_command(port: int, address: str) -> list[str]:
+    """How the dashboard's server is started (headless, no usage statistics, no error details on pages)."""
+    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
+            "--server.address", address, "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--client.showErrorDetails", "none", "--client.toolbarMode", "viewer", "--theme.base", "light"]
+
+
+def environment(values: Mapping, environ: Mapping[str, str]) -> dict[str, str]:
+    """The app's settings travel in its environment, so no secret is on a command line."""
+    env = dict(environ)
+    env["ACKSCOPE_EXPORTER_URL"] = values["exporter_url"]
+    env["ACKSCOPE_REFRESH"] = str(values["refresh"])
+    for key in ("reports", "prometheus_url"):
+        if values[key]:
+            env[f"ACKSCOPE_{key.upper()}"] = values[key]
+    return env
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    values = config.resolve(OPTIONS, args, environ, {})
+    print(f"ackscope dashboard: http://{'localhost' if values['address'] == '0.0.0.0' else values['address']}:"
+          f"{values['port']}/ (exporter {values['exporter_url']})", file=sys.stderr)
+    proc = subprocess.Popen(streamlit_command(values["port"], values["address"]),
+                            env=environment(values, environ))
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        return 130
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)

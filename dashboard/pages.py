@@ -1,0 +1,302 @@
+"""The dashboard's pages. Settings come from the environment `ackscope dashboard` starts Streamlit with:
+ACKSCOPE_EXPORTER_URL, ACKSCOPE_REPORTS, ACKSCOPE_PROMETHEUS_URL, ACKSCOPE_REFRESH, and the exporter's web
+credentials (ACKSCOPE_WEB_USERNAME, ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from datetime import timedelta
+
+import pandas as pd
+import streamlit as st
+
+from ackscope.dashboard import charts, reports, views
+from ackscope.dashboard.source import ExporterSource, Live
+from ackscope.dashboard.settings import Settings
+
+TOP = 50
+
+
+@st.cache_resource
+def _source(url: str, auth: tuple[str, str] | None) -> ExporterSource:
+    # One per exporter for the whole server: every browser session shares its last good data.
+    return ExporterSource(url, auth)
+
+
+@st.cache_resource
+def _probe_history(url: str) -> deque:
+    # The probes' histograms at each refresh, so the Confirms page can show percentiles over time.
+    return deque(maxlen=720)
+
+
+def _settings() -> Settings:
+    return Settings.from_environ(os.environ)
+
+
+def _live() -> Live:
+    s = _settings()
+    data = _source(s.exporter_url, s.auth).fetch()
+    history = _probe_history(s.exporter_url)
+    if data.error is None and data.probes and (not history or history[-1][0] != data.fetched_at):
+        history.append((data.fetched_at, data.probes))
+    return data
+
+
+def _banner(data: Live) -> None:
+    if data.error:
+        age = f"from {_ago(data.fetched_at)} ago" if data.fetched_at else "none yet"
+        st.error(f"{data.error}. Showing the last good data ({age}): **stale**.")
+    elif data.exporter_error:
+        st.warning(f"The exporter cannot poll the broker: {data.exporter_error}. Its last good snapshot is "
+                   "shown: **stale**.")
+    if data.snapshot:
+        st.caption(f"Broker snapshot taken {_ago(data.snapshot['taken_at'])} ago · exporter "
+                   f"{_settings().exporter_url}")
+
+
+def _ago(t: float) -> str:
+    return str(timedelta(seconds=int(max(0, time.time() - t))))
+
+
+def _table(df: pd.DataFrame, **kw) -> None:
+    st.dataframe(df, hide_index=True, width="stretch", **kw)
+
+
+def _findings_section(data: Live, min_severity: str = "warning") -> None:
+    found = views.findings(data.findings, min_severity)
+    if found.empty:
+        st.success(f"No findings at {min_severity} or above.")
+        return
+    counts = found["severity"].value_counts()
+    st.subheader(f"What is wrong: {len(found)} finding(s) — "
+                 + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "info") if s in counts))
+    _table(found)
+
+
+def _prefetch_section(data: Live, search: str = "", top: int = 15) -> None:
+    df, total = views.prefetch(data.snapshot, search, top)
+    st.subheader("Unacked against prefetch")
+    if df.empty:
+        st.info("No consuming channels." if not search else f"No consuming channel matches {search!r}.")
+        return
+    st.plotly_chart(charts.unacked_vs_prefetch(df), key=f"prefetch-{search}-{top}")
+    st.caption(f"The {len(df)} fullest of {total} consuming channels. Red: auto-ack or prefetch 0 — nothing "
+               "limits what the client holds.")
+    _table(df)
+
+
+def _redelivery_section(data: Live, search: str = "", top: int = 10) -> None:
+    df, total = views.redeliveries(data.snapshot, data.previous, search, top)
+    st.subheader("Queues with redeliveries")
+    if df.empty:
+        st.info("No queue has redelivered.")
+        return
+    st.plotly_chart(charts.redeliveries(df), key=f"redeliveries-{search}-{top}")
+    st.caption(f"{len(df)} of {total} queues with redeliveries, highest redelivered share first.")
+    _table(df)
+
+
+def _latency_section(data: Live) -> None:
+    st.subheader("Probe confirm latency")
+    df = views.probe_latency(data.probes)
+    if df.empty:
+        st.info("No probes: start the exporter with --amqp-url to measure confirm latency.")
+        return
+    st.plotly_chart(charts.probe_latency(df), key="latency")
+    _table(df)
+
+
+def overview() -> None:
+    st.title("ackscope — what is wrong, who causes it")
+
+    @st.fragment(run_every=_settings().refresh)
+    def body():
+        data = _live()
+        _banner(data)
+        _findings_section(data)
+        _prefetch_section(data)
+        left, right = st.columns(2)
+        with left:
+            _redelivery_section(data)
+        with right:
+            _latency_section(data)
+    body()
+
+
+def confirms() -> None:
+    st.title("Confirms")
+
+    @st.fragment(run_every=_settings().refresh)
+    def body():
+        data = _live()
+        _banner(data)
+        _latency_section(data)
+        samples = list(_probe_history(_settings().exporter_url))
+        over_time = reports.percentiles_over_time(samples)
+        if not over_time.empty:
+            st.plotly_chart(charts.over_time(over_time, "time", ["p50_ms", "p99_ms"], "target",
+                                             "Confirm latency between refreshes", "ms"), key="latency-over-time")
+        sizes = views.batch_sizes(data.probes)
+        if not sizes.empty:
+            st.plotly_chart(charts.batch_sizes(sizes), key="batches")
+            st.caption("One basic.ack may settle many messages (multiple=true). Under a burst, a queue that "
+                       "syncs to disk before confirming answers in batches, one per fsync: many frames above 1 "
+                       "are that batching, and the latency of each message includes the wait for its batch.")
+        audit = views.probe_audit(data.probes)
+        if not audit.empty:
+            st.subheader("Nacks, returns and timeouts")
+            _table(audit[["target", "published", "confirmed", "nacked", "returned", "confirm_timeouts"]])
+    body()
+
+
+def consumers() -> None:
+    st.title("Consumers & prefetch")
+    search = st.text_input("Search client, channel, queue or vhost", key="consumer-search")
+    top = st.select_slider("Show the fullest", options=[10, 25, 50, 100, 200], value=TOP)
+
+    @st.fragment(run_every=_settings().refresh)
+    def body():
+        data = _live()
+        _banner(data)
+        _prefetch_section(data, search, top)
+        _findings_by_rule(data, ("prefetch-unlimited", "auto-ack-consumer", "prefetch-saturated", "prefetch-one"))
+    body()
+
+
+def redelivery() -> None:
+    st.title("Redeliveries & requeue loops")
+    search = st.text_input("Search queue or vhost", key="queue-search")
+    top = st.select_slider("Show the top", options=[10, 25, 50, 100, 200], value=TOP)
+
+    @st.fragment(run_every=_settings().refresh)
+    def body():
+        data = _live()
+        _banner(data)
+        _redelivery_section(data, search, top)
+        _findings_by_rule(data, ("requeue-loop", "probe-duplicates"))
+    body()
+
+
+def probe_audit() -> None:
+    st.title("Probe audit")
+
+    @st.fragment(run_every=_settings().refresh)
+    def body():
+        data = _live()
+        _banner(data)
+        audit = views.probe_audit(data.probes)
+        if audit.empty:
+            st.info("No probes: start the exporter with --amqp-url.")
+            return
+        lost = int(audit["lost"].sum())
+        if lost:
+            st.error(f"{lost} confirmed message(s) were never delivered: the broker lost them.")
+        else:
+            st.success("Every confirmed message was delivered (or is still within its loss deadline).")
+        _table(audit)
+    body()
+
+
+def history() -> None:
+    st.title("History")
+    s = _settings()
+    if not s.reports and not s.prometheus_url:
+        st.info("Start the dashboard with --reports DIR (the pipeline's --out) or --prometheus-url for history.")
+        return
+    if s.reports:
+        _reports_history(s.reports)
+    if s.prometheus_url:
+        _prometheus_history(s.prometheus_url)
+
+
+def _reports_history(root: str) -> None:
+    loaded = reports.load(root)
+    for problem in loaded.problems:
+        st.warning(problem)
+    summary = loaded.summary
+    if summary:
+        st.caption(f"Pipeline run over {summary.get('data_dir')}: {summary.get('files_read')} files read, "
+                   f"{summary.get('files_skipped')} skipped, {summary.get('rows', 0):,} rows.")
+    latency = loaded.tables.get("confirm_latency")
+    if latency is not None and not latency.empty:
+        first, last = latency["window_start"].min().date(), latency["window_start"].max().date()
+        chosen = st.date_input("Dates", (first, last), min_value=first, max_value=last)
+        start, end = (chosen if isinstance(chosen, tuple) and len(chosen) == 2 else (first, last))
+        shown = reports.between(latency, "window_start", start, end)
+        shown = shown.assign(p50_ms=shown["p50_s"] * 1000, p99_ms=shown["p99_s"] * 1000)
+        st.plotly_chart(charts.over_time(shown, "window_start", ["p50_ms", "p99_ms"], "probe",
+                                         "Confirm latency per window (pipeline)", "ms"), key="history-latency")
+    for name, title in (("delivery_audit", "Delivery audit"), ("lost_messages", "Lost messages"),
+                        ("prefetch_saturation", "Prefetch saturation"), ("redelivery_hotspots", "Redelivery hot spots"),
+                        ("publisher_safety", "Publishers and how they protect messages")):
+        df = loaded.tables.get(name)
+        if df is not None and not df.empty:
+            st.subheader(title)
+            _table(df.head(200))
+
+
+def _prometheus_history(url: str) -> None:
+    hours = st.select_slider("Prometheus range (hours)", options=[1, 6, 24, 72, 168], value=24)
+    result = reports.prometheus_confirm_p99(url, hours)
+    if isinstance(result, str):
+        st.warning(result)
+    elif not result.empty:
+        st.plotly_chart(charts.over_time(result, "time", ["p99_ms"], "target",
+                                         f"Probe confirm latency p99, last {hours} h (Prometheus)", "ms"),
+                        key="prometheus-p99")
+
+
+def broker() -> None:
+    st.title("Broker")
+
+    @st.fragment(run_every=_settings().refresh)
+    def body():
+        data = _live()
+        _banner(data)
+        if not data.snapshot:
+            st.info("No snapshot from the exporter yet.")
+            return
+        overview = data.snapshot.get("overview", {})
+        st.caption(f"RabbitMQ {overview.get('rabbitmq_version')} · Erlang {overview.get('erlang_version')} · "
+                   f"cluster {overview.get('cluster_name')}")
+        st.subheader("Nodes and alarms")
+        _table(views.nodes(data.snapshot))
+        blocked = views.blocked_connections(data.snapshot)
+        st.subheader("Blocked connections")
+        if blocked.empty:
+            st.success("No connection is blocked.")
+        else:
+            _table(blocked)
+        for note in data.snapshot.get("notes", []):
+            st.caption(note)
+    body()
+
+
+def _findings_by_rule(data: Live, rules: tuple[str, ...]) -> None:
+    found = views.findings([f for f in data.findings if f["rule"] in rules])
+    if not found.empty:
+        st.subheader("Findings")
+        _table(found)
+
+
+PAGES = {"overview": overview, "confirms": confirms, "consumers": consumers, "redeliveries": redelivery,
+         "audit": probe_audit, "history": history, "broker": broker}
+
+
+def one(name: str) -> None:
+    """Render one page alone (what the page tests run)."""
+    PAGES[name]()
+
+
+def main() -> None:
+    st.set_page_config(page_title="ackscope", layout="wide")
+    pages = [st.Page(overview, title="Overview", url_path="overview", default=True),
+             st.Page(confirms, title="Confirms", url_path="confirms"),
+             st.Page(consumers, title="Consumers & prefetch", url_path="consumers"),
+             st.Page(redelivery, title="Redeliveries & requeue loops", url_path="redeliveries"),
+             st.Page(probe_audit, title="Probe audit", url_path="audit"),
+             st.Page(history, title="History", url_path="history"),
+             st.Page(broker, title="Broker", url_path="broker")]
+    st.navigation(pages).run()

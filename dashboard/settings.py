@@ -1,0 +1,29 @@
+"""The dashboard's settings, from the environment `ackscope dashboard` starts it with (secrets never on
+Streamlit's command line)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    exporter_url: str
+    reports: str | None = None
+    prometheus_url: str | None = None
+    refresh: float = 10.0
+    auth: tuple[str, str] | None = None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> Settings:
+        user = environ.get("ACKSCOPE_WEB_USERNAME")
+        password = environ.get("ACKSCOPE_WEB_PASSWORD")
+        if password is None and environ.get("ACKSCOPE_WEB_PASSWORD_FILE"):
+            password = Path(environ["ACKSCOPE_WEB_PASSWORD_FILE"]).read_text().strip()
+        return cls(exporter_url=environ.get("ACKSCOPE_EXPORTER_URL", "http://localhost:9577"),
+                   reports=environ.get("ACKSCOPE_REPORTS") or None,
+                   prometheus_url=environ.get("ACKSCOPE_PROMETHEUS_URL") or None,
+                   refresh=float(environ.get("ACKSCOPE_REFRESH", "10")),
+                   auth=(user, password or "") if user else None)

@@ -1,0 +1,92 @@
+"""Fetching the exporter's JSON for the dashboard: the only I/O the live pages do.
+
+The dashboard's server fetches (the browser only receives what the pages render). When the exporter
+cannot be reached, the last good data stays, marked stale, and the error is one line for a banner.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+DOCUMENTS = ("snapshot", "findings", "probes")
+
+
+@dataclass(frozen=True)
+class Live:
+    """What the exporter said, as of `fetched_at`; `error` set (and `stale` true) when the last fetch failed
+    and this is older data, or none at all."""
+    snapshot: dict[str, Any] | None = None  # /api/snapshot's "snapshot"
+    previous: dict[str, Any] | None = None  # the snapshot before it, for rates
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    fetched_at: float | None = None
+    error: str | None = None
+    exporter_error: str | None = None  # the exporter is up but cannot poll the broker
+
+    @property
+    def stale(self) -> bool:
+        return self.error is not None or self.exporter_error is not None
+
+
+class ExporterSource:
+    """Fetches /api/snapshot, /api/findings and /api/probes; keeps the last good result."""
+
+    def __init__(self, url: str, auth: tuple[str, str] | None = None, timeout: float = 5.0,
+                 verify: bool | str = True):
+        self.url = url.rstrip("/")
+        self._session = requests.Session()
+        self._session.auth = auth
+        self._session.verify = verify
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._last = Live()
+
+    def fetch(self) -> Live:
+        """Fetch all three documents now (one caller at a time; the others get its result)."""
+        with self._lock:
+            try:
+                docs = {name: self._get(name) for name in DOCUMENTS}
+            except FetchFailed as e:
+                self._last = Live(self._last.snapshot, self._last.previous, self._last.findings, self._last.probes,
+                                  self._last.fetched_at, str(e))
+                return self._last
+            snapshot = docs["snapshot"].get("snapshot")
+            previous = self._last.snapshot
+            if previous is not None and snapshot is not None and previous.get("taken_at") == snapshot.get("taken_at"):
+                previous = self._last.previous  # the exporter has not polled since: keep the older one for rates
+            poll_error = None if docs["snapshot"].get("up") else (docs["snapshot"].get("last_error")
+                                                                   or "the exporter's last poll failed")
+            self._last = Live(snapshot, previous, docs["findings"].get("findings", []),
+                              docs["probes"].get("probes", []), time.time(), None, poll_error)
+            return self._last
+
+    def _get(self, name: str) -> dict:
+        url = f"{self.url}/api/{name}"
+        try:
+            response = self._session.get(url, timeout=self.timeout)
+        except requests.exceptions.ConnectionError:
+            raise FetchFailed(f"the exporter at {self.url} cannot be reached (connection refused or no route)") \
+                from None
+        except requests.exceptions.Timeout:
+            raise FetchFailed(f"the exporter at {self.url} did not answer within {self.timeout:g} s") from None
+        except requests.exceptions.RequestException as e:
+            raise FetchFailed(f"the exporter at {self.url}: {type(e).__name__}") from None
+        if response.status_code == 401:
+            raise FetchFailed(f"the exporter at {self.url} refused the dashboard's credentials (HTTP 401)")
+        if response.status_code == 404:
+            raise FetchFailed(f"{url} not found: is {self.url} an ackscope exporter?")
+        if response.status_code != 200:
+            raise FetchFailed(f"the exporter at {self.url} answered HTTP {response.status_code} for /api/{name}")
+        try:
+            return response.json()
+        except ValueError:
+            raise FetchFailed(f"the exporter at {self.url} sent malformed JSON for /api/{name}") from None
+
+
+class FetchFailed(Exception):
+    """One line for the banner."""

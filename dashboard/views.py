@@ -1,0 +1,178 @@
+"""The dashboard's tables, as pure functions of the exporter's JSON (pandas DataFrames). Pages render them;
+tests feed them small documents."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def findings(items: list[dict[str, Any]], min_severity: str = "info") -> pd.DataFrame:
+    """Findings worst first: severity, rule, culprit (the client's name first: it is what on-call knows, then
+    the object), vhost, evidence, remedy."""
+    keep = [f for f in items if SEVERITY_ORDER.get(f["severity"], 3) <= SEVERITY_ORDER[min_severity]]
+    rows = [{"severity": f["severity"], "rule": f["rule"],
+             "culprit": f"{f['connection_name']} · {f['object']}" if f.get("connection_name") else f["object"],
+             "vhost": f["vhost"],
+             "evidence": ", ".join(f"{k}={_short(v)}" for k, v in sorted(f.get("evidence", {}).items())),
+             "remedy": f.get("remedy", "")} for f in keep]
+    df = pd.DataFrame(rows, columns=["severity", "rule", "culprit", "vhost", "evidence", "remedy"])
+    return df.sort_values("severity", key=lambda s: s.map(SEVERITY_ORDER), kind="stable").reset_index(drop=True)
+
+
+def prefetch(snapshot: dict[str, Any] | None, search: str = "", top: int = 50) -> tuple[pd.DataFrame, int]:
+    """Consuming channels, fullest first: client, unacked against the prefetch limit, and marks for the
+    dangerous settings (auto-ack, prefetch 0). Returns the top rows and how many matched in all."""
+    columns = ["client", "channel", "vhost", "user", "unacked", "prefetch_limit", "fill", "mark", "queues"]
+    if not snapshot:
+        return pd.DataFrame(columns=columns), 0
+    by_channel: dict[str, list[dict]] = {}
+    for c in snapshot.get("consumers", []):
+        by_channel.setdefault(c["channel"], []).append(c)
+    rows = []
+    for ch in snapshot.get("channels", []):
+        consumers = by_channel.get(ch["name"], [])
+        unacked = ch.get("messages_unacked") or 0
+        if not consumers and not unacked:
+            continue
+        limit = ch.get("prefetch_limit")
+        marks = []
+        if any(c.get("ack_required") is False for c in consumers):
+            marks.append("auto-ack")
+        if not limit and any(c.get("ack_required") is not False for c in consumers):
+            marks.append("prefetch 0")
+        rows.append({"client": ch.get("connection_name") or "(unnamed)", "channel": ch["name"], "vhost": ch["vhost"],
+                     "user": ch.get("user", ""), "unacked": unacked, "prefetch_limit": limit,
+                     "fill": (unacked / limit) if limit else math.inf if unacked else 0.0,
+                     "mark": ", ".join(marks), "queues": ", ".join(sorted({c["queue"] for c in consumers}))})
+    df = pd.DataFrame(rows, columns=columns)
+    df = _search(df, search, ("client", "channel", "queues", "vhost"))
+    df = df.sort_values(["fill", "unacked"], ascending=False, kind="stable")
+    return df.head(top).reset_index(drop=True), len(df)
+
+
+def redeliveries(snapshot: dict[str, Any] | None, previous: dict[str, Any] | None = None, search: str = "",
+                 top: int = 50) -> tuple[pd.DataFrame, int]:
+    """Queues that have redelivered, by redelivered share: counts since the queue's stats began, and the
+    redelivery rate since the previous snapshot when there is one."""
+    columns = ["queue", "vhost", "type", "redelivered", "delivered", "share", "redelivered_per_s", "consumers"]
+    if not snapshot:
+        return pd.DataFrame(columns=columns), 0
+    before = {}
+    elapsed = None
+    if previous:
+        before = {(q["vhost"], q["name"]): (q.get("message_stats") or {}).get("redeliver") for q in previous["queues"]}
+        elapsed = snapshot["taken_at"] - previous["taken_at"]
+    rows = []
+    for q in snapshot.get("queues", []):
+        stats = q.get("message_stats") or {}
+        redelivered, delivered = stats.get("redeliver") or 0, stats.get("deliver_get") or 0
+        if not redelivered:
+            continue
+        old = before.get((q["vhost"], q["name"]))
+        rate = (redelivered - old) / elapsed if old is not None and elapsed and redelivered >= old else None
+        rows.append({"queue": q["name"], "vhost": q["vhost"], "type": q.get("type"), "redelivered": redelivered,
+                     "delivered": delivered, "share": redelivered / delivered if delivered else None,
+                     "redelivered_per_s": rate, "consumers": q.get("consumers")})
+    df = _search(pd.DataFrame(rows, columns=columns), search, ("queue", "vhost"))
+    df = df.sort_values(["share", "redelivered"], ascending=False, kind="stable", na_position="first")
+    return df.head(top).reset_index(drop=True), len(df)
+
+
+def quantile(buckets: list[list], q: float) -> float | None:
+    """Prometheus' histogram_quantile over cumulative (upper bound, count) buckets: linear within the
+    bucket that holds the quantile; None without observations."""
+    bounds = [(math.inf if le == "+Inf" else float(le), float(count)) for le, count in buckets]
+    if not bounds or bounds[-1][1] == 0:
+        return None
+    rank = q * bounds[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in bounds:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower_bound  # beyond the last finite bucket: its bound is all that is known
+            if count == lower_count:
+                return bound
+            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = bound, count
+    return None
+
+
+def probe_latency(probes: list[dict[str, Any]], histogram: str = "confirm_latency_seconds") -> pd.DataFrame:
+    """Per probe target: queue type, persistence, observations and p50/p90/p99 in milliseconds."""
+    rows = []
+    for p in probes:
+        buckets = p["histograms"].get(histogram, [])
+        count = buckets[-1][1] if buckets else 0
+        row = {"target": p["target"], "queue_type": p["queue_type"],
+               "persistent": "persistent" if p["persistent"] else "transient", "count": int(count)}
+        for name, q in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99)):
+            v = quantile(buckets, q)
+            row[name] = None if v is None else v * 1000
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["target", "queue_type", "persistent", "count", "p50_ms", "p90_ms", "p99_ms"])
+
+
+def batch_sizes(probes: list[dict[str, Any]]) -> pd.DataFrame:
+    """Confirm frames per batch-size bucket and target (not cumulative): many frames above 1 under load is
+    the fsync batching signature."""
+    rows = []
+    for p in probes:
+        previous = 0.0
+        for le, count in p["histograms"].get("confirm_batch_size", []):
+            rows.append({"target": p["target"], "batch_size_up_to": str(le), "frames": count - previous})
+            previous = count
+    return pd.DataFrame(rows, columns=["target", "batch_size_up_to", "frames"])
+
+
+AUDIT = ("published", "confirmed", "delivered", "lost", "duplicates", "redelivered", "requeued", "nacked",
+         "returned", "confirm_timeouts", "republished", "reconnects")
+
+
+def probe_audit(probes: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per probe target: whether it is up, and its delivery audit counters."""
+    rows = [{"target": p["target"], "up": p["up"], **{k: int(p["counters"].get(k, 0)) for k in AUDIT}}
+            for p in probes]
+    return pd.DataFrame(rows, columns=["target", "up", *AUDIT])
+
+
+def nodes(snapshot: dict[str, Any] | None) -> pd.DataFrame:
+    """Nodes with memory and disk against their alarm limits, and the alarms raised."""
+    rows = []
+    for n in (snapshot or {}).get("nodes", []):
+        alarms = [name for name, on in (("memory", n.get("mem_alarm")), ("disk", n.get("disk_free_alarm"))) if on]
+        rows.append({"node": n["name"], "running": n.get("running"),
+                     "memory_used_mib": _mib(n.get("mem_used")), "memory_limit_mib": _mib(n.get("mem_limit")),
+                     "disk_free_mib": _mib(n.get("disk_free")), "disk_free_limit_mib": _mib(n.get("disk_free_limit")),
+                     "alarms": ", ".join(alarms)})
+    return pd.DataFrame(rows, columns=["node", "running", "memory_used_mib", "memory_limit_mib", "disk_free_mib",
+                                       "disk_free_limit_mib", "alarms"])
+
+
+def blocked_connections(snapshot: dict[str, Any] | None) -> pd.DataFrame:
+    """Connections whose publishers the broker holds back (blocked, blocking, or in flow control)."""
+    rows = [{"client": c.get("connection_name") or "(unnamed)", "connection": c["name"], "vhost": c["vhost"],
+             "user": c.get("user"), "state": c.get("state")}
+            for c in (snapshot or {}).get("connections", []) if c.get("blocked")]
+    return pd.DataFrame(rows, columns=["client", "connection", "vhost", "user", "state"])
+
+
+def _search(df: pd.DataFrame, text: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    if not text or df.empty:
+        return df
+    hit = pd.Series(False, index=df.index)
+    for c in columns:
+        hit |= df[c].astype(str).str.contains(text, case=False, regex=False)
+    return df[hit]
+
+
+def _mib(v: int | None) -> float | None:
+    return None if v is None else round(v / 2**20, 1)
+
+
+def _short(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)

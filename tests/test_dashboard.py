@@ -1,0 +1,178 @@
+"""The dashboard's pages (streamlit.testing AppTest) against a live exporter with probes, over a real broker
+running failure scenarios; and what the pages show when the exporter fails."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import requests
+from streamlit.testing.v1 import AppTest
+
+from ackscope.diagnosis.scenarios import BY_NAME, PREFIX, Running
+from ackscope.exporter.command import Exporter
+from ackscope.exporter.normalise import Selection
+from ackscope.local_broker import ADMIN_USER
+from ackscope.secret import Secret
+from conftest import exporter_config
+from faults import FaultProxy
+from helpers import wait_for
+from probe_helpers import probe_config, quick
+
+SCENARIOS = ("prefetch-saturated", "requeue-loop", "auto-ack-consumer", "prefetch-unlimited")
+
+
+@pytest.fixture(scope="module")
+def live(broker):
+    """An exporter with two probes, watching a vhost where four failure scenarios run."""
+    vhost = f"dash-{uuid.uuid4().hex[:8]}"
+    broker.api("PUT", f"/vhosts/{vhost}")
+    broker.api("PUT", f"/permissions/{vhost}/{ADMIN_USER}", json={"configure": ".*", "write": ".*", "read": ".*"})
+    exporter = Exporter(exporter_config(broker.management_url, interval=1.0,
+                                        probes=probe_config(broker, vhost, (quick("classic-persistent"),
+                                                                            quick("quorum", "quorum"))),
+                                        selection=Selection(include_vhosts=re.compile(re.escape(vhost)))))
+    exporter.start()
+    running = Running([BY_NAME[n] for n in SCENARIOS], Secret(broker.amqp_url(vhost))).start()
+
+    def ready():
+        rules = {f["rule"] for f in requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]}
+        probes = requests.get(exporter.url + "/api/probes", timeout=5).json()["probes"]
+        return ({"prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"} <= rules and len(probes) == 2
+                and all(p["counters"].get("confirmed", 0) >= 20 for p in probes))
+    try:
+        wait_for(ready, timeout=60, what="the scenarios' findings and the probes' first confirms")
+        yield exporter
+    finally:
+        running.stop()
+        exporter.stop()
+        broker.api("DELETE", f"/vhosts/{vhost}")
+
+
+def _run_page(name: str) -> None:
+    from ackscope.dashboard.pages import one
+    one(name)
+
+
+def _page(monkeypatch, name: str, url: str, **env: str) -> AppTest:
+    monkeypatch.setenv("ACKSCOPE_EXPORTER_URL", url)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    app = AppTest.from_function(_run_page, args=(name,), default_timeout=30)
+    app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    return app
+
+
+def _frames(app: AppTest) -> list:
+    return [d.value for d in app.dataframe]
+
+
+def _charts(app: AppTest) -> int:
+    return len(app.get("plotly_chart"))
+
+
+def test_overview_shows_findings_with_their_culprits_unacked_against_prefetch_and_probe_latency(monkeypatch, live):
+    app = _page(monkeypatch, "overview", live.url)
+    findings, prefetch, *rest = _frames(app)
+    culprits = " ".join(findings["culprit"])
+    for scenario in ("prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"):
+        assert f"ackscope-scenario {scenario} · channel" in culprits
+    marks = dict(zip(prefetch["client"], prefetch["mark"]))
+    assert marks["ackscope-scenario auto-ack-consumer"] == "auto-ack"
+    assert marks["ackscope-scenario prefetch-unlimited"] == "prefetch 0"
+    saturated = prefetch[prefetch["client"] == "ackscope-scenario prefetch-saturated"].iloc[0]
+    assert saturated["unacked"] == saturated["prefetch_limit"] == 10
+    latency = rest[-1]
+    assert set(latency["target"]) == {"classic-persistent", "quorum"} and (latency["p50_ms"] > 0).all()
+    assert _charts(app) >= 2
+    assert not app.error
+
+
+def test_consumers_page_searches_and_shows_the_findings_about_consumers(monkeypatch, live):
+    app = AppTest.from_function(_run_page, args=("consumers",), default_timeout=30)
+    monkeypatch.setenv("ACKSCOPE_EXPORTER_URL", live.url)
+    app.run()
+    app.text_input(key="consumer-search").input("saturated").run()
+    assert not app.exception
+    prefetch, findings = _frames(app)
+    assert list(prefetch["client"]) == ["ackscope-scenario prefetch-saturated"]
+    assert {"prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"} <= set(findings["rule"])
+
+
+def test_redeliveries_page_puts_the_requeue_loop_first(monkeypatch, live):
+    wait_for(lambda: any(q["name"] == f"{PREFIX}requeue-loop" and (q["message_stats"].get("redeliver") or 0) > 50
+                         for q in requests.get(live.url + "/api/snapshot", timeout=5).json()["snapshot"]["queues"]),
+             timeout=30, what="the requeue loop's redeliveries in the snapshot")
+    app = _page(monkeypatch, "redeliveries", live.url)
+    queues = _frames(app)[0]
+    assert queues.iloc[0]["queue"] == f"{PREFIX}requeue-loop" and queues.iloc[0]["share"] > 0.9
+    assert _charts(app) == 1
+
+
+def test_confirms_page_shows_latency_batching_and_settlement_counts(monkeypatch, live):
+    app = _page(monkeypatch, "confirms", live.url)
+    latency, settled = _frames(app)
+    assert set(latency["target"]) == set(settled["target"]) == {"classic-persistent", "quorum"}
+    assert (settled["confirmed"] > 0).all() and (settled["nacked"] == 0).all()
+    assert _charts(app) >= 2  # latency and batch sizes
+    assert any("fsync" in c.value for c in app.caption)
+
+
+def test_probe_audit_page_says_nothing_was_lost(monkeypatch, live):
+    app = _page(monkeypatch, "audit", live.url)
+    audit = _frames(app)[0]
+    assert (audit["lost"] == 0).all() and (audit["delivered"] > 0).all() and audit["up"].all()
+    assert app.success and "Every confirmed message was delivered" in app.success[0].value
+
+
+def test_broker_page_shows_nodes_and_no_blocked_connections(monkeypatch, live):
+    app = _page(monkeypatch, "broker", live.url)
+    nodes = _frames(app)[0]
+    assert len(nodes) == 1 and nodes.iloc[0]["running"] and nodes.iloc[0]["alarms"] == ""
+    assert "No connection is blocked." in [s.value for s in app.success]
+
+
+def test_history_page_reads_the_pipeline_reports_and_names_an_unreadable_one(monkeypatch, live, tmp_path):
+    reports = tmp_path / "reports"
+    window = pa.array([1_795_300_000_000_000, 1_795_300_060_000_000], pa.timestamp("us", tz="UTC"))
+    latency = pa.table({"window_start": window, "probe": ["quorum", "quorum"], "p50_s": [0.002, 0.003],
+                        "p99_s": [0.01, 0.02]})
+    (reports / "confirm_latency" / "date=2026-11-22").mkdir(parents=True)
+    pq.write_table(latency, reports / "confirm_latency" / "date=2026-11-22" / "part-0.parquet")
+    (reports / "delivery_audit").mkdir()
+    pq.write_table(pa.table({"run_id": ["r1"], "probe": ["quorum"], "lost": [2]}),
+                   reports / "delivery_audit" / "part-0.parquet")
+    (reports / "lost_messages").mkdir()
+    (reports / "lost_messages" / "part-0.parquet").write_bytes(b"PAR1 cut short")
+    (reports / "summary.json").write_text(json.dumps({"data_dir": "/data", "files_read": 3, "files_skipped": 0,
+                                                      "rows": 1234}))
+    app = _page(monkeypatch, "history", live.url, ACKSCOPE_REPORTS=str(reports))
+    assert any("lost_messages cannot be read" in w.value for w in app.warning)
+    assert _frames(app)[0]["lost"].tolist() == [2]
+    assert _charts(app) == 1
+    assert "1,234 rows" in " ".join(c.value for c in app.caption)
+
+
+def test_unreachable_exporter_is_a_banner_not_a_traceback(monkeypatch):
+    app = _page(monkeypatch, "overview", "http://127.0.0.1:9")
+    assert "cannot be reached" in app.error[0].value and "stale" in app.error[0].value
+
+
+def test_when_the_exporter_fails_the_last_good_data_stays_marked_stale(monkeypatch, live):
+    proxy = FaultProxy(live.url)
+    try:
+        app = _page(monkeypatch, "overview", proxy.url)
+        before = _frames(app)[0]
+        assert not app.error and len(before) > 0
+        proxy.faults["snapshot"] = "malformed"
+        app.run()
+        assert not app.exception
+        assert "malformed JSON" in app.error[0].value and "stale" in app.error[0].value
+        assert _frames(app)[0]["rule"].tolist() == before["rule"].tolist()  # the last good findings, still shown
+    finally:
+        proxy.close()

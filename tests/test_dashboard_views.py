@@ -1,0 +1,114 @@
+"""The dashboard's tables from small exporter documents (pure functions, no server)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ackscope.dashboard import views
+from ackscope.dashboard.reports import percentiles_over_time
+
+
+def _channel(name, client, unacked, limit, **kw):
+    return {"name": name, "connection_name": client, "vhost": "/", "user": "app", "messages_unacked": unacked,
+            "prefetch_limit": limit, **kw}
+
+
+def _consumer(channel, queue, ack_required=True):
+    return {"channel": channel, "queue": queue, "ack_required": ack_required}
+
+
+SNAPSHOT = {
+    "taken_at": 1000.0,
+    "channels": [_channel("c1", "billing", 10, 10), _channel("c2", "hoarder", 500, None),
+                 _channel("c3", "firehose", 0, None), _channel("c4", "calm", 2, 50),
+                 _channel("c5", "publisher", 0, None)],
+    "consumers": [_consumer("c1", "invoices"), _consumer("c2", "orders"), _consumer("c3", "events", False),
+                  _consumer("c4", "emails")],
+    "queues": [{"vhost": "/", "name": "orders", "type": "classic", "consumers": 1,
+                "message_stats": {"redeliver": 90, "deliver_get": 100}},
+               {"vhost": "/", "name": "emails", "type": "quorum", "consumers": 1,
+                "message_stats": {"redeliver": 5, "deliver_get": 1000}},
+               {"vhost": "/", "name": "quiet", "type": "classic", "consumers": 0, "message_stats": {}}],
+    "nodes": [{"name": "rabbit@a", "running": True, "mem_used": 2**30, "mem_limit": 2**31, "mem_alarm": True,
+               "disk_free": 2**32, "disk_free_limit": 2**20, "disk_free_alarm": False}],
+    "connections": [{"name": "x", "connection_name": "billing", "vhost": "/", "user": "app", "state": "blocked",
+                     "blocked": True},
+                    {"name": "y", "connection_name": "calm", "vhost": "/", "user": "app", "state": "running",
+                     "blocked": False}],
+}
+
+
+def test_findings_come_worst_first_with_the_client_named_in_the_culprit():
+    items = [{"rule": "prefetch-one", "severity": "info", "vhost": "/", "object": "channel c4", "connection_name": "",
+              "evidence": {}, "remedy": "raise it"},
+             {"rule": "probe-message-lost", "severity": "critical", "vhost": "/", "object": "probe quorum",
+              "connection_name": "", "evidence": {"lost": 3}, "remedy": "check the disk"},
+             {"rule": "prefetch-unlimited", "severity": "warning", "vhost": "/", "object": "channel c2",
+              "connection_name": "hoarder", "evidence": {"unacked": 500, "share": 0.123456}, "remedy": "set qos"}]
+    df = views.findings(items)
+    assert list(df["rule"]) == ["probe-message-lost", "prefetch-unlimited", "prefetch-one"]
+    assert df.loc[1, "culprit"] == "hoarder · channel c2"
+    assert df.loc[1, "evidence"] == "share=0.1235, unacked=500"
+    assert list(views.findings(items, "warning")["severity"]) == ["critical", "warning"]
+
+
+def test_prefetch_view_puts_unlimited_and_full_channels_first_and_marks_auto_ack_and_prefetch_zero():
+    df, total = views.prefetch(SNAPSHOT)
+    assert total == 4  # the publisher's channel neither consumes nor holds anything
+    assert list(df["client"]) == ["hoarder", "billing", "calm", "firehose"]
+    marks = dict(zip(df["client"], df["mark"]))
+    assert marks == {"hoarder": "prefetch 0", "billing": "", "calm": "", "firehose": "auto-ack"}
+    assert math.isinf(df.loc[0, "fill"]) and df.loc[1, "fill"] == 1.0
+
+
+def test_prefetch_view_searches_and_shows_only_the_top_rows():
+    df, total = views.prefetch(SNAPSHOT, search="INVOICES")
+    assert (list(df["client"]), total) == (["billing"], 1)
+    df, total = views.prefetch(SNAPSHOT, top=2)
+    assert len(df) == 2 and total == 4
+
+
+def test_redeliveries_rank_queues_by_share_and_rate_from_the_previous_snapshot():
+    previous = {"taken_at": 990.0, "queues": [{"vhost": "/", "name": "orders", "message_stats": {"redeliver": 40}}]}
+    df, total = views.redeliveries(SNAPSHOT, previous)
+    assert total == 2 and list(df["queue"]) == ["orders", "emails"]
+    assert df.loc[0, "share"] == 0.9 and df.loc[0, "redelivered_per_s"] == 5.0
+    assert df.loc[1, "redelivered_per_s"] is None or math.isnan(df.loc[1, "redelivered_per_s"])
+
+
+@pytest.mark.parametrize("q, expected", [(0.5, 0.0075), (0.9, 0.02125), (1.0, 0.025)])
+def test_quantile_interpolates_within_the_bucket_like_histogram_quantile(q, expected):
+    buckets = [[0.005, 40], [0.01, 60], [0.025, 100], ["+Inf", 100]]
+    assert views.quantile(buckets, q) == pytest.approx(expected)
+    assert views.quantile([[0.005, 0], ["+Inf", 0]], 0.5) is None
+
+
+def _probe(target, counters, latency, batches=()):
+    return {"target": target, "queue_type": "classic", "persistent": True, "up": True, "counters": counters,
+            "histograms": {"confirm_latency_seconds": latency, "confirm_batch_size": list(batches)}}
+
+
+def test_probe_tables_give_percentiles_batch_frames_and_the_audit():
+    probes = [_probe("classic-persistent", {"published": 10, "confirmed": 9, "lost": 1},
+                     [[0.005, 50], [0.01, 100], ["+Inf", 100]], [[1, 30], [2, 35], [5, 45], ["+Inf", 45]])]
+    latency = views.probe_latency(probes)
+    assert latency.loc[0, "p50_ms"] == pytest.approx(5.0) and latency.loc[0, "count"] == 100
+    frames = views.batch_sizes(probes)
+    assert list(frames["frames"]) == [30, 5, 10, 0]
+    audit = views.probe_audit(probes)
+    assert (audit.loc[0, "published"], audit.loc[0, "lost"], audit.loc[0, "nacked"]) == (10, 1, 0)
+
+
+def test_percentiles_over_time_come_from_bucket_increments_between_samples():
+    first = [_probe("q", {}, [[0.005, 100], [0.05, 100], ["+Inf", 100]])]
+    second = [_probe("q", {}, [[0.005, 100], [0.05, 200], ["+Inf", 200]])]  # the new 100 were all slow
+    df = percentiles_over_time([(1.0, first), (2.0, second)])
+    assert len(df) == 1 and df.loc[0, "p50_ms"] == pytest.approx(27.5)
+
+
+def test_broker_views_show_alarms_and_blocked_connections():
+    nodes = views.nodes(SNAPSHOT)
+    assert nodes.loc[0, "alarms"] == "memory" and nodes.loc[0, "memory_limit_mib"] == 2048.0
+    assert list(views.blocked_connections(SNAPSHOT)["client"]) == ["billing"]
