@@ -5,6 +5,7 @@ credentials (ACKSCOPE_WEB_USERNAME, ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWO
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import deque
 from datetime import timedelta
@@ -64,6 +65,15 @@ def _table(df: pd.DataFrame, **kw) -> None:
     st.dataframe(df, hide_index=True, width="stretch", **kw)
 
 
+_COLOUR = {"critical": "red", "warning": "orange", "info": "blue"}
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~])")
+CARDS = 5
+
+
+def _md(text: str) -> str:
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
 def _findings_section(data: Live, min_severity: str = "warning") -> None:
     found = views.findings(data.findings, min_severity)
     if found.empty:
@@ -72,7 +82,14 @@ def _findings_section(data: Live, min_severity: str = "warning") -> None:
     counts = found["severity"].value_counts()
     st.subheader(f"What is wrong: {len(found)} finding(s) — "
                  + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "info") if s in counts))
-    _table(found)
+    # The worst as cards to read at a glance; all of them in the table below.
+    for f in found.head(CARDS).itertuples():
+        with st.container(border=True):
+            st.markdown(f":{_COLOUR.get(f.severity, 'gray')}[**{_md(f.severity)}**] · **{_md(f.rule)}** — "
+                        f"**{_md(f.culprit)}**  \n"
+                        f"{_md(f.evidence)}  \n*Remedy:* {_md(f.remedy)}")
+    with st.expander(f"All {len(found)} findings", expanded=len(found) > CARDS):
+        _table(found)
 
 
 def _prefetch_section(data: Live, search: str = "", top: int = 15) -> None:

@@ -37,7 +37,7 @@ class ExporterSource:
     """Fetches /api/snapshot, /api/findings and /api/probes; keeps the last good result."""
 
     def __init__(self, url: str, auth: tuple[str, str] | None = None, timeout: float = 5.0,
-                 verify: bool | str = True):
+                 verify: bool | str = True, reuse_seconds: float = 1.0):
         self.url = url.rstrip("/")
         self._session = requests.Session()
         self._session.auth = auth
@@ -45,10 +45,16 @@ class ExporterSource:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._last = Live()
+        # Browser sessions that refresh within this long of each other share one fetch: the exporter's
+        # snapshot of 5,000 queues is megabytes, and it changes only once per poll anyway.
+        self.reuse_seconds = reuse_seconds
 
     def fetch(self) -> Live:
-        """Fetch all three documents now (one caller at a time; the others get its result)."""
+        """Fetch all three documents (one caller at a time; a fetch younger than reuse_seconds is reused)."""
         with self._lock:
+            last = self._last
+            if last.error is None and last.fetched_at and time.time() - last.fetched_at < self.reuse_seconds:
+                return last
             try:
                 docs = {name: self._get(name) for name in DOCUMENTS}
             except FetchFailed as e:

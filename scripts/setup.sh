@@ -10,6 +10,8 @@ need=()
 command -v java >/dev/null || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] || need+=(openjdk-17-jre-headless)
 if [ "${1:-}" = "--test" ]; then
   command -v promtool >/dev/null && command -v prometheus >/dev/null || need+=(prometheus)
+  # The dashboard's real-browser test drives Debian's chromium (never a browser download).
+  [ -x /usr/bin/chromium ] || need+=(chromium)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -4,8 +4,15 @@ running failure scenarios; and what the pages show when the exporter fails."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,11 +23,11 @@ from streamlit.testing.v1 import AppTest
 from ackscope.diagnosis.scenarios import BY_NAME, PREFIX, Running
 from ackscope.exporter.command import Exporter
 from ackscope.exporter.normalise import Selection
-from ackscope.local_broker import ADMIN_USER
+from ackscope.local_broker import ADMIN_USER, free_port
 from ackscope.secret import Secret
 from conftest import exporter_config
 from faults import FaultProxy
-from helpers import wait_for
+from helpers import require_binary, wait_for
 from probe_helpers import probe_config, quick
 
 SCENARIOS = ("prefetch-saturated", "requeue-loop", "auto-ack-consumer", "prefetch-unlimited")
@@ -79,6 +86,7 @@ def _charts(app: AppTest) -> int:
 def test_overview_shows_findings_with_their_culprits_unacked_against_prefetch_and_probe_latency(monkeypatch, live):
     app = _page(monkeypatch, "overview", live.url)
     findings, prefetch, *rest = _frames(app)
+    assert len(app.markdown) >= 3  # the worst findings as cards
     culprits = " ".join(findings["culprit"])
     for scenario in ("prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"):
         assert f"ackscope-scenario {scenario} · channel" in culprits
@@ -176,3 +184,62 @@ def test_when_the_exporter_fails_the_last_good_data_stays_marked_stale(monkeypat
         assert _frames(app)[0]["rule"].tolist() == before["rule"].tolist()  # the last good findings, still shown
     finally:
         proxy.close()
+
+
+ARTIFACTS = Path(os.environ.get("ACKSCOPE_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@contextmanager
+def dashboard(exporter_url: str) -> Iterator[str]:
+    """`ackscope dashboard` in a process of its own; yields its URL once it answers."""
+    port = free_port()
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("ackscope")), "dashboard", "--exporter-url",
+                             exporter_url, "--port", str(port), "--address", "127.0.0.1", "--refresh", "5"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _answers(f"{url}/_stcore/health") or proc.poll() is not None, timeout=60,
+                 what="the dashboard's health endpoint")
+        assert proc.poll() is None, proc.stderr.read()
+        yield url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(live):
+    from playwright.sync_api import sync_playwright
+
+    chromium = require_binary("chromium", "chromium")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with dashboard(live.url) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 2600})
+            script_errors: list[str] = []
+            page.on("pageerror", lambda e: script_errors.append(str(e)))
+            page.goto(url)
+            page.get_by_text("What is wrong:").wait_for(timeout=30_000)
+            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+            text = page.inner_text("body")
+            for scenario in ("prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"):
+                assert f"ackscope-scenario {scenario}" in text  # a finding card names the client
+            assert "Remedy:" in text
+            assert page.locator(".js-plotly-plot").count() >= 2
+            assert "Traceback" not in text
+            page.screenshot(path=str(ARTIFACTS / "dashboard-landing.png"), full_page=True)
+            assert not script_errors, script_errors
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "dashboard-landing.png").stat().st_size > 10_000
