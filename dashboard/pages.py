@@ -57,6 +57,13 @@ def _banner(data: Live) -> None:
                    f"{_settings().exporter_url}")
 
 
+def _refresh_every() -> float:
+    """The live pages' refresh interval: --refresh, changeable in the sidebar."""
+    default = _settings().refresh
+    return st.sidebar.select_slider("Refresh every (seconds)", options=sorted({5.0, 10.0, 30.0, 60.0, default}),
+                                    value=default, key="refresh")
+
+
 def _ago(t: float) -> str:
     return str(timedelta(seconds=int(max(0, time.time() - t))))
 
@@ -83,11 +90,12 @@ def _findings_section(data: Live, min_severity: str = "warning") -> None:
     st.subheader(f"What is wrong: {len(found)} finding(s) — "
                  + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "info") if s in counts))
     # The worst as cards to read at a glance; all of them in the table below.
-    for f in found.head(CARDS).itertuples():
+    for f in found.head(CARDS).to_dict("records"):
+        since = f" · since {f['since']} ({f['for']})" if f["since"] else ""
         with st.container(border=True):
-            st.markdown(f":{_COLOUR.get(f.severity, 'gray')}[**{_md(f.severity)}**] · **{_md(f.rule)}** — "
-                        f"**{_md(f.culprit)}**  \n"
-                        f"{_md(f.evidence)}  \n*Remedy:* {_md(f.remedy)}")
+            st.markdown(f":{_COLOUR.get(f['severity'], 'gray')}[**{_md(f['severity'])}**] · **{_md(f['rule'])}** — "
+                        f"**{_md(f['culprit'])}**{_md(since)}  \n"
+                        f"{_md(f['evidence'])}  \n*Remedy:* {_md(f['remedy'])}")
     with st.expander(f"All {len(found)} findings", expanded=len(found) > CARDS):
         _table(found)
 
@@ -128,7 +136,7 @@ def _latency_section(data: Live) -> None:
 def overview() -> None:
     st.title("ackscope — what is wrong, who causes it")
 
-    @st.fragment(run_every=_settings().refresh)
+    @st.fragment(run_every=_refresh_every())
     def body():
         data = _live()
         _banner(data)
@@ -145,7 +153,7 @@ def overview() -> None:
 def confirms() -> None:
     st.title("Confirms")
 
-    @st.fragment(run_every=_settings().refresh)
+    @st.fragment(run_every=_refresh_every())
     def body():
         data = _live()
         _banner(data)
@@ -173,7 +181,7 @@ def consumers() -> None:
     search = st.text_input("Search client, channel, queue or vhost", key="consumer-search")
     top = st.select_slider("Show the fullest", options=[10, 25, 50, 100, 200], value=TOP)
 
-    @st.fragment(run_every=_settings().refresh)
+    @st.fragment(run_every=_refresh_every())
     def body():
         data = _live()
         _banner(data)
@@ -187,7 +195,7 @@ def redelivery() -> None:
     search = st.text_input("Search queue or vhost", key="queue-search")
     top = st.select_slider("Show the top", options=[10, 25, 50, 100, 200], value=TOP)
 
-    @st.fragment(run_every=_settings().refresh)
+    @st.fragment(run_every=_refresh_every())
     def body():
         data = _live()
         _banner(data)
@@ -199,7 +207,7 @@ def redelivery() -> None:
 def probe_audit() -> None:
     st.title("Probe audit")
 
-    @st.fragment(run_every=_settings().refresh)
+    @st.fragment(run_every=_refresh_every())
     def body():
         data = _live()
         _banner(data)
@@ -268,7 +276,7 @@ def _prometheus_history(url: str) -> None:
 def broker() -> None:
     st.title("Broker")
 
-    @st.fragment(run_every=_settings().refresh)
+    @st.fragment(run_every=_refresh_every())
     def body():
         data = _live()
         _banner(data)

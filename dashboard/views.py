@@ -4,6 +4,8 @@ tests feed them small documents."""
 from __future__ import annotations
 
 import math
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -11,16 +13,20 @@ import pandas as pd
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
-def findings(items: list[dict[str, Any]], min_severity: str = "info") -> pd.DataFrame:
+def findings(items: list[dict[str, Any]], min_severity: str = "info", now: float | None = None) -> pd.DataFrame:
     """Findings worst first: severity, rule, culprit (the client's name first: it is what on-call knows, then
-    the object), vhost, evidence, remedy."""
+    the object), since when (UTC) and for how long, vhost, evidence, remedy."""
+    now = time.time() if now is None else now
     keep = [f for f in items if SEVERITY_ORDER.get(f["severity"], 3) <= SEVERITY_ORDER[min_severity]]
     rows = [{"severity": f["severity"], "rule": f["rule"],
              "culprit": f"{f['connection_name']} · {f['object']}" if f.get("connection_name") else f["object"],
+             "since": None if f.get("since") is None else
+             datetime.fromtimestamp(f["since"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+             "for": None if f.get("since") is None else duration(now - f["since"]),
              "vhost": f["vhost"],
              "evidence": ", ".join(f"{k}={_short(v)}" for k, v in sorted(f.get("evidence", {}).items())),
              "remedy": f.get("remedy", "")} for f in keep]
-    df = pd.DataFrame(rows, columns=["severity", "rule", "culprit", "vhost", "evidence", "remedy"])
+    df = pd.DataFrame(rows, columns=["severity", "rule", "culprit", "since", "for", "vhost", "evidence", "remedy"])
     return df.sort_values("severity", key=lambda s: s.map(SEVERITY_ORDER), kind="stable").reset_index(drop=True)
 
 
@@ -159,6 +165,18 @@ def blocked_connections(snapshot: dict[str, Any] | None) -> pd.DataFrame:
              "user": c.get("user"), "state": c.get("state")}
             for c in (snapshot or {}).get("connections", []) if c.get("blocked")]
     return pd.DataFrame(rows, columns=["client", "connection", "vhost", "user", "state"])
+
+
+def duration(seconds: float) -> str:
+    """3 s, 4 min, 2 h 5 min, 3 d 4 h."""
+    s = int(max(0, seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
 def _search(df: pd.DataFrame, text: str, columns: tuple[str, ...]) -> pd.DataFrame:

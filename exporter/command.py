@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from ackscope import config
 from ackscope.config import ConfigError, Option
 from ackscope.probes import command as probe_command
-from ackscope.diagnosis.findings import Finding
+from ackscope.diagnosis.findings import Finding, Onset
 from ackscope.diagnosis.rules import Context, evaluate
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.probes import stats as probe_stats
@@ -135,6 +135,7 @@ class Exporter:
         except ValueError as e:
             raise ConfigError(f"--management-url: {e}") from None
         self.cfg = cfg
+        self.onset = Onset()  # since when each finding holds: "since when" is the on-call's third question
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
         self.poller = Poller(client, interval=cfg.interval, deadline=cfg.deadline, selection=cfg.selection,
@@ -151,7 +152,7 @@ class Exporter:
 
     def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> list[Finding]:
         probes = probe_stats.read(self.probes.metrics.registry) if self.probes is not None else ()
-        return evaluate(Context(snapshot, previous, probes, self.cfg.thresholds))
+        return self.onset.stamp(evaluate(Context(snapshot, previous, probes, self.cfg.thresholds)), snapshot.taken_at)
 
     def _probes_json(self) -> bytes:
         stats = probe_stats.read(self.probes.metrics.registry) if self.probes is not None else ()

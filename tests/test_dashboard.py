@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,6 +88,7 @@ def test_overview_shows_findings_with_their_culprits_unacked_against_prefetch_an
     app = _page(monkeypatch, "overview", live.url)
     findings, prefetch, *rest = _frames(app)
     assert len(app.markdown) >= 3  # the worst findings as cards
+    assert findings["since"].str.endswith(" UTC").all()  # and since when each holds
     culprits = " ".join(findings["culprit"])
     for scenario in ("prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"):
         assert f"ackscope-scenario {scenario} · channel" in culprits
@@ -178,6 +180,7 @@ def test_when_the_exporter_fails_the_last_good_data_stays_marked_stale(monkeypat
         before = _frames(app)[0]
         assert not app.error and len(before) > 0
         proxy.faults["snapshot"] = "malformed"
+        time.sleep(1.2)  # past the second in which sessions share a fetch
         app.run()
         assert not app.exception
         assert "malformed JSON" in app.error[0].value and "stale" in app.error[0].value
@@ -243,3 +246,24 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
         finally:
             browser.close()
     assert (ARTIFACTS / "dashboard-landing.png").stat().st_size > 10_000
+
+
+def test_exporter_credentials_a_hanging_exporter_and_a_wrong_url_each_get_one_line(broker, start_exporter):
+    from ackscope.dashboard.source import ExporterSource
+    from ackscope.exporter.server import WebSecurity
+
+    guarded = start_exporter(broker.management_url, web=WebSecurity("ui", Secret("ui-secret")))
+    wait_for(lambda: ExporterSource(guarded.url, ("ui", "ui-secret")).fetch().snapshot, timeout=20,
+             what="a snapshot through basic auth")
+    refused = ExporterSource(guarded.url, ("ui", "wrong")).fetch()
+    assert refused.error == f"the exporter at {guarded.url} refused the dashboard's credentials (HTTP 401)"
+    assert "wrong" not in repr(refused)
+
+    proxy = FaultProxy(guarded.url)
+    try:
+        proxy.faults["snapshot"] = "hang"
+        hung = ExporterSource(proxy.url, timeout=1.0).fetch()
+        assert hung.error == f"the exporter at {proxy.url} did not answer within 1 s" and hung.stale
+    finally:
+        proxy.close()
+    assert ExporterSource(broker.management_url).fetch().error.startswith(f"{broker.management_url}/api/snapshot")

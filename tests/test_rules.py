@@ -209,3 +209,15 @@ def test_readme_rules_reference_is_the_one_generated_from_the_code():
     from ackscope.diagnosis.reference import markdown
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert markdown() in readme, "README's rules reference is stale: paste python -m ackscope.diagnosis.reference"
+
+
+def test_a_finding_keeps_the_time_it_was_first_seen_until_a_poll_no_longer_finds_it():
+    from ackscope.diagnosis.findings import Finding, Onset
+    onset = Onset()
+    loop = Finding("requeue-loop", "critical", "/", "queue orders", "")
+    other = Finding("prefetch-one", "info", "/", "channel c1", "billing")
+    assert [f.since for f in onset.stamp([loop], 100.0)] == [100.0]
+    assert [f.since for f in onset.stamp([loop, other], 110.0)] == [100.0, 110.0]
+    assert [f.since for f in onset.stamp([other], 120.0)] == [110.0]  # the loop stopped
+    assert [f.since for f in onset.stamp([loop, other], 130.0)] == [130.0, 110.0]  # and started again
+    assert onset.stamp([loop], 140.0)[0].to_json()["since"] == 130.0
