@@ -267,7 +267,9 @@ def _prometheus_history(url: str) -> None:
     result = reports.prometheus_confirm_p99(url, hours)
     if isinstance(result, str):
         st.warning(result)
-    elif not result.empty:
+    elif result.empty:
+        st.info(f"Prometheus at {url} has no probe confirm latency in the last {hours} h.")
+    else:
         st.plotly_chart(charts.over_time(result, "time", ["p99_ms"], "target",
                                          f"Probe confirm latency p99, last {hours} h (Prometheus)", "ms"),
                         key="prometheus-p99")

@@ -78,11 +78,12 @@ def prometheus_confirm_p99(url: str, hours: int) -> pd.DataFrame | str:
     """The probes' confirm latency p99 per target over the last `hours` from Prometheus, or why not."""
     end = datetime.now().timestamp()
     step = max(15, int(hours * 3600 / 500))
+    start = end - (hours * 3600 // step) * step  # so that the last evaluation falls at `end`, on fresh data
     query = ("histogram_quantile(0.99, sum by (le, target) "
              "(rate(ackscope_probe_confirm_latency_seconds_bucket[5m])))")
     try:
         r = requests.get(f"{url.rstrip('/')}/api/v1/query_range", timeout=10,
-                         params={"query": query, "start": end - hours * 3600, "end": end, "step": step})
+                         params={"query": query, "start": start, "end": end, "step": step})
         body = r.json()
     except requests.RequestException:
         return f"Prometheus at {url} cannot be reached"

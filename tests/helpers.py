@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import time
 from contextlib import contextmanager
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pika
 import pytest
@@ -14,7 +16,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from ackscope.exporter.command import OPTIONS, Exporter
-from ackscope.local_broker import LocalBroker
+from ackscope.local_broker import LocalBroker, free_port
 
 
 # -- reading what the exporter says --------------------------------------------------------------------
@@ -107,3 +109,29 @@ def require_binary(name: str, package: str) -> str:
     if path is None:
         pytest.fail(f"{name} is not installed: run 'apt-get install {package}' (scripts/test.sh does it as root)")
     return path
+
+
+@contextmanager
+def prometheus_scraping(target: str, workdir: Path, interval: str = "1s") -> Iterator[str]:
+    """A real Prometheus (Debian's package) scraping `target` (host:port) every `interval`; yields its URL."""
+    prometheus = require_binary("prometheus", "prometheus")
+    port = free_port()
+    (workdir / "prometheus.yml").write_text(
+        f"global: {{scrape_interval: {interval}}}\nscrape_configs:\n- job_name: ackscope\n  static_configs:\n"
+        f"  - targets: ['{target}']\n")
+    proc = subprocess.Popen([prometheus, f"--config.file={workdir}/prometheus.yml",
+                             f"--storage.tsdb.path={workdir}/data", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def prometheus_query(url: str, q: str) -> list:
+    """An instant query's result, or [] while Prometheus is not ready."""
+    try:
+        return requests.get(f"{url}/api/v1/query", params={"query": q}, timeout=5).json()["data"]["result"]
+    except (requests.RequestException, ValueError, KeyError):
+        return []

@@ -28,7 +28,7 @@ from ackscope.local_broker import ADMIN_USER, free_port
 from ackscope.secret import Secret
 from conftest import exporter_config
 from faults import FaultProxy
-from helpers import require_binary, wait_for
+from helpers import prometheus_query, prometheus_scraping, require_binary, wait_for
 from probe_helpers import probe_config, quick
 
 SCENARIOS = ("prefetch-saturated", "requeue-loop", "auto-ack-consumer", "prefetch-unlimited")
@@ -267,3 +267,16 @@ def test_exporter_credentials_a_hanging_exporter_and_a_wrong_url_each_get_one_li
     finally:
         proxy.close()
     assert ExporterSource(broker.management_url).fetch().error.startswith(f"{broker.management_url}/api/snapshot")
+
+
+def test_history_page_draws_the_probes_p99_from_a_real_prometheus(monkeypatch, live, tmp_path):
+    with prometheus_scraping(live.url.removeprefix("http://"), tmp_path) as prometheus:
+        wait_for(lambda: prometheus_query(prometheus, "histogram_quantile(0.99, sum by (le, target) "
+                                                      "(rate(ackscope_probe_confirm_latency_seconds_bucket[5m])))"),
+                 timeout=40, what="the probes' p99 in Prometheus")
+        app = _page(monkeypatch, "history", live.url, ACKSCOPE_PROMETHEUS_URL=prometheus)
+        assert not app.warning and _charts(app) == 1
+        app.select_slider[0].set_value(1).run()
+        assert not app.exception and _charts(app) == 1
+    stopped = _page(monkeypatch, "history", live.url, ACKSCOPE_PROMETHEUS_URL=prometheus)
+    assert stopped.warning[0].value == f"Prometheus at {prometheus} cannot be reached"

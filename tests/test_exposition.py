@@ -13,9 +13,8 @@ import trustme
 
 from ackscope.exporter.normalise import Selection
 from ackscope.exporter.server import WebSecurity
-from ackscope.local_broker import free_port
 from ackscope.secret import Secret
-from helpers import parse, require_binary, value, wait_for, wait_for_sample
+from helpers import parse, prometheus_query, prometheus_scraping, require_binary, value, wait_for, wait_for_sample
 
 
 @pytest.fixture
@@ -63,32 +62,15 @@ def test_gzip_body_is_the_same_exposition_with_a_fresh_snapshot_age(busy_exporte
 
 
 def test_real_prometheus_scrapes_the_exporter(busy_exporter, tmp_path, vhost):
-    prometheus = require_binary("prometheus", "prometheus")
-    port = free_port()
-    target = busy_exporter.url.removeprefix("http://")
-    (tmp_path / "prometheus.yml").write_text(
-        f"global: {{scrape_interval: 1s}}\nscrape_configs:\n- job_name: ackscope\n  static_configs:\n"
-        f"  - targets: ['{target}']\n")
-    proc = subprocess.Popen([prometheus, f"--config.file={tmp_path}/prometheus.yml",
-                             f"--storage.tsdb.path={tmp_path}/data", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    api = f"http://127.0.0.1:{port}/api/v1/query"
+    with prometheus_scraping(busy_exporter.url.removeprefix("http://"), tmp_path) as prometheus:
+        def query(q: str) -> list:
+            return prometheus_query(prometheus, q)
 
-    def query(q: str) -> list:
-        try:
-            return requests.get(api, params={"query": q}, timeout=5).json()["data"]["result"]
-        except (requests.RequestException, ValueError, KeyError):
-            return []
-
-    try:
         wait_for(lambda: query('up{job="ackscope"} == 1'), timeout=30, what="Prometheus to scrape the exporter")
         unacked = wait_for(lambda: query(f'ackscope_channel_messages_unacked{{vhost="{vhost}",'
                                          f'connection_name="consumer"}}'), what="channel series in Prometheus")
         assert float(unacked[0]["value"][1]) == 1
         assert query("ackscope_up == 1") and query("ackscope_snapshot_age_seconds < 10")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_tls_and_basic_auth_protect_the_exporter_endpoints(broker, start_exporter, tmp_path):
