@@ -8,7 +8,7 @@ import os
 import re
 import time
 from collections import deque
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import streamlit as st
@@ -53,7 +53,8 @@ def _banner(data: Live) -> None:
         st.warning(f"The exporter cannot poll the broker: {data.exporter_error}. Its last good snapshot is "
                    "shown: **stale**.")
     if data.snapshot:
-        st.caption(f"Broker snapshot taken {_ago(data.snapshot['taken_at'])} ago · exporter "
+        updated = datetime.fromtimestamp(data.fetched_at, UTC).strftime("%H:%M:%S UTC") if data.fetched_at else "-"
+        st.caption(f"Updated {updated} · broker snapshot taken {_ago(data.snapshot['taken_at'])} ago · exporter "
                    f"{_settings().exporter_url}")
 
 

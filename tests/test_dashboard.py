@@ -242,6 +242,12 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
             assert page.locator(".js-plotly-plot").count() >= 2
             assert "Traceback" not in text
             page.screenshot(path=str(ARTIFACTS / "dashboard-landing.png"), full_page=True)
+            # The refresh (every 5 s here) redraws the data in place: the page is not reloaded.
+            page.evaluate("window.ackscopeMarker = 42")
+            updated = page.get_by_text("Updated ").first.inner_text()
+            wait_for(lambda: page.get_by_text("Updated ").first.inner_text() != updated, timeout=20,
+                     what="the live data to refresh")
+            assert page.evaluate("window.ackscopeMarker") == 42
             assert not script_errors, script_errors
         finally:
             browser.close()
