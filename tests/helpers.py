@@ -112,13 +112,15 @@ def require_binary(name: str, package: str) -> str:
 
 
 @contextmanager
-def prometheus_scraping(target: str, workdir: Path, interval: str = "1s") -> Iterator[str]:
-    """A real Prometheus (Debian's package) scraping `target` (host:port) every `interval`; yields its URL."""
+def prometheus_scraping(target: str, workdir: Path, interval: str = "1s", rules: Path | None = None) -> Iterator[str]:
+    """A real Prometheus (Debian's package) scraping `target` (host:port) every `interval`, evaluating
+    `rules` as often; yields its URL."""
     prometheus = require_binary("prometheus", "prometheus")
     port = free_port()
+    rule_files = f"rule_files: ['{rules}']\n" if rules else ""
     (workdir / "prometheus.yml").write_text(
-        f"global: {{scrape_interval: {interval}}}\nscrape_configs:\n- job_name: ackscope\n  static_configs:\n"
-        f"  - targets: ['{target}']\n")
+        f"global: {{scrape_interval: {interval}, evaluation_interval: {interval}}}\n{rule_files}"
+        f"scrape_configs:\n- job_name: ackscope\n  static_configs:\n  - targets: ['{target}']\n")
     proc = subprocess.Popen([prometheus, f"--config.file={workdir}/prometheus.yml",
                              f"--storage.tsdb.path={workdir}/data", f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
