@@ -3,18 +3,25 @@ evaluates them against the exporter while failure scenarios run (and stays quiet
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
+import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import requests
 import yaml
 
 from ackscope.diagnosis.scenarios import BY_NAME, Running
+from ackscope.exporter.command import Exporter
 from ackscope.exporter.normalise import Selection
+from ackscope.local_broker import ADMIN_USER
 from ackscope.secret import Secret
+from conftest import exporter_config
 from helpers import prometheus_scraping, require_binary, wait_for
 from probe_helpers import probe_config, quick
 
@@ -47,42 +54,69 @@ def test_promtool_unit_tests_fire_every_alert_and_pass():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+class Watched:
+    """A Prometheus evaluating the rules against an exporter (with a probe) over a vhost running scenarios."""
+
+    def __init__(self, prometheus: str):
+        self.prometheus = prometheus
+
+    def query(self, q: str) -> list:
+        try:
+            return requests.get(f"{self.prometheus}/api/v1/query", params={"query": q},
+                                timeout=5).json()["data"]["result"]
+        except (requests.RequestException, ValueError, KeyError):
+            return []
+
+    def active(self) -> dict[str, list[dict]]:
+        """Pending and firing alerts by name."""
+        try:
+            alerts = requests.get(f"{self.prometheus}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+        except (requests.RequestException, ValueError, KeyError):
+            return {}
+        by_name: dict[str, list[dict]] = {}
+        for a in alerts:
+            by_name.setdefault(a["labels"]["alertname"], []).append(a)
+        return by_name
+
+
 @contextmanager
-def _watched(broker, vhost, start_exporter, tmp_path, *scenarios):
-    """An exporter with probes over `vhost` running `scenarios`, scraped by a Prometheus evaluating the rules;
-    yields a function returning the active alerts (pending or firing) by name."""
-    exporter = start_exporter(broker.management_url, interval=1.0,
-                              probes=probe_config(broker, vhost, (quick("classic-persistent"),)),
-                              selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+def watched(broker, vhost: str, workdir: Path, *scenarios: str) -> Iterator[Watched]:
+    exporter = Exporter(exporter_config(broker.management_url, interval=1.0,
+                                        probes=probe_config(broker, vhost, (quick("classic-persistent"),)),
+                                        selection=Selection(include_vhosts=re.compile(re.escape(vhost)))))
+    exporter.start()
     running = Running([BY_NAME[n] for n in scenarios], Secret(broker.amqp_url(vhost))).start()
     try:
-        with prometheus_scraping(exporter.url.removeprefix("http://"), tmp_path, rules=RULES) as prometheus:
-            def active() -> dict[str, list[dict]]:
-                try:
-                    alerts = requests.get(f"{prometheus}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
-                except (requests.RequestException, ValueError, KeyError):
-                    return {}
-                by_name: dict[str, list[dict]] = {}
-                for a in alerts:
-                    by_name.setdefault(a["labels"]["alertname"], []).append(a)
-                return by_name
-
-            active.prometheus = prometheus
-            wait_for(lambda: _query(prometheus, "ackscope_probe_up == 1"), timeout=60,
+        with prometheus_scraping(exporter.url.removeprefix("http://"), workdir, rules=RULES) as prometheus:
+            w = Watched(prometheus)
+            wait_for(lambda: w.query("ackscope_probe_up == 1"), timeout=60,
                      what="Prometheus to scrape the exporter and its probe")
-            yield active
+            yield w
     finally:
         running.stop()
+        exporter.stop()
     assert not running.errors, running.errors
 
 
-def test_alerts_go_pending_or_firing_for_real_failures(broker, vhost, start_exporter, tmp_path):
+@pytest.fixture(scope="module")
+def failing(broker, tmp_path_factory) -> Iterator[Watched]:
+    """Four failure scenarios under one Prometheus, shared by the alert and the Grafana tests."""
+    vhost = f"alerts-{uuid.uuid4().hex[:8]}"
+    broker.api("PUT", f"/vhosts/{vhost}")
+    broker.api("PUT", f"/permissions/{vhost}/{ADMIN_USER}", json={"configure": ".*", "write": ".*", "read": ".*"})
+    try:
+        with watched(broker, vhost, tmp_path_factory.mktemp("prometheus"), "prefetch-saturated", "requeue-loop",
+                     "publisher-without-confirms", "unroutable-dropped") as w:
+            yield w
+    finally:
+        broker.api("DELETE", f"/vhosts/{vhost}")
+
+
+def test_alerts_go_pending_or_firing_for_real_failures(failing):
     expected = {"AckscopeFindingWarning", "AckscopeRequeueLoop", "AckscopePublisherWithoutConfirms",
                 "AckscopeUnackedAtPrefetch", "AckscopeUnroutableDropped"}
-    with _watched(broker, vhost, start_exporter, tmp_path, "prefetch-saturated", "requeue-loop",
-                  "publisher-without-confirms", "unroutable-dropped") as active:
-        found = wait_for(lambda: (a := active()) and expected <= set(a) and a, timeout=90,
-                         what=lambda: f"alerts {sorted(expected)} (active: {sorted(active())})")
+    found = wait_for(lambda: (a := failing.active()) and expected <= set(a) and a, timeout=90,
+                     what=lambda: f"alerts {sorted(expected)} (active: {sorted(failing.active())})")
     saturated = [a for a in found["AckscopeUnackedAtPrefetch"]
                  if a["labels"]["connection_name"] == "ackscope-scenario prefetch-saturated"]
     assert saturated and saturated[0]["state"] in ("pending", "firing")
@@ -93,20 +127,55 @@ def test_alerts_go_pending_or_firing_for_real_failures(broker, vhost, start_expo
     assert "AckscopeProbeMessageLost" not in found and "AckscopeBrokerUnreachable" not in found
 
 
-def test_alerts_stay_quiet_for_a_healthy_workload(broker, vhost, start_exporter, tmp_path):
-    with _watched(broker, vhost, start_exporter, tmp_path, "healthy") as active:
-        wait_for(lambda: _query(active.prometheus, 'rate(ackscope_channel_published_total'
-                                                   '{connection_name="ackscope-scenario healthy"}[1m]) > 0'),
-                 timeout=60, what="the healthy publisher's traffic in Prometheus")
+GRAFANA = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "ackscope.json"
+# What Grafana puts in for its variables: every vhost, queue and target, and a rate window.
+VARIABLES = {"$__rate_interval": "1m", "$vhost": ".*", "$queue": ".*", "$target": ".*"}
+
+
+def _panel_queries() -> list[tuple[str, str]]:
+    dashboard = json.loads(GRAFANA.read_text())
+    return [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
+
+
+def test_grafana_dashboard_has_datasource_vhost_and_queue_variables_and_uses_them():
+    dashboard = json.loads(GRAFANA.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert {"vhost", "queue"} <= set(variables)
+    for panel in dashboard["panels"]:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+    titles = " ".join(p["title"] for p in dashboard["panels"]).lower()
+    for subject in ("heatmap", "p50 / p99", "batch", "unacked against prefetch", "redelivery", "nacks", "audit",
+                    "findings"):
+        assert subject in titles, subject
+
+
+def test_every_grafana_panel_query_evaluates_and_most_return_data(failing):
+    wait_for(lambda: failing.active().get("AckscopeRequeueLoop"), timeout=90, what="the failures to show")
+    results = {}
+    for title, expr in _panel_queries():
+        q = expr
+        for name, value in VARIABLES.items():
+            q = q.replace(name, value)
+        response = requests.get(f"{failing.prometheus}/api/v1/query", params={"query": q}, timeout=10).json()
+        assert response["status"] == "success", (title, expr, response.get("error"))
+        results[(title, expr)] = len(response["data"]["result"])
+    empty = [k for k, n in results.items() if n == 0]
+    assert len(empty) <= len(results) // 4, empty  # nacks, timeouts and the like may rightly be empty
+
+
+def test_alerts_stay_quiet_for_a_healthy_workload(broker, vhost, tmp_path):
+    with watched(broker, vhost, tmp_path, "healthy") as w:
+        wait_for(lambda: w.query('rate(ackscope_channel_published_total{connection_name="ackscope-scenario healthy"}'
+                                 '[1m]) > 0'), timeout=60, what="the healthy publisher's traffic in Prometheus")
         seen = []
         for _ in range(20):  # twenty evaluations, one a second, with the workload in full swing
-            seen.append(active())
+            seen.append(w.active())
             time.sleep(1)
     assert not any(seen), [sorted(a) for a in seen if a]
 
 
-def _query(prometheus: str, q: str) -> list:
-    try:
-        return requests.get(f"{prometheus}/api/v1/query", params={"query": q}, timeout=5).json()["data"]["result"]
-    except (requests.RequestException, ValueError, KeyError):
-        return []
+def test_the_example_prometheus_config_is_valid():
+    result = subprocess.run([require_binary("promtool", "prometheus"), "check", "config",
+                             str(DEPLOY / "prometheus.yml")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
