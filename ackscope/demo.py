@@ -1,29 +1,56 @@
-"""`ackscope demo`: a private local broker, and the exporter with its probes against it, until Ctrl-C."""
+"""`ackscope demo`: everything at once, until Ctrl-C. A private local broker (or yours, with
+--management-url/--amqp-url), the exporter with its probes and a data dir, failure scenarios to look at,
+the dashboard, and Prometheus with the alert rules when it is installed."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import shutil
+import socket
+import subprocess
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
+from ackscope.dashboard import command as dashboard
+from ackscope.diagnosis.scenarios import BY_NAME, Running
 from ackscope.exporter.command import Exporter, ExporterConfig, wait_for_signal
 from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.normalise import Selection
 from ackscope.exporter.server import WebSecurity
-from ackscope.probes.command import ProbeConfig
+from ackscope.probes.command import ProbeConfig, with_password
 from ackscope.probes.runner import ProbeSettings
 from ackscope.probes.targets import targets_from_config
 
-from .config import ConfigError, host_port
-from .local_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, LocalBrokerError
+from .config import ConfigError, host_port, read_secret
+from .local_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, LocalBrokerError, free_port
 from .secret import Secret
 
 log = logging.getLogger("ackscope.demo")
+
+# One of each kind of client mistake the dashboard and the alerts show, and a healthy client beside them.
+SCENARIOS = ("prefetch-saturated", "prefetch-unlimited", "auto-ack-consumer", "requeue-loop",
+             "publisher-without-confirms", "unroutable-dropped", "healthy")
+ALERT_RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "ackscope-alerts.yml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default="127.0.0.1:9577", help="HOST:PORT for the exporter [127.0.0.1:9577]")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between polls [5]")
+    parser.add_argument("--management-url", help="use this broker instead of a private one (user from "
+                        "--username, password from ACKSCOPE_PASSWORD[_FILE])")
+    parser.add_argument("--username", default="guest", help="management API user with --management-url [guest]")
+    parser.add_argument("--amqp-url", help="the probes' broker with --management-url (password from "
+                        "ACKSCOPE_AMQP_PASSWORD[_FILE]); without it, no probes")
+    parser.add_argument("--scenarios", help="comma-separated failure scenarios to run (default: a set of seven on "
+                        "the private broker, none on yours); 'none' for none")
+    parser.add_argument("--data-dir", help="where the probes and the exporter write Parquet [a new temporary "
+                        "directory, kept for `ackscope pipeline`]")
+    parser.add_argument("--dashboard-port", type=int, default=8501, help="port of the dashboard [8501, or a free "
+                        "one when taken]")
+    parser.add_argument("--prometheus-port", type=int, default=9090, help="port of Prometheus when installed "
+                        "[9090, or a free one when taken]")
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -31,33 +58,130 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         listen = host_port(args.listen)
     except ValueError as e:
         raise ConfigError(f"--listen: {e}") from None
-    broker = LocalBroker(name="ackscope-demo")
-    log.info("starting a private RabbitMQ node in %s ...", broker.base_dir)
-    try:
-        broker.start()
-    except LocalBrokerError as e:
-        broker.remove()
-        raise ConfigError(str(e)) from None
-    exporter = None
+    if args.amqp_url and not args.management_url:
+        raise ConfigError("--amqp-url needs --management-url (without both, the demo starts its own broker)")
+    scenarios = _scenarios(args.scenarios, own_broker=not args.management_url)
+    if scenarios and args.management_url and not args.amqp_url:
+        raise ConfigError("--scenarios needs --amqp-url: they are AMQP clients")
+    broker = None
+    if not args.management_url:
+        broker = LocalBroker(name="ackscope-demo")
+        log.info("starting a private RabbitMQ node in %s ...", broker.base_dir)
+        try:
+            broker.start()
+        except LocalBrokerError as e:
+            broker.remove()
+            raise ConfigError(str(e)) from None
+    management_url = args.management_url or broker.management_url
+    username = args.username if args.management_url else ADMIN_USER
+    password = (read_secret("password", environ, {}, "demo") or Secret("guest")) if args.management_url \
+        else Secret(ADMIN_PASSWORD)
+    amqp = _amqp(args, environ, broker)
+    data_dir = args.data_dir or tempfile.mkdtemp(prefix="ackscope-demo-data-")
+    exporter = running = None
+    children: list[subprocess.Popen] = []
+    prometheus_dir = None
     try:
         exporter = Exporter(ExporterConfig(
-            management_url=broker.management_url, username=ADMIN_USER, password=Secret(ADMIN_PASSWORD),
+            management_url=management_url, username=username, password=password,
             listen=listen, interval=args.interval, timeout=5.0, deadline=args.interval, verify=True,
-            selection=Selection(), limits=Limits(), web=WebSecurity(),
+            selection=Selection(), limits=Limits(), web=WebSecurity(), data_dir=data_dir,
             # The demo shows every path the probes measure, the nack path included.
-            probes=ProbeConfig(amqp_url=Secret(broker.amqp_url()), display_url=f"127.0.0.1:{broker.ports.amqp}",
-                               ssl_options=None, targets=targets_from_config(None, {}, reject_publish=True),
-                               settings=ProbeSettings(), data_dir=None)))
+            probes=None if amqp is None else ProbeConfig(
+                amqp_url=amqp[0], display_url=amqp[1], ssl_options=None,
+                targets=targets_from_config(None, {}, reject_publish=True), settings=ProbeSettings(),
+                data_dir=data_dir)))
         exporter.start()
-        print(f"broker     amqp://127.0.0.1:{broker.ports.amqp}  management {broker.management_url} "
-              f"({ADMIN_USER}/{ADMIN_PASSWORD}, loopback only)")
+        if scenarios:
+            running = Running([BY_NAME[n] for n in scenarios], amqp[0]).start()
+        prometheus_url = None
+        if shutil.which("prometheus"):
+            prometheus_dir = Path(tempfile.mkdtemp(prefix="ackscope-demo-prometheus-"))
+            prometheus_url, proc = _prometheus(exporter.url, prometheus_dir, _port(args.prometheus_port),
+                                               args.interval)
+            children.append(proc)
+        dashboard_port = _port(args.dashboard_port)
+        settings = {"exporter_url": exporter.url, "refresh": 5.0, "reports": f"{data_dir}/reports",
+                    "prometheus_url": prometheus_url}
+        children.append(subprocess.Popen(dashboard.streamlit_command(dashboard_port, "127.0.0.1"),
+                                         env=dashboard.environment(settings, environ),
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        if broker is not None:
+            print(f"broker     amqp://127.0.0.1:{broker.ports.amqp}  management {broker.management_url} "
+                  f"({ADMIN_USER}/{ADMIN_PASSWORD}, loopback only)")
+        else:
+            print(f"broker     {management_url}" + (f"  probes on {amqp[1]}" if amqp else "  (no probes)"))
         print(f"metrics    {exporter.url}/metrics")
         print(f"snapshot   {exporter.url}/api/snapshot")
+        print(f"dashboard  http://127.0.0.1:{dashboard_port}/")
+        print(f"prometheus {prometheus_url}/alerts" if prometheus_url else
+              "prometheus not installed (apt-get install prometheus): no alerts in this demo")
+        print(f"scenarios  {', '.join(scenarios) if scenarios else 'none'}")
+        print(f"data       {data_dir}  (then: ackscope pipeline --data-dir {data_dir} --out {data_dir}/reports)")
         print("Ctrl-C stops everything.", flush=True)
         wait_for_signal()
     finally:
+        for proc in children:
+            _stop(proc)
+        if running is not None:
+            running.stop()
         if exporter is not None:
             exporter.stop()
-        broker.stop()
-        broker.remove()
+        if prometheus_dir is not None:
+            shutil.rmtree(prometheus_dir, ignore_errors=True)
+        if broker is not None:
+            broker.stop()
+            broker.remove()
     return 0
+
+
+def _scenarios(names: str | None, own_broker: bool) -> tuple[str, ...]:
+    if names is None:
+        return SCENARIOS if own_broker else ()  # never load someone's broker unasked
+    chosen = tuple(n.strip() for n in names.split(",") if n.strip() and n.strip() != "none")
+    unknown = [n for n in chosen if n not in BY_NAME]
+    if unknown:
+        raise ConfigError(f"--scenarios: unknown {', '.join(unknown)} (ackscope scenario --list says which exist)")
+    return chosen
+
+
+def _amqp(args: argparse.Namespace, environ: Mapping[str, str], broker: LocalBroker | None
+          ) -> tuple[Secret, str] | None:
+    """The probes' (and scenarios') AMQP URL with its password, and how to show it."""
+    if broker is not None:
+        return Secret(broker.amqp_url()), f"127.0.0.1:{broker.ports.amqp}"
+    if not args.amqp_url:
+        return None
+    url, display = with_password(args.amqp_url, read_secret("amqp_password", environ, {}, "demo"))
+    return Secret(url), display
+
+
+def _port(preferred: int) -> int:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", preferred))
+            return preferred
+        except OSError:
+            return free_port()
+
+
+def _prometheus(exporter_url: str, workdir: Path, port: int, interval: float) -> tuple[str, subprocess.Popen]:
+    rules = f"rule_files: ['{ALERT_RULES}']\n" if ALERT_RULES.exists() else ""
+    every = f"{max(1, int(interval))}s"
+    (workdir / "prometheus.yml").write_text(
+        f"global: {{scrape_interval: {every}, evaluation_interval: {every}}}\n{rules}"
+        f"scrape_configs:\n- job_name: ackscope\n  static_configs:\n"
+        f"  - targets: ['{exporter_url.removeprefix('http://')}']\n")
+    proc = subprocess.Popen(["prometheus", f"--config.file={workdir}/prometheus.yml",
+                             f"--storage.tsdb.path={workdir}/data", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return f"http://127.0.0.1:{port}", proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

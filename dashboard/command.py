@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
@@ -51,17 +50,18 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     values = config.resolve(OPTIONS, args, environ, {})
     print(f"ackscope dashboard: http://{'localhost' if values['address'] == '0.0.0.0' else values['address']}:"
           f"{values['port']}/ (exporter {values['exporter_url']})", file=sys.stderr)
+    # SIGTERM (systemd, kill) ends this process through its finally, so Streamlit goes with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     proc = subprocess.Popen(streamlit_command(values["port"], values["address"]),
                             env=environment(values, environ))
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
         return 130
     finally:
         if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()

@@ -1,14 +1,17 @@
-"""The README's first command: `ackscope demo` brings a private broker and the exporter up, and Ctrl-C
-takes both down, leaving no node and no data directory behind."""
+"""The README's first command: `ackscope demo` brings a private broker, the exporter with its probes,
+failure scenarios, the dashboard and Prometheus up, and Ctrl-C takes them all down, leaving no node, no
+process and no broker directory behind (the data dir stays, for the pipeline)."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import requests
 
 from ackscope.local_broker import free_port
@@ -18,15 +21,19 @@ from helpers import parse, value, wait_for
 DEMO_TARGETS = ("classic-persistent", "classic-transient", "quorum", "reject-publish")
 
 
-def test_demo_serves_metrics_of_its_own_broker_and_probes_and_stops_cleanly_on_ctrl_c():
-    port = free_port()
+def test_demo_brings_everything_up_and_ctrl_c_takes_it_all_down():
+    port, dashboard_port, prometheus_port = free_port(), free_port(), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "ackscope.cli", "demo", "--listen", f"127.0.0.1:{port}",
-                             "--interval", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--interval", "1", "--dashboard-port", str(dashboard_port), "--prometheus-port",
+                             str(prometheus_port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     try:
         wait_for(lambda: _read_until(proc, lines, "Ctrl-C stops everything."), timeout=120, what="the demo's URLs")
         assert f"metrics    http://127.0.0.1:{port}/metrics" in lines
+        assert f"dashboard  http://127.0.0.1:{dashboard_port}/" in lines
+        assert f"prometheus http://127.0.0.1:{prometheus_port}/alerts" in lines
         base_dir = Path(re.search(r"private RabbitMQ node in (\S+) \.\.\.", "\n".join(lines)).group(1))
+        data_dir = Path(next(line.split()[1] for line in lines if line.startswith("data ")))
         assert base_dir.is_dir()
 
         def up():
@@ -34,7 +41,15 @@ def test_demo_serves_metrics_of_its_own_broker_and_probes_and_stops_cleanly_on_c
             return (value(s, "ackscope_up") == 1 and value(s, "ackscope_broker_info", rabbitmq_version="3.10.8")
                     and all(value(s, "ackscope_probe_up", target=t) == 1 for t in DEMO_TARGETS))
         wait_for(up, what="the demo exporter to see its broker, and its probes to run")
+        wait_for(lambda: {"prefetch-saturated", "auto-ack-consumer"} <= {
+            f["rule"] for f in requests.get(f"http://127.0.0.1:{port}/api/findings", timeout=5).json()["findings"]},
+            timeout=30, what="the scenarios' findings")
+        wait_for(lambda: _answers(f"http://127.0.0.1:{dashboard_port}/_stcore/health"), timeout=60,
+                 what="the dashboard")
+        wait_for(lambda: _alerting_rules(prometheus_port) >= 12, timeout=60, what="Prometheus with the alert rules")
         beam_pid = int((base_dir / "beam.pid").read_text())
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert {"prometheus", "python"} <= {Path(c.exe()).name.rstrip("0123456789.") for c in children}
     finally:
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=90)
@@ -42,6 +57,24 @@ def test_demo_serves_metrics_of_its_own_broker_and_probes_and_stops_cleanly_on_c
     assert "Traceback" not in out
     assert not base_dir.exists()
     assert not Path(f"/proc/{beam_pid}").exists(), "the demo's RabbitMQ node still runs"
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert list((data_dir / "events").rglob("*.parquet")), "the probes' events stay for the pipeline"
+    shutil.rmtree(data_dir)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def _alerting_rules(port: int) -> int:
+    try:
+        groups = requests.get(f"http://127.0.0.1:{port}/api/v1/rules", timeout=2).json()["data"]["groups"]
+    except (requests.RequestException, ValueError, KeyError):
+        return 0
+    return sum(1 for g in groups for r in g["rules"] if r["type"] == "alerting")
 
 
 def _read_until(proc: subprocess.Popen, lines: list[str], marker: str) -> bool:
