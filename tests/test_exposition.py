@@ -114,3 +114,17 @@ def test_management_api_tls_is_verified_against_ca_file_unless_turned_off(start_
     s = wait_for_sample(with_ca, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="overview",
                         reason="not_found")
     assert value(s, "ackscope_poll_errors_total", endpoint="overview", reason="tls") is None
+
+
+def test_readme_metrics_reference_is_the_one_generated_from_the_code():
+    from pathlib import Path
+
+    from ackscope.exporter.reference import families, markdown
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert markdown() in readme, "README's metrics reference is stale: paste python -m ackscope.exporter.reference"
+    names = {name for name, *_ in families()}
+    # What the alert rules and the Grafana dashboard rely on is in it.
+    for used in ("ackscope_up", "ackscope_snapshot_age_seconds", "ackscope_finding", "ackscope_probe_lost_total",
+                 "ackscope_probe_confirm_latency_seconds", "ackscope_channel_prefetch_utilisation",
+                 "ackscope_node_disk_free_alarm", "ackscope_folded_objects"):
+        assert used in names, used
