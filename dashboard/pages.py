@@ -8,6 +8,7 @@ import os
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
@@ -134,13 +135,21 @@ def _latency_section(data: Live) -> None:
     _table(df)
 
 
-def overview() -> None:
-    st.title("ackscope — what is wrong, who causes it")
-
+def _live_page(render: Callable[[Live], None]) -> None:
+    """Refresh `render` in place every interval: fetch (or reuse) the exporter's data, say whether it is
+    stale, then draw it."""
     @st.fragment(run_every=_refresh_every())
     def body():
         data = _live()
         _banner(data)
+        render(data)
+    body()
+
+
+def overview() -> None:
+    st.title("ackscope — what is wrong, who causes it")
+
+    def render(data: Live) -> None:
         _findings_section(data)
         _prefetch_section(data)
         left, right = st.columns(2)
@@ -148,16 +157,13 @@ def overview() -> None:
             _redelivery_section(data)
         with right:
             _latency_section(data)
-    body()
+    _live_page(render)
 
 
 def confirms() -> None:
     st.title("Confirms")
 
-    @st.fragment(run_every=_refresh_every())
-    def body():
-        data = _live()
-        _banner(data)
+    def render(data: Live) -> None:
         _latency_section(data)
         samples = list(_probe_history(_settings().exporter_url))
         over_time = reports.percentiles_over_time(samples)
@@ -174,7 +180,7 @@ def confirms() -> None:
         if not audit.empty:
             st.subheader("Nacks, returns and timeouts")
             _table(audit[["target", "published", "confirmed", "nacked", "returned", "confirm_timeouts"]])
-    body()
+    _live_page(render)
 
 
 def consumers() -> None:
@@ -182,13 +188,10 @@ def consumers() -> None:
     search = st.text_input("Search client, channel, queue or vhost", key="consumer-search")
     top = st.select_slider("Show the fullest", options=[10, 25, 50, 100, 200], value=TOP)
 
-    @st.fragment(run_every=_refresh_every())
-    def body():
-        data = _live()
-        _banner(data)
+    def render(data: Live) -> None:
         _prefetch_section(data, search, top)
         _findings_by_rule(data, ("prefetch-unlimited", "auto-ack-consumer", "prefetch-saturated", "prefetch-one"))
-    body()
+    _live_page(render)
 
 
 def redelivery() -> None:
@@ -196,22 +199,16 @@ def redelivery() -> None:
     search = st.text_input("Search queue or vhost", key="queue-search")
     top = st.select_slider("Show the top", options=[10, 25, 50, 100, 200], value=TOP)
 
-    @st.fragment(run_every=_refresh_every())
-    def body():
-        data = _live()
-        _banner(data)
+    def render(data: Live) -> None:
         _redelivery_section(data, search, top)
         _findings_by_rule(data, ("requeue-loop", "probe-duplicates"))
-    body()
+    _live_page(render)
 
 
 def probe_audit() -> None:
     st.title("Probe audit")
 
-    @st.fragment(run_every=_refresh_every())
-    def body():
-        data = _live()
-        _banner(data)
+    def render(data: Live) -> None:
         audit = views.probe_audit(data.probes)
         if audit.empty:
             st.info("No probes: start the exporter with --amqp-url.")
@@ -222,7 +219,7 @@ def probe_audit() -> None:
         else:
             st.success("Every confirmed message was delivered (or is still within its loss deadline).")
         _table(audit)
-    body()
+    _live_page(render)
 
 
 def history() -> None:
@@ -279,10 +276,7 @@ def _prometheus_history(url: str) -> None:
 def broker() -> None:
     st.title("Broker")
 
-    @st.fragment(run_every=_refresh_every())
-    def body():
-        data = _live()
-        _banner(data)
+    def render(data: Live) -> None:
         if not data.snapshot:
             st.info("No snapshot from the exporter yet.")
             return
@@ -299,7 +293,7 @@ def broker() -> None:
             _table(blocked)
         for note in data.snapshot.get("notes", []):
             st.caption(note)
-    body()
+    _live_page(render)
 
 
 def _findings_by_rule(data: Live, rules: tuple[str, ...]) -> None:

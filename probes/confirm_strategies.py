@@ -230,7 +230,6 @@ def table_rows(results: list[Result]) -> list[tuple[str, ...]]:
 
 
 def write_chart(results: list[Result], path: Path) -> None:
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("messages per second (log)", "latency to the broker's "

@@ -7,7 +7,7 @@ Every resource a probe touches is named ackscope.probe.<...>, so a user whose pe
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 PREFIX = "ackscope.probe."

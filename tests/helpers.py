@@ -137,3 +137,16 @@ def prometheus_query(url: str, q: str) -> list:
         return requests.get(f"{url}/api/v1/query", params={"query": q}, timeout=5).json()["data"]["result"]
     except (requests.RequestException, ValueError, KeyError):
         return []
+
+
+@contextmanager
+def scenarios_running(broker: LocalBroker, vhost: str, *names: str) -> Iterator:
+    """`ackscope scenario`'s failure modes on `vhost` while the block runs; none may have failed."""
+    from ackscope.diagnosis.scenarios import BY_NAME, Running
+    from ackscope.secret import Secret
+    scenarios = Running([BY_NAME[n] for n in names], Secret(broker.amqp_url(vhost))).start()
+    try:
+        yield scenarios
+    finally:
+        scenarios.stop()
+    assert not scenarios.errors, scenarios.errors

@@ -15,25 +15,14 @@ import pytest
 import requests
 
 from ackscope.diagnosis.rules import RULES
-from ackscope.diagnosis.scenarios import BY_NAME, PREFIX, SCENARIOS, Running
+from ackscope.diagnosis.scenarios import BY_NAME, PREFIX, SCENARIOS
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.exporter.normalise import Selection
 from ackscope.local_broker import ADMIN_PASSWORD
-from ackscope.secret import Secret
-from helpers import parse, value, wait_for
+from helpers import parse, scenarios_running, value, wait_for
 
 # Rules a client cannot cause from a scenario: alarms are the broker's (the alarm test raises one).
 NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm"}
-
-
-@contextmanager
-def running(broker, vhost, *names):
-    scenarios = Running([BY_NAME[n] for n in names], Secret(broker.amqp_url(vhost))).start()
-    try:
-        yield scenarios
-    finally:
-        scenarios.stop()
-    assert not scenarios.errors, scenarios.errors
 
 
 @pytest.fixture
@@ -75,7 +64,7 @@ def test_each_rule_fires_on_its_scenario_and_names_the_culprit(broker, vhost, wa
         found = [f for f in _findings(watching) if f["rule"] == scenario.rule]
         return [f for f in found if f["connection_name"] == client or f["object"] == queue_culprit]
 
-    with running(broker, vhost, scenario.name):
+    with scenarios_running(broker, vhost, scenario.name):
         if scenario.name == "unconfirmed-backlog":
             with suspended_queue(broker, vhost, PREFIX + scenario.name):
                 found = wait_for(fired, timeout=30, what=f"{scenario.rule} on {scenario.name}")
@@ -92,7 +81,7 @@ def test_every_client_rule_has_a_scenario():
 
 
 def test_a_healthy_workload_raises_no_warning(broker, vhost, watching):
-    with running(broker, vhost, "healthy"):
+    with scenarios_running(broker, vhost, "healthy"):
         wait_for(lambda: requests.get(f"{broker.management_url}/api/queues/{vhost}/{PREFIX}healthy",
                                       auth=("guest", ADMIN_PASSWORD), timeout=5).json()
                  .get("message_stats", {}).get("ack", 0) > 20, what="the healthy workload to flow")
@@ -109,7 +98,7 @@ def _diagnose(broker, vhost, *extra, password=ADMIN_PASSWORD, url=None):
 
 
 def test_memory_alarm_is_critical_blocks_the_publisher_and_exits_2(broker, vhost):
-    with running(broker, vhost, "blocked-publisher"):
+    with scenarios_running(broker, vhost, "blocked-publisher"):
         broker.ctl("set_vm_memory_high_watermark", "0.000001")
         try:
             def blocked():
@@ -126,7 +115,7 @@ def test_memory_alarm_is_critical_blocks_the_publisher_and_exits_2(broker, vhost
 
 
 def test_diagnose_text_names_the_culprit_and_the_remedy_and_exits_1_on_a_warning(broker, vhost):
-    with running(broker, vhost, "prefetch-unlimited"):
+    with scenarios_running(broker, vhost, "prefetch-unlimited"):
         wait_for(lambda: requests.get(f"{broker.management_url}/api/consumers/{vhost}",
                                       auth=("guest", ADMIN_PASSWORD), timeout=5).json(), what="the consumer")
         done = wait_for(lambda: (d := _diagnose(broker, vhost)).returncode == 1 and d, timeout=30,
@@ -159,7 +148,7 @@ def test_unreachable_broker_or_refused_login_exits_3_with_one_line(broker, vhost
 
 
 def test_exporter_exports_findings_as_metrics(broker, vhost, watching):
-    with running(broker, vhost, "heartbeat-disabled"):
+    with scenarios_running(broker, vhost, "heartbeat-disabled"):
         def exported():
             samples = parse(requests.get(watching.url + "/metrics", timeout=5).text)
             return value(samples, "ackscope_finding", rule="heartbeat-disabled", severity="warning", vhost=vhost,

@@ -6,16 +6,14 @@ from __future__ import annotations
 import io
 import re
 import time
-from contextlib import contextmanager
 
 import pyarrow.dataset as ds
 import requests
 
-from ackscope.diagnosis.scenarios import BY_NAME, PREFIX, Running
+from ackscope.diagnosis.scenarios import PREFIX
 from ackscope.exporter.normalise import Selection
 from ackscope.pipeline.command import PipelineConfig, Progress, execute
-from ackscope.secret import Secret
-from helpers import wait_for
+from helpers import scenarios_running, wait_for
 from probe_helpers import probe_config, probe_value, quick, running_probes, wait_probe
 
 
@@ -76,22 +74,12 @@ def test_pipeline_audits_the_event_log_the_probes_wrote_against_a_real_broker(sp
     assert summary["probes"]["quorum"]["confirm_p99_s"] > 0
 
 
-@contextmanager
-def _scenarios(broker, vhost, *names):
-    running = Running([BY_NAME[n] for n in names], Secret(broker.amqp_url(vhost))).start()
-    try:
-        yield running
-    finally:
-        running.stop()
-    assert not running.errors, running.errors
-
-
 def test_pipeline_finds_the_culprits_in_the_snapshot_history_of_a_broker_running_failure_scenarios(
         spark, broker, vhost, start_exporter, tmp_path):
     data = tmp_path / "data"
     exporter = start_exporter(broker.management_url, interval=0.5, data_dir=str(data),
                               selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
-    with _scenarios(broker, vhost, "prefetch-saturated", "requeue-loop", "publisher-without-confirms", "healthy"):
+    with scenarios_running(broker, vhost, "prefetch-saturated", "requeue-loop", "publisher-without-confirms", "healthy"):
         culprits = {"prefetch-saturated", "requeue-loop", "publisher-without-confirms"}
         wait_for(lambda: culprits <= {f["rule"] for f in requests.get(exporter.url + "/api/findings",
                                                                      timeout=5).json()["findings"]},

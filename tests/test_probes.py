@@ -16,8 +16,7 @@ from ackscope.probes.events import KINDS, SCHEMA
 from ackscope.probes.message import ProbeMessage
 from ackscope.probes.targets import DEFAULT_TARGETS, EXCHANGE, REJECT_PUBLISH
 from helpers import value, wait_for
-from probe_helpers import (QUICK, captured_log, probe_config, probe_samples, probe_value, quick, running_probes,
-                           wait_probe)
+from probe_helpers import probe_config, probe_samples, probe_value, quick, running_probes, wait_probe
 
 
 def _quantile(samples, name: str, target: str, q: float) -> float:
