@@ -177,13 +177,21 @@ def _transactional(ctx: Context, rule: Rule) -> Iterator[Finding]:
                                "confirms ('ackscope bench confirms' measures it on this broker).")
 
 
+def _inferred_nacks(ch) -> int | None:
+    s = ch.message_stats
+    if ch.confirm is not True or s.publish is None or s.confirm is None or ch.messages_unconfirmed is None:
+        return None
+    return s.publish - s.confirm - ch.messages_unconfirmed
+
+
 def _nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
-        s = ch.message_stats
-        if ch.confirm is not True or s.publish is None or s.confirm is None or ch.messages_unconfirmed is None:
-            continue
-        nacked = s.publish - s.confirm - ch.messages_unconfirmed
-        if nacked > 0:
+        nacked = _inferred_nacks(ch)
+        before = ctx.previous_channel(ch.name)
+        # The broker samples these counters at slightly different moments, so one poll can show a gap that
+        # the next closes; nacks are cumulative and stay. Only a gap seen at two polls in a row counts.
+        if nacked is not None and nacked > 0 and before is not None and (_inferred_nacks(before) or 0) > 0:
+            s = ch.message_stats
             yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
                                {"published": s.publish, "confirmed": s.confirm,
                                 "unconfirmed": ch.messages_unconfirmed, "inferred_nacked": nacked},
@@ -200,8 +208,10 @@ def _unconfirmed_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
             continue
         before = ctx.previous_channel(ch.name)
         growth = (ch.messages_unconfirmed - _n(before.messages_unconfirmed)) if before else 0
-        if ch.messages_unconfirmed >= t.unconfirmed_backlog or (growth >= t.unconfirmed_growth
-                                                                 and ch.messages_unconfirmed > 0):
+        # Growth counts only on top of a backlog the previous poll saw too: a healthy publisher's burst,
+        # caught in flight by one poll, is confirmed a few milliseconds later.
+        grew = growth >= t.unconfirmed_growth and before is not None and _n(before.messages_unconfirmed) > 0
+        if ch.messages_unconfirmed >= t.unconfirmed_backlog or grew:
             yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
                                {"unconfirmed": ch.messages_unconfirmed, "growth": growth},
                                f"{ch.messages_unconfirmed} published messages await their confirm: the broker is "
