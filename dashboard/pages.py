@@ -183,26 +183,29 @@ def confirms() -> None:
     _live_page(render)
 
 
-def consumers() -> None:
-    st.title("Consumers & prefetch")
-    search = st.text_input("Search client, channel, queue or vhost", key="consumer-search")
-    top = st.select_slider("Show the fullest", options=[10, 25, 50, 100, 200], value=TOP)
+def _top_n_page(title: str, search_label: str, search_key: str, top_label: str,
+                section: Callable[[Live, str, int], None], rules: tuple[str, ...]) -> None:
+    """A page over many objects: a search box and a top-N choice, the section they filter, and the findings
+    of the rules about those objects."""
+    st.title(title)
+    search = st.text_input(search_label, key=search_key)
+    top = st.select_slider(top_label, options=[10, 25, 50, 100, 200], value=TOP)
 
     def render(data: Live) -> None:
-        _prefetch_section(data, search, top)
-        _findings_by_rule(data, ("prefetch-unlimited", "auto-ack-consumer", "prefetch-saturated", "prefetch-one"))
+        section(data, search, top)
+        _findings_by_rule(data, rules)
     _live_page(render)
+
+
+def consumers() -> None:
+    _top_n_page("Consumers & prefetch", "Search client, channel, queue or vhost", "consumer-search",
+                "Show the fullest", _prefetch_section,
+                ("prefetch-unlimited", "auto-ack-consumer", "prefetch-saturated", "prefetch-one"))
 
 
 def redelivery() -> None:
-    st.title("Redeliveries & requeue loops")
-    search = st.text_input("Search queue or vhost", key="queue-search")
-    top = st.select_slider("Show the top", options=[10, 25, 50, 100, 200], value=TOP)
-
-    def render(data: Live) -> None:
-        _redelivery_section(data, search, top)
-        _findings_by_rule(data, ("requeue-loop", "probe-duplicates"))
-    _live_page(render)
+    _top_n_page("Redeliveries & requeue loops", "Search queue or vhost", "queue-search", "Show the top",
+                _redelivery_section, ("requeue-loop", "probe-duplicates"))
 
 
 def probe_audit() -> None:
