@@ -24,7 +24,8 @@ import requests
 from exporter_scale import build_state
 from playwright.sync_api import sync_playwright
 
-from ackscope.local_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
+from ackscope.core.processes import stop_process
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
 
 ACKSCOPE = str(Path(sys.executable).with_name("ackscope"))
 
@@ -102,11 +103,7 @@ def main() -> int:
         del held
     finally:
         for proc in procs:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc)
         broker.stop()
         broker.remove()
     return 0

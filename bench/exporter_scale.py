@@ -29,10 +29,11 @@ import pika
 import psutil
 import requests
 
-from ackscope.exporter.management import ManagementClient
+from ackscope.core.processes import stop_process
+from ackscope.core.secret import Secret
 from ackscope.exporter.poller import Poller
-from ackscope.local_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
-from ackscope.secret import Secret
+from ackscope.sources import ManagementSource
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
 
 ENDPOINTS = ("overview", "nodes", "vhosts", "connections", "channels", "consumers", "queues")
 
@@ -107,8 +108,8 @@ def main() -> int:
                 sizes += timed_get(api + e, auth=auth)[1]
             return time.perf_counter() - started, sizes
 
-        poller = Poller(ManagementClient(broker.management_url, ADMIN_USER, Secret(ADMIN_PASSWORD), timeout=30),
-                        interval=args.gap, deadline=60)
+        poller = Poller(ManagementSource(broker.management_url, ADMIN_USER, Secret(ADMIN_PASSWORD), timeout=30,
+                                         deadline=60), interval=args.gap)
 
         def ackscope_poll():
             poller.poll_once()
@@ -134,7 +135,7 @@ def main() -> int:
         port = free_port()
         env = dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD)
         exporter = subprocess.Popen(
-            [sys.executable, "-m", "ackscope.cli", "--log-level", "warning", "exporter",
+            [sys.executable, "-m", "ackscope", "--log-level", "warning", "exporter",
              "--management-url", broker.management_url, "--listen", f"127.0.0.1:{port}", "--interval", "5",
              "--timeout", "30", "--deadline", "60"], env=env)
         metrics_url = f"http://127.0.0.1:{port}/metrics"
@@ -185,8 +186,7 @@ def main() -> int:
             conn.close()
     finally:
         if exporter is not None:
-            exporter.terminate()
-            exporter.wait(timeout=30)
+            stop_process(exporter, timeout=30)
         broker.stop()
         broker.remove()
     return 0

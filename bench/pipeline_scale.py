@@ -31,7 +31,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ackscope.probes.events import SCHEMA
+from ackscope.model.schemas import EVENTS as SCHEMA
 
 PROBES = (("classic-persistent", "classic", True), ("classic-transient", "classic", False),
           ("quorum", "quorum", True))

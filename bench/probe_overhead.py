@@ -30,8 +30,9 @@ import pika
 import psutil
 import pyarrow.dataset as ds
 
-from ackscope.local_broker import ADMIN_PASSWORD, LocalBroker, free_port
+from ackscope.core.processes import stop_process
 from ackscope.probes.targets import DEFAULT_TARGETS, EXCHANGE
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, LocalBroker, free_port
 
 QUEUE = DEFAULT_TARGETS[0].queue  # classic-persistent
 
@@ -60,7 +61,7 @@ def main() -> int:
     data_dir = tempfile.mkdtemp(prefix="ackscope-probebench-")
     port = free_port()
     env = dict(os.environ, ACKSCOPE_AMQP_PASSWORD=ADMIN_PASSWORD)
-    probe = subprocess.Popen([sys.executable, "-m", "ackscope.cli", "--log-level", "warning", "probe",
+    probe = subprocess.Popen([sys.executable, "-m", "ackscope", "--log-level", "warning", "probe",
                               "--amqp-url", broker.amqp_url().replace(f":{ADMIN_PASSWORD}@", "@"),
                               "--listen", f"127.0.0.1:{port}", "--data-dir", data_dir], env=env)
     try:
@@ -77,8 +78,7 @@ def main() -> int:
         stop.set()
         thread.join()
     finally:
-        probe.terminate()
-        probe.wait(timeout=30)
+        stop_process(probe, timeout=30)
         broker.stop()
         broker.remove()
     cpu_share = ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / (wall1 - wall0)

@@ -15,8 +15,8 @@ import pandas as pd
 import streamlit as st
 
 from ackscope.dashboard import charts, reports, views
-from ackscope.dashboard.source import ExporterSource, Live
 from ackscope.dashboard.settings import Settings
+from ackscope.dashboard.source import ExporterSource, Live
 
 TOP = 50
 

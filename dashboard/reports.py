@@ -14,10 +14,9 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import requests
 
-from .views import quantile
+from ackscope.core.quantile import histogram_quantile
+from ackscope.model.schemas import REPORTS
 
-REPORTS = ("delivery_audit", "lost_messages", "confirm_latency", "confirm_batches", "delivery_latency",
-           "redelivery", "prefetch_saturation", "redelivery_hotspots", "publisher_safety")
 MAX_ROWS = 100_000  # a report larger than this is read in part: the page shows aggregates, not raw rows
 
 
@@ -68,7 +67,7 @@ def percentiles_over_time(samples: list[tuple[float, list[dict]]]) -> pd.DataFra
             delta = [[le, c - prev.get(str(le), 0)] for le, c in now]
             if not delta or delta[-1][1] <= 0:
                 continue
-            p50, p99 = quantile(delta, 0.5), quantile(delta, 0.99)
+            p50, p99 = histogram_quantile(delta, 0.5), histogram_quantile(delta, 0.99)
             rows.append({"time": datetime.fromtimestamp(t), "target": p["target"],
                          "p50_ms": None if p50 is None else p50 * 1000, "p99_ms": None if p99 is None else p99 * 1000})
     return pd.DataFrame(rows, columns=["time", "target", "p50_ms", "p99_ms"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+
+from ackscope.core.config import read_secret
 
 
 @dataclass(frozen=True)
@@ -19,11 +20,9 @@ class Settings:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
         user = environ.get("ACKSCOPE_WEB_USERNAME")
-        password = environ.get("ACKSCOPE_WEB_PASSWORD")
-        if password is None and environ.get("ACKSCOPE_WEB_PASSWORD_FILE"):
-            password = Path(environ["ACKSCOPE_WEB_PASSWORD_FILE"]).read_text().strip()
+        password = read_secret("web_password", environ, {}, "dashboard")
         return cls(exporter_url=environ.get("ACKSCOPE_EXPORTER_URL", "http://localhost:9577"),
                    reports=environ.get("ACKSCOPE_REPORTS") or None,
                    prometheus_url=environ.get("ACKSCOPE_PROMETHEUS_URL") or None,
                    refresh=float(environ.get("ACKSCOPE_REFRESH", "10")),
-                   auth=(user, password or "") if user else None)
+                   auth=(user, password.reveal() if password else "") if user else None)

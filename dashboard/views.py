@@ -10,6 +10,9 @@ from typing import Any
 
 import pandas as pd
 
+from ackscope.core.durations import describe
+from ackscope.core.quantile import histogram_quantile
+
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
@@ -22,7 +25,7 @@ def findings(items: list[dict[str, Any]], min_severity: str = "info", now: float
              "culprit": f"{f['connection_name']} · {f['object']}" if f.get("connection_name") else f["object"],
              "since": None if f.get("since") is None else
              datetime.fromtimestamp(f["since"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-             "for": None if f.get("since") is None else duration(now - f["since"]),
+             "for": None if f.get("since") is None else describe(now - f["since"]),
              "vhost": f["vhost"],
              "evidence": ", ".join(f"{k}={_short(v)}" for k, v in sorted(f.get("evidence", {}).items())),
              "remedy": f.get("remedy", "")} for f in keep]
@@ -89,25 +92,6 @@ def redeliveries(snapshot: dict[str, Any] | None, previous: dict[str, Any] | Non
     return df.head(top).reset_index(drop=True), len(df)
 
 
-def quantile(buckets: list[list], q: float) -> float | None:
-    """Prometheus' histogram_quantile over cumulative (upper bound, count) buckets: linear within the
-    bucket that holds the quantile; None without observations."""
-    bounds = [(math.inf if le == "+Inf" else float(le), float(count)) for le, count in buckets]
-    if not bounds or bounds[-1][1] == 0:
-        return None
-    rank = q * bounds[-1][1]
-    lower_bound, lower_count = 0.0, 0.0
-    for bound, count in bounds:
-        if count >= rank:
-            if math.isinf(bound):
-                return lower_bound  # beyond the last finite bucket: its bound is all that is known
-            if count == lower_count:
-                return bound
-            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
-        lower_bound, lower_count = bound, count
-    return None
-
-
 def probe_latency(probes: list[dict[str, Any]], histogram: str = "confirm_latency_seconds") -> pd.DataFrame:
     """Per probe target: queue type, persistence, observations and p50/p90/p99 in milliseconds."""
     rows = []
@@ -117,7 +101,7 @@ def probe_latency(probes: list[dict[str, Any]], histogram: str = "confirm_latenc
         row = {"target": p["target"], "queue_type": p["queue_type"],
                "persistent": "persistent" if p["persistent"] else "transient", "count": int(count)}
         for name, q in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99)):
-            v = quantile(buckets, q)
+            v = histogram_quantile(buckets, q)
             row[name] = None if v is None else v * 1000
         rows.append(row)
     return pd.DataFrame(rows, columns=["target", "queue_type", "persistent", "count", "p50_ms", "p90_ms", "p99_ms"])
@@ -165,18 +149,6 @@ def blocked_connections(snapshot: dict[str, Any] | None) -> pd.DataFrame:
              "user": c.get("user"), "state": c.get("state")}
             for c in (snapshot or {}).get("connections", []) if c.get("blocked")]
     return pd.DataFrame(rows, columns=["client", "connection", "vhost", "user", "state"])
-
-
-def duration(seconds: float) -> str:
-    """3 s, 4 min, 2 h 5 min, 3 d 4 h."""
-    s = int(max(0, seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
 def _search(df: pd.DataFrame, text: str, columns: tuple[str, ...]) -> pd.DataFrame:

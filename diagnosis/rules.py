@@ -1,18 +1,18 @@
 """The rules: pure functions from a Context (snapshot, previous snapshot, probe statistics, thresholds) to
 findings. Rule IDs are a contract: alerts and the UI key on them. The README's rules reference is generated
-from RULES (python -m ackscope.diagnosis.reference), so it cannot drift from the code.
+from RULES (python -m ackscope.apps.reference rules), so it cannot drift from the code.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from ackscope.exporter.snapshot import Channel, Queue, Snapshot
-from ackscope.probes.stats import TargetStats
+from ackscope.core.quantile import beyond_largest_bucket, histogram_quantile
+from ackscope.model.findings import Finding, worst_first
+from ackscope.model.probes import TargetStats
+from ackscope.model.snapshot import Channel, Queue, Snapshot
 
-from .findings import Finding, worst_first
 from .thresholds import Thresholds
 
 ACKS_GUIDE = "RabbitMQ guide 'Consumer Acknowledgements and Publisher Confirms'"
@@ -306,14 +306,14 @@ def _probe_labels(p: TargetStats) -> dict:
 
 def _probe_latency(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for p in ctx.probes:
-        p99 = p.quantile("confirm_latency_seconds", 0.99)
+        buckets = p.buckets("confirm_latency_seconds")
+        p99 = histogram_quantile(buckets, 0.99)  # as Prometheus and the dashboard estimate it
         if p99 is None or p99 <= ctx.thresholds.probe_confirm_p99_seconds:
             continue
-        if math.isinf(p99):  # beyond the largest bucket: say how far we know it is
-            largest = p.histograms["confirm_latency_seconds"][-2][0]
-            evidence, told = {"confirm_p99_seconds_above": largest}, f"more than {largest:g}s"
+        if beyond_largest_bucket(buckets, 0.99):  # say how far we know it is
+            evidence, told = {"confirm_p99_seconds_above": p99}, f"more than {p99:g}s"
         else:
-            evidence, told = {"confirm_p99_seconds_at_most": p99}, f"up to {p99:g}s"
+            evidence, told = {"confirm_p99_seconds": round(p99, 6)}, f"about {p99:.3g}s"
         yield rule.finding("warning", "", f"probe {p.target}", "ackscope-probe", {**evidence, **_probe_labels(p)},
                            f"the probe's publisher waits {told} for 99% of its confirms on {p.queue_type} queue "
                            f"ackscope.probe.{p.target}.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, fields
 
-from .snapshot import Channel, Consumer, MessageStats, Queue, Snapshot
+from ackscope.model.snapshot import Channel, Consumer, MessageStats, Queue, Snapshot
 
 FOLDED = "(folded)"  # label value standing for every folded object of a vhost
 

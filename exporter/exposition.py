@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from ackscope.diagnosis.findings import Finding
+from ackscope.model.findings import Finding
+from ackscope.model.probes import ProbeStats
+from ackscope.model.snapshot import Snapshot
 
 from .cardinality import Limits, shape
 from .collectors.channels import ChannelCollector
@@ -25,12 +27,11 @@ from .collectors.consumers import ConsumerCollector
 from .collectors.findings import FindingCollector
 from .collectors.nodes import NodeCollector
 from .collectors.overview import OverviewCollector
+from .collectors.probes import ProbeCollector
 from .collectors.queues import QueueCollector
 from .collectors.self_metrics import SelfCollector
-from .snapshot import Snapshot
 from .status import PollStatus
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _GZIP_LEVEL = 5  # near level 9's size for a third of its CPU on exposition text
 
 
@@ -78,6 +79,15 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
         snapshot_taken_at=snapshot.taken_at if snapshot is not None else None,
         findings_json=findings_json(findings, snapshot, status),
     )
+
+
+def probe_metrics(stats: ProbeStats, gzipped: bool = False) -> bytes:
+    """The probes' families, rendered per scrape: a few hundred series take well under a millisecond. A
+    gzip stream may hold several members, so this may follow the pre-rendered body as one more."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ProbeCollector(stats))
+    text = generate_latest(registry)
+    return gzip.compress(text, _GZIP_LEVEL) if gzipped else text
 
 
 def findings_json(findings: tuple[Finding, ...], snapshot: Snapshot | None, status: PollStatus) -> bytes:

@@ -1,47 +1,18 @@
 """Snapshot history under DIR/snapshots/{channels,consumers,queues}/: the state behind the metrics, as
-Parquet (ackscope.parquet_log: atomic, rotated, bounded), every poll or every Nth. The Spark pipeline
+Parquet (ackscope.core.parquet_log: atomic, rotated, bounded), every poll or every Nth. The Spark pipeline
 reads it for prefetch saturation, redelivery hot spots and publisher safety over time."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
-
-from ackscope.parquet_log import ParquetLog
-
-from .snapshot import Snapshot
-
-_TS = pa.field("taken_at", pa.timestamp("us", tz="UTC"), nullable=False)
-_COUNTS = ("published", "confirmed", "delivered", "acked", "redelivered", "unroutable_returned",
-           "unroutable_dropped")
-_STAT_OF = {"published": "publish", "confirmed": "confirm", "delivered": "deliver_get", "acked": "ack",
-            "redelivered": "redeliver", "unroutable_returned": "return_unroutable",
-            "unroutable_dropped": "drop_unroutable"}
-
-SCHEMAS = {
-    "channels": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "channel", "connection_name",
-                                                                      "user")]
-                          + [pa.field(n, pa.int64()) for n in ("prefetch_count", "global_prefetch_count",
-                                                               "prefetch_limit", "messages_unacked",
-                                                               "messages_unconfirmed", "consumer_count")]
-                          + [pa.field("confirm", pa.bool_()), pa.field("transactional", pa.bool_())]
-                          + [pa.field(f"{n}_total", pa.int64()) for n in _COUNTS]),
-    "consumers": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "queue", "consumer_tag",
-                                                                       "channel", "connection_name")]
-                           + [pa.field("prefetch_count", pa.int64()), pa.field("ack_required", pa.bool_())]),
-    "queues": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "queue", "type")]
-                        + [pa.field("durable", pa.bool_())]
-                        + [pa.field(n, pa.int64()) for n in ("messages_ready", "messages_unacked",
-                                                             "messages_persistent", "consumers")]
-                        + [pa.field("consumer_utilisation", pa.float64())]
-                        + [pa.field(f"{n}_total", pa.int64()) for n in ("published", "delivered", "acked",
-                                                                        "redelivered")]),
-}
+from ackscope.core.parquet_log import ParquetLog
+from ackscope.model.schemas import CHANNEL_COUNTS, QUEUE_COUNTS, SNAPSHOTS
+from ackscope.model.snapshot import Snapshot
 
 
 def rows(snapshot: Snapshot) -> dict[str, list[dict]]:
-    """The snapshot's channels, consumers and queues as rows of SCHEMAS (pure)."""
+    """The snapshot's channels, consumers and queues as rows of ackscope.model.schemas.SNAPSHOTS (pure)."""
     ts = int(snapshot.taken_at * 1_000_000)
     return {
         "channels": [{"taken_at": ts, "vhost": c.vhost, "channel": c.name, "connection_name": c.connection_name,
@@ -49,7 +20,7 @@ def rows(snapshot: Snapshot) -> dict[str, list[dict]]:
                       "global_prefetch_count": c.global_prefetch_count, "prefetch_limit": c.prefetch_limit,
                       "messages_unacked": c.messages_unacked, "messages_unconfirmed": c.messages_unconfirmed,
                       "consumer_count": c.consumer_count, "confirm": c.confirm, "transactional": c.transactional,
-                      **{f"{n}_total": getattr(c.message_stats, _STAT_OF[n]) for n in _COUNTS}}
+                      **{f"{n}_total": getattr(c.message_stats, stat) for n, stat in CHANNEL_COUNTS.items()}}
                      for c in snapshot.channels],
         "consumers": [{"taken_at": ts, "vhost": c.vhost, "queue": c.queue, "consumer_tag": c.consumer_tag,
                        "channel": c.channel, "connection_name": c.connection_name,
@@ -59,8 +30,7 @@ def rows(snapshot: Snapshot) -> dict[str, list[dict]]:
                     "messages_ready": q.messages_ready, "messages_unacked": q.messages_unacked,
                     "messages_persistent": q.messages_persistent, "consumers": q.consumers,
                     "consumer_utilisation": q.consumer_utilisation,
-                    **{f"{n}_total": getattr(q.message_stats, _STAT_OF[n])
-                       for n in ("published", "delivered", "acked", "redelivered")}}
+                    **{f"{n}_total": getattr(q.message_stats, stat) for n, stat in QUEUE_COUNTS.items()}}
                    for q in snapshot.queues],
     }
 
@@ -72,7 +42,7 @@ class SnapshotHistory:
         self.logs = {kind: ParquetLog(Path(data_dir) / "snapshots" / kind, schema, "taken_at",
                                       f"{kind} snapshots", rotate_seconds=rotate_seconds, max_rows=500_000,
                                       max_buffered=2_000_000)
-                     for kind, schema in SCHEMAS.items()}
+                     for kind, schema in SNAPSHOTS.items()}
 
     def record(self, snapshot: Snapshot) -> None:
         """Keep this snapshot if it is the every-th one since the start."""

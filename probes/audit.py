@@ -61,5 +61,9 @@ class DeliveryAudit:
         """Confirmed messages not delivered yet (within their deadline)."""
         return len(self._awaiting)
 
+    def oldest_awaiting_ns(self) -> int | None:
+        """When the oldest message still awaiting delivery was confirmed; None when none awaits."""
+        return min(self._awaiting.values(), default=None)
+
     def _remember(self, seq: int, now_ns: int) -> None:
         self._forget.append((now_ns, seq))

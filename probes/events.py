@@ -1,5 +1,6 @@
 """The probe event log: Parquet files under DIR/events/date=YYYY-MM-DD/, the Spark pipeline's input.
-Written atomically and rotated by ackscope.parquet_log; the schema is a contract (docs/events.md)."""
+Written atomically and rotated by ackscope.core.parquet_log; the schema, ackscope.model.schemas.EVENTS,
+is a contract (docs/events.md)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-
-from ackscope.parquet_log import ParquetLog
-
-# The documented contract (docs/events.md): names, types and meaning do not change without a new column.
-SCHEMA = pa.schema([
-    pa.field("run_id", pa.string(), nullable=False),
-    pa.field("probe", pa.string(), nullable=False),
-    pa.field("queue_type", pa.string(), nullable=False),
-    pa.field("persistent", pa.bool_(), nullable=False),
-    pa.field("seq", pa.int64(), nullable=False),
-    pa.field("kind", pa.string(), nullable=False),
-    pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
-    pa.field("latency_s", pa.float64()),
-    pa.field("batch_size", pa.int64()),
-    pa.field("redelivered", pa.bool_()),
-])
-KINDS = ("published", "confirmed", "nacked", "returned", "confirm_timeout", "republished", "delivered", "acked",
-         "requeued")
+from ackscope.core.parquet_log import ParquetLog
+from ackscope.model.schemas import EVENTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +31,7 @@ class EventLog(ParquetLog):
 
     def __init__(self, data_dir: str | Path, rotate_seconds: float = 60.0, max_rows: int = 100_000,
                  max_buffered: int = 1_000_000):
-        super().__init__(Path(data_dir) / "events", SCHEMA, "ts", "probe events", rotate_seconds, max_rows,
+        super().__init__(Path(data_dir) / "events", EVENTS, "ts", "probe events", rotate_seconds, max_rows,
                          max_buffered)
 
     def append(self, event: Event) -> None:  # type: ignore[override]

@@ -21,11 +21,13 @@ import pika
 import pika.exceptions
 from pika.adapters.select_connection import IOLoop
 
+from ackscope.core.amqp import describe_close
+
 from .audit import DeliveryAudit
 from .confirms import ConfirmTracker, Outstanding
 from .events import Event, EventLog, now_us
 from .message import CONTENT_TYPE, ProbeMessage
-from .metrics import ProbeMetrics
+from .statistics import ProbeStatistics
 from .targets import EXCHANGE, Target
 
 log = logging.getLogger("ackscope.probes")
@@ -39,30 +41,6 @@ HOUSEKEEPING_S = 1.0
 class ProbeSettings:
     confirm_timeout: float = 30.0
     loss_deadline: float = 120.0
-
-
-def describe_close(reason: BaseException | None) -> str:
-    """A close or connect failure in one line: '406 PRECONDITION_FAILED - inequivalent arg ...',
-    'cannot connect (Connection refused)', 'login refused: ...'."""
-    # pika wraps connect failures: an error holding the workflow, which holds its attempts, each its cause.
-    while True:
-        inner = (getattr(reason, "exceptions", None) or [getattr(reason, "exception", None)])[-1]
-        if inner is None and reason is not None and reason.args and isinstance(reason.args[0], BaseException):
-            inner = reason.args[0]
-        if not isinstance(inner, BaseException):
-            break
-        reason = inner
-    if isinstance(reason, OSError):
-        return f"cannot connect ({reason.strerror or type(reason).__name__})"
-    code = getattr(reason, "reply_code", None)
-    text = getattr(reason, "reply_text", None)
-    if code is not None:
-        return f"{code} {text}"
-    if isinstance(reason, pika.exceptions.ProbableAuthenticationError | pika.exceptions.AuthenticationError):
-        return "login refused: check the AMQP user and password"
-    if isinstance(reason, pika.exceptions.ProbableAccessDeniedError):
-        return "access to the vhost refused: check the AMQP user's permissions"
-    return str(reason) or type(reason).__name__
 
 
 class _TargetProbe:
@@ -90,11 +68,11 @@ class _TargetProbe:
                                        ts_us or now_us(), **fields))
 
     def count(self, name: str, n: int = 1) -> None:
-        self.r.metrics.count(name, self.t, n)
+        self.r.stats.count(self.t, name, n)
 
     def update_up(self) -> None:
         up = self.pub_channel is not None and self.con_channel is not None
-        self.r.metrics.up.labels(*self.t.labels).set(1 if up else 0)
+        self.r.stats.set_up(self.t, up)
 
     def fail(self, role: str, reason: str) -> None:
         if reason != self.last_error:
@@ -160,7 +138,10 @@ class _TargetProbe:
         self._schedule_tick()
 
     def publish_some(self, n: int) -> None:
-        if self.pub_channel is None or self.r.blocked:
+        if self.pub_channel is None:
+            return
+        if self.r.blocked:  # an alarm: publishing now would only pile up in the broker's socket buffer
+            self.count("held_back", n)
             return
         room = MAX_IN_FLIGHT - len(self.confirms)
         for _ in range(min(n, max(room, 0))):
@@ -190,12 +171,11 @@ class _TargetProbe:
         if not settled:
             return
         acked = isinstance(method, pika.spec.Basic.Ack)
-        labels = self.t.labels
-        self.r.metrics.confirm_batch_size.labels(*labels).observe(len(settled))
+        self.r.stats.observe(self.t, "confirm_batch_size", len(settled))
         seen_us = now_us()  # one frame, one instant: the pipeline tells frames apart by it
         for s in settled:
             if acked:
-                self.r.metrics.confirm_latency.labels(*labels).observe(s.latency_s)
+                self.r.stats.observe(self.t, "confirm_latency_seconds", s.latency_s)
                 self.event("confirmed", s.seq, seen_us, latency_s=s.latency_s, batch_size=len(settled))
                 if s.seq in self.returned:
                     self.returned.discard(s.seq)
@@ -254,7 +234,7 @@ class _TargetProbe:
         if msg is None or msg.run_id != self.r.run_id or msg.target != self.t.name:
             channel.basic_ack(method.delivery_tag)  # another run's leftovers: not ours to audit
             return
-        labels, seq = self.t.labels, msg.seq
+        seq = msg.seq
         self.count("delivered")
         if method.redelivered:
             self.count("redelivered")
@@ -265,9 +245,9 @@ class _TargetProbe:
             self.count("duplicates")
         requeued_at = self.requeued_at.pop(seq, None)
         if requeued_at is not None:
-            self.r.metrics.redelivery_latency.labels(*labels).observe((now - requeued_at) / 1e9)
+            self.r.stats.observe(self.t, "redelivery_latency_seconds", (now - requeued_at) / 1e9)
         else:
-            self.r.metrics.delivery_latency.labels(*labels).observe((now - msg.published_ns) / 1e9)
+            self.r.stats.observe(self.t, "delivery_latency_seconds", (now - msg.published_ns) / 1e9)
         self.event("delivered", seq, latency_s=(now - msg.published_ns) / 1e9, redelivered=method.redelivered)
         if requeue:
             self.requeued_at[seq] = now
@@ -302,14 +282,16 @@ class _TargetProbe:
         horizon = now - int(self.r.settings.loss_deadline * 1e9)
         for seq in [s for s, at in self.requeued_at.items() if at < horizon]:
             del self.requeued_at[seq]
-        labels = self.t.labels
-        self.r.metrics.consumer_unacked.labels(*labels).set(self.unacked)
+        self.r.stats.set_gauge(self.t, "consumer_unacked", self.unacked)
+        self.r.stats.set_gauge(self.t, "awaiting_delivery", self.audit.awaiting)
+        oldest = self.audit.oldest_awaiting_ns()
+        self.r.stats.set_gauge(self.t, "oldest_awaiting_seconds", 0.0 if oldest is None else (now - oldest) / 1e9)
 
 
 class ProbeRunner:
     """All targets against one broker, in one background thread; start() returns at once."""
 
-    def __init__(self, amqp_url: str, targets: tuple[Target, ...], metrics: ProbeMetrics,
+    def __init__(self, amqp_url: str, targets: tuple[Target, ...], stats: ProbeStatistics,
                  settings: ProbeSettings = ProbeSettings(), events: EventLog | None = None,
                  ssl_options: pika.SSLOptions | None = None, display_url: str = ""):
         self.params = pika.URLParameters(amqp_url)
@@ -317,7 +299,7 @@ class ProbeRunner:
             self.params.ssl_options = ssl_options
         self.display_url = display_url or "the broker"
         self.targets = targets
-        self.metrics = metrics
+        self.stats = stats
         self.settings = settings
         self.events = events
         self.run_id = uuid.uuid4().hex[:12]
@@ -325,8 +307,6 @@ class ProbeRunner:
         self.blocked = False
         self.stopping = False
         self.probes = [_TargetProbe(self, t) for t in targets]
-        for t in targets:
-            metrics.add_target(t)
         self.ioloop = IOLoop()
         self._connections: dict[str, pika.SelectConnection | None] = {"publisher": None, "consumer": None}
         self._backoff = {"publisher": BACKOFF_MIN, "consumer": BACKOFF_MIN}
@@ -367,7 +347,7 @@ class ProbeRunner:
             log.error("probe loop crashed: %s: %s", type(e).__name__, e)
             log.debug("probe loop crash", exc_info=True)
             for p in self.probes:
-                self.metrics.up.labels(*p.t.labels).set(0)
+                self.stats.set_up(p.t, False)
 
     def later(self, delay: float, fn: Callable[[], object]):
         return self.ioloop.call_later(delay, fn)
@@ -400,6 +380,7 @@ class ProbeRunner:
             self._on_unblocked()
         if self.stopping:
             return
+        self.stats.connection_failed(role)
         message = describe_close(reason)
         if message != self._errors[role]:
             log.error("probe %s connection to %s: %s; retrying with backoff", role, self.display_url, message)
@@ -417,12 +398,12 @@ class ProbeRunner:
 
     def _on_blocked(self, _connection, _frame) -> None:
         self.blocked = True
-        self.metrics.blocked.set(1)
+        self.stats.set_blocked(True)
         log.warning("the broker blocks the probe's publishing connection (a resource alarm): publishing paused")
 
     def _on_unblocked(self, _connection=None, _frame=None) -> None:
         self.blocked = False
-        self.metrics.blocked.set(0)
+        self.stats.set_blocked(False)
         log.info("the broker no longer blocks the probe's publishing connection")
 
     # -- timers --------------------------------------------------------------------------------------------

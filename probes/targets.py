@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-PREFIX = "ackscope.probe."
+from ackscope.model.probes import NAMESPACE as PREFIX
+
 EXCHANGE = PREFIX + "direct"
 QUEUE_TYPES = ("classic", "quorum", "stream")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -35,10 +36,6 @@ class Target:
     @property
     def queue(self) -> str:
         return PREFIX + self.name
-
-    @property
-    def labels(self) -> tuple[str, str, str]:
-        return (self.name, self.queue_type, "true" if self.persistent else "false")
 
     def arguments(self) -> dict[str, Any]:
         """The queue's x-arguments: its type and the bounds that make it safe to leave behind."""

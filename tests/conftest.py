@@ -1,4 +1,6 @@
-"""Fixtures: a real RabbitMQ node of the suite's own, a vhost per test, and exporters against it."""
+"""Fixtures: a real RabbitMQ node of the suite's own, a vhost per test, exporters against it, Spark, and the
+tools (promtool, Prometheus, chromium). Each test is marked by the services its fixtures start, so that
+`pytest -m unit` runs every service-free test: the fast loop."""
 
 from __future__ import annotations
 
@@ -8,16 +10,16 @@ from collections.abc import Callable, Iterator
 
 import pika
 import pytest
+from helpers import connect, private_broker, prometheus_scraping, require_binary
 
+from ackscope.apps.exporter import Exporter, ExporterConfig
+from ackscope.core.http_server import WebSecurity
+from ackscope.core.secret import Secret
 from ackscope.diagnosis.thresholds import Thresholds
-from ackscope.exporter.command import Exporter, ExporterConfig
 from ackscope.exporter.cardinality import Limits
-from ackscope.exporter.normalise import Selection
-from ackscope.exporter.server import WebSecurity
-from ackscope.local_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
-from ackscope.probes.command import ProbeConfig
-from ackscope.secret import Secret
-from helpers import connect, private_broker
+from ackscope.probes.config import ProbeConfig
+from ackscope.sources import Selection
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 
 
 @pytest.fixture(scope="session")
@@ -100,3 +102,58 @@ def spark():
     session = start("local[2]")
     yield session
     session.stop()
+
+
+# -- tools, as fixtures so that the tests needing them are marked ---------------------------------------------
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return require_binary("promtool", "prometheus")
+
+
+@pytest.fixture(scope="session")
+def prometheus():
+    """prometheus(target, workdir, interval="1s", rules=None): a real Prometheus scraping `target`."""
+    require_binary("prometheus", "prometheus")
+    return prometheus_scraping
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    return require_binary("chromium", "chromium")
+
+
+@pytest.fixture(scope="session")
+def java() -> str:
+    """Spark's runtime, for tests that run `ackscope pipeline` in a process of its own."""
+    return require_binary("java", "openjdk-17-jre-headless")
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server() -> str:
+    """Debian's rabbitmq-server, for tests whose command starts its own node (the demo)."""
+    return require_binary("/usr/lib/rabbitmq/bin/rabbitmq-server", "rabbitmq-server")
+
+
+# -- tiers ----------------------------------------------------------------------------------------------
+SERVICE_OF_FIXTURE = {
+    "broker": "broker", "spare_broker": "broker", "crash_broker": "broker", "rabbitmq_server": "broker",
+    "spark": "spark", "java": "spark",
+    "chromium": "browser",
+    "promtool": "prometheus", "prometheus": "prometheus",
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        services = {SERVICE_OF_FIXTURE[f] for f in getattr(item, "fixturenames", ()) if f in SERVICE_OF_FIXTURE}
+        for service in sorted(services) or ["unit"]:
+            item.add_marker(service)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_node(request, monkeypatch):
+    """A test marked unit that starts a node fails, naming the fixture it should ask for instead."""
+    if request.node.get_closest_marker("unit") is not None:
+        def refuse(*_args, **_kwargs):
+            pytest.fail("a service-free (unit) test started a RabbitMQ node: ask for the broker fixture")
+        monkeypatch.setattr(LocalBroker, "start", refuse)

@@ -6,8 +6,8 @@ import argparse
 import shutil
 import subprocess
 import time
-from contextlib import contextmanager
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pika
@@ -15,9 +15,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from ackscope.exporter.command import OPTIONS, Exporter
-from ackscope.local_broker import LocalBroker, free_port
-
+from ackscope.apps.exporter import OPTIONS, Exporter
+from ackscope.core.processes import stop_process
+from ackscope.workloads.private_broker import LocalBroker, free_port
 
 # -- reading what the exporter says --------------------------------------------------------------------
 Samples = dict[str, list[tuple[dict[str, str], float]]]
@@ -70,6 +70,20 @@ def wait_for_sample(exporter: Exporter, name: str, expected: Callable[[float], b
         return samples if v is not None and check(v) else None
 
     return wait_for(ready, timeout, lambda: f"{name}{labels} (last seen: {last.get('value')!r})")
+
+
+def polls_seen(exporter_url: str, count: int, timeout: float = 30.0) -> list[dict]:
+    """/api/findings of `count` successive polls of the exporter (one document per poll), waiting for them."""
+    seen: dict[float, dict] = {}
+
+    def enough():
+        doc = requests.get(exporter_url + "/api/findings", timeout=5).json()
+        if doc["taken_at"] is not None:
+            seen.setdefault(doc["taken_at"], doc)
+        return len(seen) >= count
+
+    wait_for(enough, timeout, lambda: f"{count} polls of {exporter_url} (seen {len(seen)})")
+    return [seen[t] for t in sorted(seen)]
 
 
 # -- clients that create broker state ------------------------------------------------------------------
@@ -127,8 +141,7 @@ def prometheus_scraping(target: str, workdir: Path, interval: str = "1s", rules:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_process(proc, timeout=30)
 
 
 def prometheus_query(url: str, q: str) -> list:
@@ -142,8 +155,8 @@ def prometheus_query(url: str, q: str) -> list:
 @contextmanager
 def scenarios_running(broker: LocalBroker, vhost: str, *names: str) -> Iterator:
     """`ackscope scenario`'s failure modes on `vhost` while the block runs; none may have failed."""
-    from ackscope.diagnosis.scenarios import BY_NAME, Running
-    from ackscope.secret import Secret
+    from ackscope.core.secret import Secret
+    from ackscope.workloads.scenarios import BY_NAME, Running
     scenarios = Running([BY_NAME[n] for n in names], Secret(broker.amqp_url(vhost))).start()
     try:
         yield scenarios

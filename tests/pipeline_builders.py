@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ackscope.exporter.history import SCHEMAS
-from ackscope.probes.events import SCHEMA as EVENTS
+from ackscope.model.schemas import EVENTS
+from ackscope.model.schemas import SNAPSHOTS as SCHEMAS
 
 T0 = datetime(2026, 11, 21, 3, 0, tzinfo=UTC)
 

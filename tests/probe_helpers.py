@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ackscope.local_broker import LocalBroker
-from ackscope.probes.command import ProbeConfig, Probes
-from ackscope.probes.runner import ProbeSettings
-from ackscope.probes.targets import Target
-from ackscope.secret import Secret
 from helpers import Samples, parse, value, wait_for
+
+from ackscope.core.secret import Secret
+from ackscope.exporter.exposition import probe_metrics
+from ackscope.probes.config import ProbeConfig
+from ackscope.probes.runner import ProbeSettings
+from ackscope.probes.service import Probes
+from ackscope.probes.targets import Target
+from ackscope.workloads.private_broker import LocalBroker
 
 # Quick targets for tests: fast steady rate, a burst every 2 s, short deadlines.
 QUICK = dict(rate=20.0, burst_size=100, burst_interval=2.0)
@@ -40,7 +44,19 @@ def running_probes(cfg: ProbeConfig) -> Iterator[Probes]:
 
 
 def probe_samples(probes: Probes) -> Samples:
-    return parse(probes.metrics_text().decode())
+    """The probes' series as /metrics renders them."""
+    return parse(probe_metrics(probes.stats()).decode())
+
+
+def connection_failures(probes: Probes, role: str) -> float:
+    return value(probe_samples(probes), "ackscope_probe_connection_failures_total", role=role) or 0.0
+
+
+def settled_since(probes: Probes, since_monotonic: float) -> bool:
+    """True once no message confirmed before `since_monotonic` (time.monotonic()) still awaits delivery in any
+    target: each was delivered, or its loss deadline passed and it counts as lost."""
+    age_limit = time.monotonic() - since_monotonic
+    return all(v < age_limit for _, v in probe_samples(probes).get("ackscope_probe_oldest_awaiting_seconds", []))
 
 
 def probe_value(probes: Probes, name: str, target: str) -> float:

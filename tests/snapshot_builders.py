@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ackscope.exporter.snapshot import (Channel, Connection, Consumer, MessageStats, Node, Overview, Queue,
-                                        Snapshot)
+from ackscope.model.snapshot import Channel, Connection, Consumer, MessageStats, Node, Overview, Queue, Snapshot
 
 OVERVIEW = Overview("3.10.8", "25", "3.10.8", "rabbit@test", False, MessageStats())
 

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-
-from ackscope.diagnosis.scenarios import BY_NAME, Running
-from ackscope.exporter.command import Exporter
-from ackscope.exporter.normalise import Selection
-from ackscope.local_broker import ADMIN_USER
-from ackscope.secret import Secret
 from conftest import exporter_config
-from helpers import prometheus_scraping, require_binary, wait_for
+from helpers import wait_for
 from probe_helpers import probe_config, quick
+
+from ackscope.apps.exporter import Exporter
+from ackscope.core.secret import Secret
+from ackscope.sources import Selection
+from ackscope.workloads.private_broker import ADMIN_USER
+from ackscope.workloads.scenarios import BY_NAME, Running
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
 RULES = DEPLOY / "ackscope-alerts.yml"
@@ -34,8 +34,8 @@ def _alerts() -> dict[str, dict]:
     return {r["alert"]: r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
 
 
-def test_promtool_accepts_the_rules_and_every_alert_has_a_severity_and_a_runbook():
-    result = subprocess.run([require_binary("promtool", "prometheus"), "check", "rules", str(RULES)],
+def test_promtool_accepts_the_rules_and_every_alert_has_a_severity_and_a_runbook(promtool):
+    result = subprocess.run([promtool, "check", "rules", str(RULES)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     alerts = _alerts()
@@ -45,11 +45,11 @@ def test_promtool_accepts_the_rules_and_every_alert_has_a_severity_and_a_runbook
         assert rule["annotations"]["summary"] and "First:" in rule["annotations"]["runbook"], name
 
 
-def test_promtool_unit_tests_fire_every_alert_and_pass():
+def test_promtool_unit_tests_fire_every_alert_and_pass(promtool):
     tests = yaml.safe_load(UNIT_TESTS.read_text())["tests"]
     fired = {t["alertname"] for case in tests for t in case["alert_rule_test"] if t["exp_alerts"]}
     assert fired == set(_alerts())
-    result = subprocess.run([require_binary("promtool", "prometheus"), "test", "rules", str(UNIT_TESTS)],
+    result = subprocess.run([promtool, "test", "rules", str(UNIT_TESTS)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -80,15 +80,15 @@ class Watched:
 
 
 @contextmanager
-def watched(broker, vhost: str, workdir: Path, *scenarios: str) -> Iterator[Watched]:
+def watched(prometheus, broker, vhost: str, workdir: Path, *scenarios: str) -> Iterator[Watched]:
     exporter = Exporter(exporter_config(broker.management_url, interval=1.0,
                                         probes=probe_config(broker, vhost, (quick("classic-persistent"),)),
                                         selection=Selection(include_vhosts=re.compile(re.escape(vhost)))))
     exporter.start()
     running = Running([BY_NAME[n] for n in scenarios], Secret(broker.amqp_url(vhost))).start()
     try:
-        with prometheus_scraping(exporter.url.removeprefix("http://"), workdir, rules=RULES) as prometheus:
-            w = Watched(prometheus)
+        with prometheus(exporter.url.removeprefix("http://"), workdir, rules=RULES) as url:
+            w = Watched(url)
             wait_for(lambda: w.query("ackscope_probe_up == 1"), timeout=60,
                      what="Prometheus to scrape the exporter and its probe")
             yield w
@@ -99,13 +99,13 @@ def watched(broker, vhost: str, workdir: Path, *scenarios: str) -> Iterator[Watc
 
 
 @pytest.fixture(scope="module")
-def failing(broker, tmp_path_factory) -> Iterator[Watched]:
+def failing(prometheus, broker, tmp_path_factory) -> Iterator[Watched]:
     """Four failure scenarios under one Prometheus, shared by the alert and the Grafana tests."""
     vhost = f"alerts-{uuid.uuid4().hex[:8]}"
     broker.api("PUT", f"/vhosts/{vhost}")
     broker.api("PUT", f"/permissions/{vhost}/{ADMIN_USER}", json={"configure": ".*", "write": ".*", "read": ".*"})
     try:
-        with watched(broker, vhost, tmp_path_factory.mktemp("prometheus"), "prefetch-saturated", "requeue-loop",
+        with watched(prometheus, broker, vhost, tmp_path_factory.mktemp("prometheus"), "prefetch-saturated", "requeue-loop",
                      "publisher-without-confirms", "unroutable-dropped") as w:
             yield w
     finally:
@@ -164,8 +164,8 @@ def test_every_grafana_panel_query_evaluates_and_most_return_data(failing):
     assert len(empty) <= len(results) // 4, empty  # nacks, timeouts and the like may rightly be empty
 
 
-def test_alerts_stay_quiet_for_a_healthy_workload(broker, vhost, tmp_path):
-    with watched(broker, vhost, tmp_path, "healthy") as w:
+def test_alerts_stay_quiet_for_a_healthy_workload(prometheus, broker, vhost, tmp_path):
+    with watched(prometheus, broker, vhost, tmp_path, "healthy") as w:
         wait_for(lambda: w.query('rate(ackscope_channel_published_total{connection_name="ackscope-scenario healthy"}'
                                  '[1m]) > 0'), timeout=60, what="the healthy publisher's traffic in Prometheus")
         seen = []
@@ -175,7 +175,7 @@ def test_alerts_stay_quiet_for_a_healthy_workload(broker, vhost, tmp_path):
     assert not any(seen), [sorted(a) for a in seen if a]
 
 
-def test_the_example_prometheus_config_is_valid():
-    result = subprocess.run([require_binary("promtool", "prometheus"), "check", "config",
+def test_the_example_prometheus_config_is_valid(promtool):
+    result = subprocess.run([promtool, "check", "config",
                              str(DEPLOY / "prometheus.yml")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -6,12 +6,13 @@ import dataclasses
 import json
 import re
 
+from helpers import parse, value, wait_for_sample
+
 from ackscope.exporter.cardinality import FOLDED, Limits, shape
 from ackscope.exporter.exposition import render, snapshot_json
-from ackscope.exporter.normalise import Selection
-from ackscope.exporter.snapshot import Channel, Connection, Consumer, MessageStats, Overview, Queue, Snapshot
 from ackscope.exporter.status import PollStatus
-from helpers import parse, value, wait_for_sample
+from ackscope.model.snapshot import Channel, Connection, Consumer, MessageStats, Overview, Queue, Snapshot
+from ackscope.sources import Selection
 
 OVERVIEW = Overview("3.10.8", "25", "3.10.8", "c", False, MessageStats())
 

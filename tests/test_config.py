@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-
-from ackscope.config import ConfigError
-from ackscope.exporter.command import load
 from helpers import cli_args
+
+from ackscope.apps.exporter import load
+from ackscope.core.config import ConfigError
 
 
 def _toml(tmp_path, text: str) -> str:
@@ -53,7 +53,7 @@ def test_password_written_in_the_toml_file_is_refused(tmp_path):
 
 
 def test_command_line_has_no_password_option():
-    out = subprocess.run([sys.executable, "-m", "ackscope.cli", "exporter", "--password", "x"],
+    out = subprocess.run([sys.executable, "-m", "ackscope", "exporter", "--password", "x"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "unrecognized arguments: --password" in out.stderr
 
@@ -82,7 +82,7 @@ def test_unknown_or_invalid_toml_is_a_clear_error(tmp_path):
 
 
 def test_cli_reports_config_errors_in_one_line_without_traceback():
-    out = subprocess.run([sys.executable, "-m", "ackscope.cli", "exporter", "--interval", "-1"],
+    out = subprocess.run([sys.executable, "-m", "ackscope", "exporter", "--interval", "-1"],
                          capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.strip() == "ackscope exporter: --interval: must be a positive number of seconds, not '-1'"
@@ -117,8 +117,8 @@ def test_bad_probe_settings_are_refused_with_the_reason(tmp_path, toml, env, mes
 
 
 def test_diagnose_reads_the_connection_from_the_exporters_toml_table(tmp_path, capsys):
-    from ackscope.cli import main
-    from ackscope.local_broker import free_port
+    from ackscope.apps.cli import main
+    from ackscope.workloads.private_broker import free_port
     path = _toml(tmp_path, f'[exporter]\nmanagement_url = "http://127.0.0.1:{free_port()}"\nlisten = "0.0.0.0:1"\n'
                            'web_username = "w"\nweb_password_file = "/nonexistent"\ninterval = 3\n'
                            '[diagnosis]\nprefetch_one_backlog = 5\n')
@@ -139,7 +139,7 @@ def test_one_data_dir_serves_the_probes_and_the_snapshot_history(tmp_path):
 
 
 def test_output_into_a_closed_pipe_ends_quietly():
-    listing = subprocess.Popen([sys.executable, "-m", "ackscope.cli", "scenario", "--list"], stdout=subprocess.PIPE,
+    listing = subprocess.Popen([sys.executable, "-m", "ackscope", "scenario", "--list"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
     listing.stdout.close()  # like `| head -0`: the reader is gone before the first line
     _, err = listing.communicate(timeout=30)

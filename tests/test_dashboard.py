@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,17 +18,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import requests
-from streamlit.testing.v1 import AppTest
-
-from ackscope.diagnosis.scenarios import BY_NAME, PREFIX, Running
-from ackscope.exporter.command import Exporter
-from ackscope.exporter.normalise import Selection
-from ackscope.local_broker import ADMIN_USER, free_port
-from ackscope.secret import Secret
 from conftest import exporter_config
 from faults import FaultProxy
-from helpers import prometheus_query, prometheus_scraping, require_binary, wait_for
+from helpers import prometheus_query, wait_for
 from probe_helpers import probe_config, quick
+from streamlit.testing.v1 import AppTest
+
+from ackscope.apps.exporter import Exporter
+from ackscope.core.processes import stop_process
+from ackscope.core.secret import Secret
+from ackscope.sources import Selection
+from ackscope.workloads.private_broker import ADMIN_USER, free_port
+from ackscope.workloads.scenarios import BY_NAME, PREFIX, Running
 
 SCENARIOS = ("prefetch-saturated", "requeue-loop", "auto-ack-consumer", "prefetch-unlimited")
 
@@ -180,8 +180,8 @@ def test_when_the_exporter_fails_the_last_good_data_stays_marked_stale(monkeypat
         before = _frames(app)[0]
         assert not app.error and len(before) > 0
         proxy.faults["snapshot"] = "malformed"
-        time.sleep(1.2)  # past the second in which sessions share a fetch
-        app.run()
+        # Sessions within a second share one fetch: the banner comes with the first fetch after it.
+        wait_for(lambda: app.run().error, timeout=10, what="the dashboard to fetch again and fail")
         assert not app.exception
         assert "malformed JSON" in app.error[0].value and "stale" in app.error[0].value
         assert _frames(app)[0]["rule"].tolist() == before["rule"].tolist()  # the last good findings, still shown
@@ -207,11 +207,7 @@ def dashboard(exporter_url: str) -> Iterator[str]:
         assert proc.poll() is None, proc.stderr.read()
         yield url
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, 15, signal.SIGINT)
 
 
 def _answers(url: str) -> bool:
@@ -221,10 +217,9 @@ def _answers(url: str) -> bool:
         return False
 
 
-def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(live):
+def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(live, chromium):
     from playwright.sync_api import sync_playwright
 
-    chromium = require_binary("chromium", "chromium")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with dashboard(live.url) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
@@ -255,8 +250,8 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
 
 
 def test_exporter_credentials_a_hanging_exporter_and_a_wrong_url_each_get_one_line(broker, start_exporter):
+    from ackscope.core.http_server import WebSecurity
     from ackscope.dashboard.source import ExporterSource
-    from ackscope.exporter.server import WebSecurity
 
     guarded = start_exporter(broker.management_url, web=WebSecurity("ui", Secret("ui-secret")))
     wait_for(lambda: ExporterSource(guarded.url, ("ui", "ui-secret")).fetch().snapshot, timeout=20,
@@ -275,14 +270,14 @@ def test_exporter_credentials_a_hanging_exporter_and_a_wrong_url_each_get_one_li
     assert ExporterSource(broker.management_url).fetch().error.startswith(f"{broker.management_url}/api/snapshot")
 
 
-def test_history_page_draws_the_probes_p99_from_a_real_prometheus(monkeypatch, live, tmp_path):
-    with prometheus_scraping(live.url.removeprefix("http://"), tmp_path) as prometheus:
-        wait_for(lambda: prometheus_query(prometheus, "histogram_quantile(0.99, sum by (le, target) "
+def test_history_page_draws_the_probes_p99_from_a_real_prometheus(monkeypatch, live, tmp_path, prometheus):
+    with prometheus(live.url.removeprefix("http://"), tmp_path) as url:
+        wait_for(lambda: prometheus_query(url, "histogram_quantile(0.99, sum by (le, target) "
                                                       "(rate(ackscope_probe_confirm_latency_seconds_bucket[5m])))"),
                  timeout=40, what="the probes' p99 in Prometheus")
-        app = _page(monkeypatch, "history", live.url, ACKSCOPE_PROMETHEUS_URL=prometheus)
+        app = _page(monkeypatch, "history", live.url, ACKSCOPE_PROMETHEUS_URL=url)
         assert not app.warning and _charts(app) == 1
         app.select_slider[0].set_value(1).run()
         assert not app.exception and _charts(app) == 1
-    stopped = _page(monkeypatch, "history", live.url, ACKSCOPE_PROMETHEUS_URL=prometheus)
-    assert stopped.warning[0].value == f"Prometheus at {prometheus} cannot be reached"
+    stopped = _page(monkeypatch, "history", live.url, ACKSCOPE_PROMETHEUS_URL=url)
+    assert stopped.warning[0].value == f"Prometheus at {url} cannot be reached"

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from ackscope.core.quantile import histogram_quantile
 from ackscope.dashboard import views
 from ackscope.dashboard.reports import percentiles_over_time
 
@@ -83,8 +84,8 @@ def test_redeliveries_rank_queues_by_share_and_rate_from_the_previous_snapshot()
 @pytest.mark.parametrize("q, expected", [(0.5, 0.0075), (0.9, 0.02125), (1.0, 0.025)])
 def test_quantile_interpolates_within_the_bucket_like_histogram_quantile(q, expected):
     buckets = [[0.005, 40], [0.01, 60], [0.025, 100], ["+Inf", 100]]
-    assert views.quantile(buckets, q) == pytest.approx(expected)
-    assert views.quantile([[0.005, 0], ["+Inf", 0]], 0.5) is None
+    assert histogram_quantile(buckets, q) == pytest.approx(expected)
+    assert histogram_quantile([[0.005, 0], ["+Inf", 0]], 0.5) is None
 
 
 def _probe(target, counters, latency, batches=()):

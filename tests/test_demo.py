@@ -9,29 +9,36 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import psutil
 import requests
-
-from ackscope.local_broker import free_port
 from helpers import parse, value, wait_for
 
+from ackscope.workloads.private_broker import free_port
 
 DEMO_TARGETS = ("classic-persistent", "classic-transient", "quorum", "reject-publish")
 
 
-def test_demo_brings_everything_up_and_ctrl_c_takes_it_all_down():
+def test_demo_brings_everything_up_and_ctrl_c_takes_it_all_down(rabbitmq_server, prometheus):
     port, dashboard_port, prometheus_port = free_port(), free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "ackscope.cli", "demo", "--listen", f"127.0.0.1:{port}",
+    proc = subprocess.Popen([sys.executable, "-m", "ackscope", "demo", "--listen", f"127.0.0.1:{port}",
                              "--interval", "1", "--dashboard-port", str(dashboard_port), "--prometheus-port",
                              str(prometheus_port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
+    # A reader thread, so that waiting for the demo's lines times out even when it prints nothing.
+    reader = threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in proc.stdout), daemon=True)
+    reader.start()
     try:
-        wait_for(lambda: _read_until(proc, lines, "Ctrl-C stops everything."), timeout=120, what="the demo's URLs")
+        wait_for(lambda: _printed(proc, lines, "Ctrl-C stops everything."), timeout=120, what="the demo's URLs")
         assert f"metrics    http://127.0.0.1:{port}/metrics" in lines
         assert f"dashboard  http://127.0.0.1:{dashboard_port}/" in lines
-        assert f"prometheus http://127.0.0.1:{prometheus_port}/alerts" in lines
+        # The alerts page as the Prometheus it started serves it (Debian's keeps its UI under /classic/).
+        alerts = next(line.split()[1] for line in lines if line.startswith("prometheus "))
+        assert alerts.startswith(f"http://127.0.0.1:{prometheus_port}/") and alerts.endswith("alerts")
+        page = requests.get(alerts, timeout=5)
+        assert page.status_code == 200 and "Alerts" in page.text, alerts
         base_dir = Path(re.search(r"private RabbitMQ node in (\S+) \.\.\.", "\n".join(lines)).group(1))
         data_dir = Path(next(line.split()[1] for line in lines if line.startswith("data ")))
         assert base_dir.is_dir()
@@ -52,7 +59,9 @@ def test_demo_brings_everything_up_and_ctrl_c_takes_it_all_down():
         assert {"prometheus", "python"} <= {Path(c.exe()).name.rstrip("0123456789.") for c in children}
     finally:
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=90)
+        proc.wait(timeout=90)
+        reader.join(timeout=10)
+    out = "\n".join(lines)
     assert proc.returncode == 0, out
     assert "Traceback" not in out
     assert not base_dir.exists()
@@ -77,9 +86,9 @@ def _alerting_rules(port: int) -> int:
     return sum(1 for g in groups for r in g["rules"] if r["type"] == "alerting")
 
 
-def _read_until(proc: subprocess.Popen, lines: list[str], marker: str) -> bool:
-    line = proc.stdout.readline()
-    if not line:
-        raise AssertionError("demo exited early:\n" + "".join(lines))
-    lines.append(line.rstrip("\n"))
-    return line.strip() == marker
+def _printed(proc: subprocess.Popen, lines: list[str], marker: str) -> bool:
+    if marker in lines:
+        return True
+    if proc.poll() is not None:
+        raise AssertionError("demo exited early:\n" + "\n".join(lines))
+    return False

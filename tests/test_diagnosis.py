@@ -8,18 +8,17 @@ import os
 import re
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 
 import pytest
 import requests
+from helpers import parse, polls_seen, scenarios_running, value, wait_for
 
 from ackscope.diagnosis.rules import RULES
-from ackscope.diagnosis.scenarios import BY_NAME, PREFIX, SCENARIOS
 from ackscope.diagnosis.thresholds import Thresholds
-from ackscope.exporter.normalise import Selection
-from ackscope.local_broker import ADMIN_PASSWORD
-from helpers import parse, scenarios_running, value, wait_for
+from ackscope.sources import Selection
+from ackscope.workloads.private_broker import ADMIN_PASSWORD
+from ackscope.workloads.scenarios import BY_NAME, PREFIX, SCENARIOS
 
 # Rules a client cannot cause from a scenario: alarms are the broker's (the alarm test raises one).
 NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm"}
@@ -85,14 +84,15 @@ def test_a_healthy_workload_raises_no_warning(broker, vhost, watching):
         wait_for(lambda: requests.get(f"{broker.management_url}/api/queues/{vhost}/{PREFIX}healthy",
                                       auth=("guest", ADMIN_PASSWORD), timeout=5).json()
                  .get("message_stats", {}).get("ack", 0) > 20, what="the healthy workload to flow")
-        time.sleep(3)  # several polls, so the rate rules have had their say
-        findings = _findings(watching)
-    assert [f for f in findings if f["severity"] != "info"] == [], findings
+        # Six polls in a row (the rate rules compare each with the one before), none with a warning.
+        polls = polls_seen(watching.url, 6)
+    for poll in polls:
+        assert [f for f in poll["findings"] if f["severity"] != "info"] == [], poll
 
 
 def _diagnose(broker, vhost, *extra, password=ADMIN_PASSWORD, url=None):
     env = dict(os.environ, ACKSCOPE_PASSWORD=password, COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "ackscope.cli", "diagnose", "--management-url",
+    return subprocess.run([sys.executable, "-m", "ackscope", "diagnose", "--management-url",
                            url or broker.management_url, "--include-vhosts", re.escape(vhost), "--window", "1.5s",
                            *extra], capture_output=True, text=True, timeout=120, env=env)
 
@@ -135,7 +135,7 @@ def test_diagnose_json_has_findings_and_broker(broker, vhost):
 
 @pytest.mark.parametrize("case", ["unreachable", "wrong-password"])
 def test_unreachable_broker_or_refused_login_exits_3_with_one_line(broker, vhost, case):
-    from ackscope.local_broker import free_port
+    from ackscope.workloads.private_broker import free_port
     if case == "unreachable":
         done = _diagnose(broker, vhost, url=f"http://127.0.0.1:{free_port()}")
     else:
@@ -159,8 +159,9 @@ def test_exporter_exports_findings_as_metrics(broker, vhost, watching):
 def test_probe_rules_fire_from_live_probes_in_the_exporter(broker, vhost, start_exporter):
     from dataclasses import replace as with_
 
-    from ackscope.probes.targets import REJECT_PUBLISH
     from probe_helpers import probe_config, quick
+
+    from ackscope.probes.targets import REJECT_PUBLISH
     nacking = with_(REJECT_PUBLISH, burst_interval=2.0)
     exporter = start_exporter(broker.management_url, interval=0.5,
                               probes=probe_config(broker, vhost, (nacking, quick("classic-persistent"))),
@@ -202,7 +203,7 @@ def test_probe_that_cannot_log_in_is_reported_down(broker, vhost, start_exporter
 
 def test_scenario_command_lists_runs_for_a_duration_and_refuses_unknown_names(broker, vhost):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "ackscope.cli", "scenario", *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "ackscope", "scenario", *args], capture_output=True,
                               text=True, timeout=60, env=dict(os.environ, ACKSCOPE_AMQP_PASSWORD=ADMIN_PASSWORD))
     listed = cli("--list")
     assert listed.returncode == 0 and [line.split()[0] for line in listed.stdout.splitlines()] == list(BY_NAME)

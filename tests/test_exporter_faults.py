@@ -7,7 +7,6 @@ import time
 
 import pytest
 import requests
-
 from faults import FaultProxy
 from helpers import private_broker, scrape, value, wait_for, wait_for_sample
 

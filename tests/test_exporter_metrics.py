@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pika
 import pytest
-
 from helpers import scrape, value, wait_for_sample
 
 

@@ -10,11 +10,11 @@ import pika
 import pytest
 import requests
 import trustme
+from helpers import parse, prometheus_query, value, wait_for, wait_for_sample
 
-from ackscope.exporter.normalise import Selection
-from ackscope.exporter.server import WebSecurity
-from ackscope.secret import Secret
-from helpers import parse, prometheus_query, prometheus_scraping, require_binary, value, wait_for, wait_for_sample
+from ackscope.core.http_server import WebSecurity
+from ackscope.core.secret import Secret
+from ackscope.sources import Selection
 
 
 @pytest.fixture
@@ -39,8 +39,7 @@ CONTRACT_COUNT_NAMES = {"ackscope_channel_prefetch_count", "ackscope_channel_glo
                         "ackscope_consumer_prefetch_count"}
 
 
-def test_promtool_lints_nothing_but_the_contract_prefetch_count_names(busy_exporter):
-    promtool = require_binary("promtool", "prometheus")
+def test_promtool_lints_nothing_but_the_contract_prefetch_count_names(busy_exporter, promtool):
     text = requests.get(busy_exporter.url + "/metrics", timeout=5).content
     families = {m for m in re.findall(rb"^# TYPE (\S+)", text, re.M)}
     assert len(families) > 40
@@ -52,19 +51,29 @@ def test_promtool_lints_nothing_but_the_contract_prefetch_count_names(busy_expor
 
 
 def test_gzip_body_is_the_same_exposition_with_a_fresh_snapshot_age(busy_exporter):
-    plain = requests.get(busy_exporter.url + "/metrics", headers={"Accept-Encoding": "identity"}, timeout=5)
-    raw = requests.get(busy_exporter.url + "/metrics", headers={"Accept-Encoding": "gzip"}, timeout=5, stream=True)
-    assert raw.headers["Content-Encoding"] == "gzip"
-    unzipped = gzip.decompress(raw.raw.read())
-    strip_age = lambda b: re.sub(rb"ackscope_snapshot_age_seconds [0-9.]+", b"", b)
-    assert abs(len(strip_age(unzipped)) - len(strip_age(plain.content))) < 200  # same polls or the next one
-    assert value(parse(unzipped.decode()), "ackscope_up") == 1
+    def age_and_rest(body: bytes) -> tuple[float, bytes]:
+        age = re.search(rb"\nackscope_snapshot_age_seconds ([0-9.]+)\n", body)
+        return float(age.group(1)), body.replace(age.group(0), b"\n")
+
+    def same_poll():
+        plain = requests.get(busy_exporter.url + "/metrics", headers={"Accept-Encoding": "identity"}, timeout=5)
+        raw = requests.get(busy_exporter.url + "/metrics", headers={"Accept-Encoding": "gzip"}, timeout=5,
+                           stream=True)
+        assert raw.headers["Content-Encoding"] == "gzip" and "Content-Encoding" not in plain.headers
+        (plain_age, plain_rest), (gz_age, gz_rest) = age_and_rest(plain.content), age_and_rest(gzip.decompress(
+            raw.raw.read()))
+        # Both rendered from one poll (polls come every 0.5 s: retry until a pair falls within one).
+        return (plain_rest, gz_rest, plain_age, gz_age) if plain_age <= gz_age < plain_age + 0.5 else None
+
+    plain_rest, gz_rest, plain_age, gz_age = wait_for(same_poll, what="two scrapes of one poll")
+    assert gz_rest == plain_rest  # byte for byte, but for the age, computed at each scrape
+    assert value(parse(gz_rest.decode()), "ackscope_up") == 1
 
 
-def test_real_prometheus_scrapes_the_exporter(busy_exporter, tmp_path, vhost):
-    with prometheus_scraping(busy_exporter.url.removeprefix("http://"), tmp_path) as prometheus:
+def test_real_prometheus_scrapes_the_exporter(busy_exporter, tmp_path, vhost, prometheus):
+    with prometheus(busy_exporter.url.removeprefix("http://"), tmp_path) as url:
         def query(q: str) -> list:
-            return prometheus_query(prometheus, q)
+            return prometheus_query(url, q)
 
         wait_for(lambda: query('up{job="ackscope"} == 1'), timeout=30, what="Prometheus to scrape the exporter")
         unacked = wait_for(lambda: query(f'ackscope_channel_messages_unacked{{vhost="{vhost}",'
@@ -116,12 +125,12 @@ def test_management_api_tls_is_verified_against_ca_file_unless_turned_off(start_
     assert value(s, "ackscope_poll_errors_total", endpoint="overview", reason="tls") is None
 
 
-def test_readme_metrics_reference_is_the_one_generated_from_the_code():
+def test_docs_metrics_reference_is_the_one_generated_from_the_code():
     from pathlib import Path
 
     from ackscope.exporter.reference import families, markdown
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert markdown() in readme, "README's metrics reference is stale: paste python -m ackscope.exporter.reference"
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text()
+    assert markdown() in doc, "docs/metrics.md is stale: paste python -m ackscope.apps.reference metrics"
     names = {name for name, *_ in families()}
     # What the alert rules and the Grafana dashboard rely on is in it.
     for used in ("ackscope_up", "ackscope_snapshot_age_seconds", "ackscope_finding", "ackscope_probe_lost_total",

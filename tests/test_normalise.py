@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ackscope.exporter import normalise
-from ackscope.exporter.normalise import MalformedResponse, Selection
+from ackscope.sources import Selection
+from ackscope.sources.management import normalise
+from ackscope.sources.management.normalise import MalformedResponse
 
 RECORDED = Path(__file__).parent / "data" / "rabbitmq-3.10.8"
 

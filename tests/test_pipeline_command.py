@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-
-from ackscope.cli import main
-from ackscope.exporter.history import SCHEMAS
-from ackscope.pipeline.command import REPORTS, PipelineConfig, Progress, execute
 from pipeline_builders import Log, at, write_events
+
+from ackscope.apps.cli import main
+from ackscope.model.schemas import REPORTS
+from ackscope.model.schemas import SNAPSHOTS as SCHEMAS
+from ackscope.pipeline.run import PipelineConfig, Progress, execute
 
 ACKSCOPE = str(Path(sys.executable).with_name("ackscope"))
 
@@ -112,7 +113,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           env=env or {**os.environ, "ACKSCOPE_LOG_LEVEL": "info"})
 
 
-def test_the_command_is_quiet_reports_by_stage_and_writes_summary_json(tmp_path):
+def test_the_command_is_quiet_reports_by_stage_and_writes_summary_json(java, tmp_path):
     data, out = tmp_path / "data", tmp_path / "out"
     write_events(data, *_log())
     (data / "events" / "broken.parquet").write_bytes(b"PAR1")
@@ -129,7 +130,7 @@ def test_the_command_is_quiet_reports_by_stage_and_writes_summary_json(tmp_path)
     assert summary["files_skipped"] == 1 and summary["outputs"]["delivery_audit"] == 1
 
 
-def test_an_empty_data_dir_is_one_clear_line(tmp_path):
+def test_an_empty_data_dir_is_one_clear_line(java, tmp_path):
     (tmp_path / "data").mkdir()
     result = _cli("--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "out"))
     assert result.returncode == 1
@@ -139,7 +140,7 @@ def test_an_empty_data_dir_is_one_clear_line(tmp_path):
         f"the exporter with --data-dir)"]
 
 
-def test_an_unwritable_output_is_one_line_from_spark(tmp_path):
+def test_an_unwritable_output_is_one_line_from_spark(java, tmp_path):
     data = tmp_path / "data"
     write_events(data, *_log())
     (tmp_path / "out").write_text("a file where the output directory should be")
@@ -165,6 +166,6 @@ def test_bad_options_are_usage_errors_before_spark_starts(capsys):
     assert main(["pipeline", "--data-dir", "d", "--out", "o", "--since", "2026-11-22", "--until", "1d"]) == 2
     assert main(["pipeline", "--data-dir", "d"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == ["ackscope pipeline: --window: expected a duration such as 30s, 1m, 6h or 2d, not 'fortnight'",
+    assert err == ["ackscope pipeline: --window: must be a duration such as 500ms, 5s, 1m, 6h or 2d, not 'fortnight'",
                    "ackscope pipeline: --since must be before --until",
                    "ackscope pipeline: --out is required"]

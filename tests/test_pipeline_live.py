@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import io
 import re
-import time
 
 import pyarrow.dataset as ds
 import requests
-
-from ackscope.diagnosis.scenarios import PREFIX
-from ackscope.exporter.normalise import Selection
-from ackscope.pipeline.command import PipelineConfig, Progress, execute
-from helpers import scenarios_running, wait_for
+from helpers import polls_seen, scenarios_running, wait_for
 from probe_helpers import probe_config, probe_value, quick, running_probes, wait_probe
+
+from ackscope.pipeline.run import PipelineConfig, Progress, execute
+from ackscope.sources import Selection
+from ackscope.workloads.scenarios import PREFIX
 
 
 def _report(out, name: str) -> list[dict]:
@@ -84,7 +83,7 @@ def test_pipeline_finds_the_culprits_in_the_snapshot_history_of_a_broker_running
         wait_for(lambda: culprits <= {f["rule"] for f in requests.get(exporter.url + "/api/findings",
                                                                      timeout=5).json()["findings"]},
                  timeout=60, what=f"findings {sorted(culprits)}")
-        time.sleep(5)  # ten more polls with every failure in progress
+        polls_seen(exporter.url, 10)  # ten more polls, with every failure in progress, into the history
     exporter.stop()
 
     summary = execute(PipelineConfig(str(data), str(tmp_path / "out"), window_s=3600), Progress(io.StringIO()))

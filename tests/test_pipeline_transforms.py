@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from pipeline_builders import Log, at, events_df, rows_of, snapshot_df
 
 from ackscope.pipeline import audit, batching, latency, snapshots
-from pipeline_builders import Log, at, events_df, rows_of, snapshot_df
 
 
 def _audit(spark, *logs, deadline=60.0, since=None, until=None):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pyarrow.parquet as pq
-
-from ackscope.probes.events import SCHEMA, Event, EventLog, now_us
 from helpers import wait_for
 from probe_helpers import captured_log
+
+from ackscope.model.schemas import EVENTS as SCHEMA
+from ackscope.probes.events import Event, EventLog, now_us
 
 
 def _event(seq: int) -> Event:

@@ -11,12 +11,21 @@ import time
 import pika
 import pytest
 import requests
+from helpers import private_broker, value, wait_for, wait_for_sample
+from probe_helpers import (
+    captured_log,
+    connection_failures,
+    probe_config,
+    probe_samples,
+    probe_value,
+    quick,
+    running_probes,
+    settled_since,
+    wait_probe,
+)
 
-from ackscope.exporter.normalise import Selection
-from ackscope.local_broker import free_port
-from helpers import private_broker, scrape, value, wait_for, wait_for_sample
-from probe_helpers import (captured_log, probe_config, probe_samples, probe_value, quick, running_probes,
-                           wait_probe)
+from ackscope.sources import Selection
+from ackscope.workloads.private_broker import free_port
 
 
 def test_wrong_amqp_password_shows_probes_down_and_the_exporter_keeps_polling(broker, vhost, start_exporter):
@@ -26,8 +35,10 @@ def test_wrong_amqp_password_shows_probes_down_and_the_exporter_keeps_polling(br
         exporter = start_exporter(broker.management_url, probes=probe_config(broker, vhost, targets, url=bad),
                                   selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
         wait_for_sample(exporter, "ackscope_up", 1)
-        time.sleep(3)  # several connection attempts
-        s = scrape(exporter)
+        # Several attempts per connection, each refused: the log must still say it once per connection.
+        wait_for(lambda: min(connection_failures(exporter.probes, role) for role in ("publisher", "consumer")) >= 3,
+                 what="three refused logins on each probe connection")
+        s = wait_for_sample(exporter, "ackscope_up", 1)
     for t in targets:
         assert value(s, "ackscope_probe_up", target=t.name) == 0
         assert value(s, "ackscope_probe_published_total", target=t.name) == 0
@@ -45,12 +56,15 @@ def test_probe_queue_declared_with_other_arguments_gives_one_clear_error(broker,
     conn.close()
     with captured_log() as lines, running_probes(probe_config(broker, vhost, (conflicting, healthy))) as probes:
         wait_probe(probes, "ackscope_probe_delivered_total", healthy.name, 10)
-        time.sleep(2)
+        wait_for(lambda: any("PRECONDITION_FAILED" in line for line in lines), what="the probe to say the queue conflicts")
         assert probe_value(probes, "ackscope_probe_up", conflicting.name) == 0
         assert probe_value(probes, "ackscope_probe_up", healthy.name) == 1
     errors = [line for line in lines if "PRECONDITION_FAILED" in line]
-    assert errors and all(conflicting.name in line and "inequivalent arg" in line for line in errors), lines
-    assert len(errors) <= 2  # publisher and consumer channel each say it once
+    assert all(conflicting.name in line and "inequivalent arg" in line for line in errors), lines
+    assert len(errors) <= 2  # at most once per channel (publisher, consumer), never once per retry
+    # The user's queue is left as it was: the probe never redeclares or deletes what it did not create.
+    queue = broker.api("GET", f"/queues/{vhost}/{conflicting.queue}").json()
+    assert queue["arguments"] == {"x-max-length": 3}
 
 
 def test_memory_alarm_blocks_the_probe_publisher_and_it_says_so(broker, vhost):
@@ -61,8 +75,8 @@ def test_memory_alarm_blocks_the_probe_publisher_and_it_says_so(broker, vhost):
         try:
             wait_for(lambda: _blocked(probes) == 1, what="the probe to report its publisher blocked")
             published = probe_value(probes, "ackscope_probe_published_total", target.name)
-            time.sleep(2)
-            # Blocked: it holds back instead of piling up unconfirmed messages.
+            # Blocked: a second of ticks (20/s) held back instead of piling up unconfirmed messages.
+            wait_probe(probes, "ackscope_probe_held_back_total", target.name, 20)
             assert probe_value(probes, "ackscope_probe_published_total", target.name) <= published + 1
         finally:
             broker.ctl("set_vm_memory_high_watermark", "0.4")
@@ -90,13 +104,14 @@ def test_no_confirmed_persistent_message_is_lost_across_kill_9_and_restart(crash
         for t in targets:
             wait_probe(probes, "ackscope_probe_confirmed_total", t.name, 150)
         broker.kill()
-        time.sleep(2)
+        crashed = time.monotonic()
         broker.start()
         for t in targets:
             wait_probe(probes, "ackscope_probe_reconnects_total", t.name, 2, timeout=60)
             confirmed = probe_value(probes, "ackscope_probe_confirmed_total", t.name)
             wait_probe(probes, "ackscope_probe_confirmed_total", t.name, confirmed + 50, timeout=60)
-        time.sleep(22)  # past the loss deadline of everything confirmed before the crash
+        # Everything confirmed before the crash is settled: delivered, or (past its loss deadline) lost.
+        wait_for(lambda: settled_since(probes, crashed), timeout=60, what="every pre-crash confirm to be settled")
         for t in targets:
             assert probe_value(probes, "ackscope_probe_lost_total", t.name) == 0, t.name
             assert probe_value(probes, "ackscope_probe_up", t.name) == 1
@@ -108,7 +123,7 @@ def test_probe_command_serves_its_own_metrics_and_keeps_the_password_out_of_ps(b
     port = free_port()
     url = broker.amqp_url(vhost).replace("guest:guest@", "guest@")
     env = dict(os.environ, ACKSCOPE_AMQP_PASSWORD="guest", ACKSCOPE_RATE="20")
-    proc = subprocess.Popen([sys.executable, "-m", "ackscope.cli", "probe", "--amqp-url", url,
+    proc = subprocess.Popen([sys.executable, "-m", "ackscope", "probe", "--amqp-url", url,
                              "--listen", f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -130,7 +145,7 @@ def test_probe_command_serves_its_own_metrics_and_keeps_the_password_out_of_ps(b
 
 
 def test_probe_command_refuses_a_password_on_its_command_line(broker, vhost):
-    done = subprocess.run([sys.executable, "-m", "ackscope.cli", "probe", "--amqp-url", broker.amqp_url(vhost)],
+    done = subprocess.run([sys.executable, "-m", "ackscope", "probe", "--amqp-url", broker.amqp_url(vhost)],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert "must not carry a password" in done.stderr
@@ -141,7 +156,8 @@ def test_unreachable_amqp_port_is_one_clear_line_and_probes_down(broker, vhost):
     closed = f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F"
     target = quick("classic-persistent")
     with captured_log() as lines, running_probes(probe_config(broker, vhost, (target,), url=closed)) as probes:
-        time.sleep(4)  # the first retries
+        wait_for(lambda: min(connection_failures(probes, role) for role in ("publisher", "consumer")) >= 2,
+                 what="a retry of each probe connection")
         assert probe_value(probes, "ackscope_probe_up", target.name) == 0
     # One line per connection, in whichever order the two attempts fail.
     assert sorted(line for line in lines if "connection to" in line) == [
@@ -161,8 +177,9 @@ def test_unconfirmed_messages_are_republished_when_the_connection_is_closed_unde
         name = wait_for(publisher_name, what="the probe's publishing connection")
         wait_for(lambda: len(probes.runner.probes[0].confirms) > 100, timeout=10, what="a burst in flight")
         broker.api("DELETE", f"/connections/{requests.utils.quote(name, safe='')}")
+        closed = time.monotonic()
         republished = wait_probe(probes, "ackscope_probe_republished_total", target.name, 1)
         wait_probe(probes, "ackscope_probe_reconnects_total", target.name, 1)
-        time.sleep(12)  # past the loss deadline of everything confirmed before the close
+        wait_for(lambda: settled_since(probes, closed), timeout=30, what="every confirm before the close to be settled")
         assert probe_value(probes, "ackscope_probe_lost_total", target.name) == 0
     assert republished >= 1

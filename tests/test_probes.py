@@ -10,13 +10,14 @@ import pika
 import pyarrow.dataset as ds
 import pytest
 import requests
+from helpers import value, wait_for
+from probe_helpers import probe_config, probe_samples, probe_value, quick, running_probes, settled_since, wait_probe
 
-from ackscope.local_broker import ADMIN_PASSWORD, ADMIN_USER
-from ackscope.probes.events import KINDS, SCHEMA
+from ackscope.model.schemas import EVENT_KINDS as KINDS
+from ackscope.model.schemas import EVENTS as SCHEMA
 from ackscope.probes.message import ProbeMessage
 from ackscope.probes.targets import DEFAULT_TARGETS, EXCHANGE, REJECT_PUBLISH
-from helpers import value, wait_for
-from probe_helpers import probe_config, probe_samples, probe_value, quick, running_probes, wait_probe
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER
 
 
 def _quantile(samples, name: str, target: str, q: float) -> float:
@@ -78,10 +79,12 @@ def test_unroutable_mandatory_publishes_are_counted_as_returns_and_the_queue_com
         wait_probe(probes, "ackscope_probe_returned_total", target.name, 1)
         wait_for(lambda: _consumers(broker, vhost, target.queue) == 1,
                  what="the probe to declare its queue again and consume from it")
+        back = time.monotonic()
         delivered = probe_value(probes, "ackscope_probe_delivered_total", target.name)
         wait_probe(probes, "ackscope_probe_delivered_total", target.name, delivered + 10)
-        time.sleep(1)
-        assert probe_value(probes, "ackscope_probe_lost_total", target.name) == 0  # returned: nothing to deliver
+        # A returned message has nothing to deliver: none may wait (and, past its deadline, count as lost).
+        wait_for(lambda: settled_since(probes, back), timeout=30, what="no returned message awaiting delivery")
+        assert probe_value(probes, "ackscope_probe_lost_total", target.name) == 0
 
 
 def _consumers(broker, vhost: str, queue: str) -> int | None:

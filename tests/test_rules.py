@@ -6,12 +6,12 @@ import json
 import math
 
 import pytest
+from snapshot_builders import channel, connection, consumer, node, queue, snapshot, stats
 
-from ackscope.diagnosis.findings import worst_first
 from ackscope.diagnosis.rules import RULES, Context, evaluate
 from ackscope.diagnosis.thresholds import Thresholds
-from ackscope.probes.stats import TargetStats
-from snapshot_builders import channel, connection, consumer, node, queue, snapshot, stats
+from ackscope.model.findings import worst_first
+from ackscope.model.probes import Histogram, TargetStats
 
 
 def _rules(ctx: Context) -> list[tuple[str, str, str]]:
@@ -166,7 +166,7 @@ def test_alarms_are_critical_and_sorted_first():
 
 def _probe(target="classic-persistent", persistent=True, up=True, buckets=None, **counters) -> TargetStats:
     return TargetStats(target, "classic", persistent, up, counters,
-                       {"confirm_latency_seconds": buckets or ((0.01, 10.0), (1.0, 10.0), (math.inf, 10.0))})
+                       {"confirm_latency_seconds": Histogram(buckets or ((0.01, 10.0), (1.0, 10.0), (math.inf, 10.0)))})
 
 
 def test_probe_rules_from_probe_statistics():
@@ -209,16 +209,17 @@ def test_worst_first_orders_by_severity_then_rule():
     assert [f.severity for f in worst_first(evaluate(Context(s)))] == ["critical", "warning", "info"]
 
 
-def test_readme_rules_reference_is_the_one_generated_from_the_code():
+def test_docs_rules_reference_is_the_one_generated_from_the_code():
     from pathlib import Path
 
-    from ackscope.diagnosis.reference import markdown
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert markdown() in readme, "README's rules reference is stale: paste python -m ackscope.diagnosis.reference"
+    from ackscope.apps.reference import rules_markdown
+    doc = (Path(__file__).parent.parent / "docs" / "rules.md").read_text()
+    assert rules_markdown() in doc, "docs/rules.md is stale: paste python -m ackscope.apps.reference rules"
 
 
 def test_a_finding_keeps_the_time_it_was_first_seen_until_a_poll_no_longer_finds_it():
-    from ackscope.diagnosis.findings import Finding, Onset
+    from ackscope.diagnosis.onset import Onset
+    from ackscope.model.findings import Finding
     onset = Onset()
     loop = Finding("requeue-loop", "critical", "/", "queue orders", "")
     other = Finding("prefetch-one", "info", "/", "channel c1", "billing")

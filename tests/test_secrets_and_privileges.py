@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import requests
-
-from ackscope.exporter.management import ManagementClient
-from ackscope.local_broker import free_port
-from ackscope.secret import Secret
 from helpers import wait_for
+
+from ackscope.core.secret import Secret
+from ackscope.sources.management.client import ManagementClient
+from ackscope.workloads.private_broker import free_port
 
 PASSWORD = "Zq7-very-distinctive-pa55word"
 
@@ -33,7 +33,7 @@ def monitoring_user(broker, tmp_path):
 def _run_exporter(broker_url: str, env: dict) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ackscope.cli", "exporter", "--management-url", broker_url, "--username", "watcher",
+        [sys.executable, "-m", "ackscope", "exporter", "--management-url", broker_url, "--username", "watcher",
          "--listen", f"127.0.0.1:{port}", "--interval", "0.5"],
         env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"

@@ -4,10 +4,11 @@ fields the metrics carry, written atomically and readable as one dataset per kin
 from __future__ import annotations
 
 import pyarrow.dataset as ds
-
-from ackscope.exporter.history import SCHEMAS, SnapshotHistory, rows
 from helpers import wait_for_sample
 from snapshot_builders import channel, consumer, queue, snapshot, stats
+
+from ackscope.exporter.history import SnapshotHistory, rows
+from ackscope.model.schemas import SNAPSHOTS as SCHEMAS
 
 
 def test_history_rows_carry_what_the_metrics_carry():
@@ -35,7 +36,7 @@ def test_every_nth_snapshot_is_kept(tmp_path):
 def test_exporter_records_snapshot_history_of_a_live_broker(broker, vhost, clients, start_exporter, tmp_path):
     import re
 
-    from ackscope.exporter.normalise import Selection
+    from ackscope.sources import Selection
     conn = clients(broker, vhost, "history-client")
     ch = conn.channel()
     ch.queue_declare("orders", durable=True)

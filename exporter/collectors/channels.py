@@ -3,8 +3,9 @@ each labelled with the client's connection name so the culprit is named, not jus
 
 from __future__ import annotations
 
+from ackscope.model.snapshot import Channel
+
 from ..cardinality import FOLDED, Folded, Shaped
-from ..snapshot import Channel
 from .families import counter, flag, gauge, with_folded
 
 LABELS = ("vhost", "channel", "connection_name", "user")

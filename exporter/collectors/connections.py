@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..snapshot import Connection, Snapshot
+from ackscope.model.snapshot import Connection, Snapshot
+
 from .families import flag, gauge
 
 LABELS = ("vhost", "connection", "connection_name", "user")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ackscope.model.snapshot import Consumer
+
 from ..cardinality import Shaped
-from ..snapshot import Consumer
 from .families import flag, gauge
 
 LABELS = ("vhost", "queue", "consumer_tag", "channel", "connection_name")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 

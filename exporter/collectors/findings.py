@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ackscope.diagnosis.findings import Finding
+from ackscope.model.findings import Finding
 
 from .families import gauge
 
@@ -14,6 +14,5 @@ class FindingCollector:
         self._findings = findings
 
     def collect(self):
-        yield gauge("ackscope_finding", "1 for each active diagnosis finding (rule IDs: see the README's rules "
-                    "reference).", LABELS, self._findings,
+        yield gauge("ackscope_finding", "1 for each active diagnosis finding (rule IDs: docs/rules.md).", LABELS, self._findings,
                     lambda f: (f.rule, f.severity, f.vhost, f.object, f.connection_name), lambda f: 1)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..snapshot import Node, Snapshot
+from ackscope.model.snapshot import Node, Snapshot
+
 from .families import counter, flag, gauge
 
 LABELS = ("node",)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prometheus_client.core import InfoMetricFamily
 
-from ..snapshot import Overview, Snapshot
+from ackscope.model.snapshot import Overview, Snapshot
+
 from .families import counter
 
 COUNTERS = (

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ackscope.model.snapshot import Queue
+
 from ..cardinality import FOLDED, Folded, Shaped
-from ..snapshot import Queue
 from .families import counter, gauge, with_folded
 
 LABELS = ("vhost", "queue", "type", "durable")

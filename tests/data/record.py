@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pika
 
-from ackscope.exporter.management import ManagementClient
-from ackscope.exporter.poller import LISTS
-from ackscope.local_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
-from ackscope.secret import Secret
+from ackscope.core.secret import Secret
+from ackscope.sources.management.client import ManagementClient
+from ackscope.sources.management.source import LISTS
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 
 
 def workload(broker: LocalBroker) -> list[pika.BlockingConnection]:

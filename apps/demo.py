@@ -10,29 +10,36 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 
-from ackscope.dashboard import command as dashboard
-from ackscope.diagnosis.scenarios import BY_NAME, Running
-from ackscope.exporter.command import Exporter, ExporterConfig, wait_for_signal
+import requests
+
+from ackscope.core import amqp
+from ackscope.core.config import ConfigError, host_port, read_secret
+from ackscope.core.http_server import WebSecurity
+from ackscope.core.processes import stop_process, wait_for_signal
+from ackscope.core.secret import Secret
+from ackscope.dashboard.launch import environment, streamlit_command
 from ackscope.exporter.cardinality import Limits
-from ackscope.exporter.normalise import Selection
-from ackscope.exporter.server import WebSecurity
-from ackscope.probes.command import ProbeConfig, with_password
+from ackscope.probes.config import ProbeConfig
 from ackscope.probes.runner import ProbeSettings
 from ackscope.probes.targets import targets_from_config
+from ackscope.sources import Selection
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, LocalBrokerError, free_port
+from ackscope.workloads.scenarios import BY_NAME, Running
 
-from .config import ConfigError, host_port, read_secret
-from .local_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, LocalBrokerError, free_port
-from .secret import Secret
+from .exporter import Exporter, ExporterConfig
 
 log = logging.getLogger("ackscope.demo")
 
 # One of each kind of client mistake the dashboard and the alerts show, and a healthy client beside them.
 SCENARIOS = ("prefetch-saturated", "prefetch-unlimited", "auto-ack-consumer", "requeue-loop",
              "publisher-without-confirms", "unroutable-dropped", "healthy")
-ALERT_RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "ackscope-alerts.yml"
+# Shipped as package data (ackscope.deploy), so an installed ackscope finds them as a source tree does.
+ALERT_RULES = resources.files("ackscope.deploy") / "prometheus" / "ackscope-alerts.yml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +83,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     username = args.username if args.management_url else ADMIN_USER
     password = (read_secret("password", environ, {}, "demo") or Secret("guest")) if args.management_url \
         else Secret(ADMIN_PASSWORD)
-    amqp = _amqp(args, environ, broker)
+    amqp_url = _amqp(args, environ, broker)
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="ackscope-demo-data-")
     exporter = running = None
     children: list[subprocess.Popen] = []
@@ -87,34 +94,36 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             listen=listen, interval=args.interval, timeout=5.0, deadline=args.interval, verify=True,
             selection=Selection(), limits=Limits(), web=WebSecurity(), data_dir=data_dir,
             # The demo shows every path the probes measure, the nack path included.
-            probes=None if amqp is None else ProbeConfig(
-                amqp_url=amqp[0], display_url=amqp[1], ssl_options=None,
+            probes=None if amqp_url is None else ProbeConfig(
+                amqp_url=amqp_url.url, display_url=amqp_url.display, ssl_options=None,
                 targets=targets_from_config(None, {}, reject_publish=True), settings=ProbeSettings(),
                 data_dir=data_dir)))
         exporter.start()
         if scenarios:
-            running = Running([BY_NAME[n] for n in scenarios], amqp[0]).start()
-        prometheus_url = None
+            running = Running([BY_NAME[n] for n in scenarios], amqp_url.url).start()
+        prometheus_url = alerts_page = None
         if shutil.which("prometheus"):
             prometheus_dir = Path(tempfile.mkdtemp(prefix="ackscope-demo-prometheus-"))
             prometheus_url, proc = _prometheus(exporter.url, prometheus_dir, _port(args.prometheus_port),
                                                args.interval)
             children.append(proc)
+            alerts_page = _alerts_page(prometheus_url, proc)
         dashboard_port = _port(args.dashboard_port)
         settings = {"exporter_url": exporter.url, "refresh": 5.0, "reports": f"{data_dir}/reports",
                     "prometheus_url": prometheus_url}
-        children.append(subprocess.Popen(dashboard.streamlit_command(dashboard_port, "127.0.0.1"),
-                                         env=dashboard.environment(settings, environ),
+        children.append(subprocess.Popen(streamlit_command(dashboard_port, "127.0.0.1"),
+                                         env=environment(settings, environ),
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         if broker is not None:
             print(f"broker     amqp://127.0.0.1:{broker.ports.amqp}  management {broker.management_url} "
                   f"({ADMIN_USER}/{ADMIN_PASSWORD}, loopback only)")
         else:
-            print(f"broker     {management_url}" + (f"  probes on {amqp[1]}" if amqp else "  (no probes)"))
+            print(f"broker     {management_url}" + (f"  probes on {amqp_url.display}" if amqp_url else "  (no probes)"))
         print(f"metrics    {exporter.url}/metrics")
         print(f"snapshot   {exporter.url}/api/snapshot")
         print(f"dashboard  http://127.0.0.1:{dashboard_port}/")
-        print(f"prometheus {prometheus_url}/alerts" if prometheus_url else
+        print(f"prometheus {alerts_page}" if alerts_page else
+              f"prometheus {prometheus_url} did not start: no alerts in this demo" if prometheus_url else
               "prometheus not installed (apt-get install prometheus): no alerts in this demo")
         print(f"scenarios  {', '.join(scenarios) if scenarios else 'none'}")
         print(f"data       {data_dir}  (then: ackscope pipeline --data-dir {data_dir} --out {data_dir}/reports)")
@@ -122,7 +131,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         wait_for_signal()
     finally:
         for proc in children:
-            _stop(proc)
+            stop_process(proc)
         if running is not None:
             running.stop()
         if exporter is not None:
@@ -146,14 +155,11 @@ def _scenarios(names: str | None, own_broker: bool) -> tuple[str, ...]:
 
 
 def _amqp(args: argparse.Namespace, environ: Mapping[str, str], broker: LocalBroker | None
-          ) -> tuple[Secret, str] | None:
+          ) -> amqp.AmqpUrl | None:
     """The probes' (and scenarios') AMQP URL with its password, and how to show it."""
     if broker is not None:
-        return Secret(broker.amqp_url()), f"127.0.0.1:{broker.ports.amqp}"
-    if not args.amqp_url:
-        return None
-    url, display = with_password(args.amqp_url, read_secret("amqp_password", environ, {}, "demo"))
-    return Secret(url), display
+        return amqp.AmqpUrl(Secret(broker.amqp_url()), f"127.0.0.1:{broker.ports.amqp}")
+    return amqp.resolve(args.amqp_url, environ, {}, "demo") if args.amqp_url else None
 
 
 def _port(preferred: int) -> int:
@@ -166,7 +172,8 @@ def _port(preferred: int) -> int:
 
 
 def _prometheus(exporter_url: str, workdir: Path, port: int, interval: float) -> tuple[str, subprocess.Popen]:
-    rules = f"rule_files: ['{ALERT_RULES}']\n" if ALERT_RULES.exists() else ""
+    (workdir / "ackscope-alerts.yml").write_text(ALERT_RULES.read_text())
+    rules = f"rule_files: ['{workdir}/ackscope-alerts.yml']\n"
     every = f"{max(1, int(interval))}s"
     (workdir / "prometheus.yml").write_text(
         f"global: {{scrape_interval: {every}, evaluation_interval: {every}}}\n{rules}"
@@ -178,10 +185,16 @@ def _prometheus(exporter_url: str, workdir: Path, port: int, interval: float) ->
     return f"http://127.0.0.1:{port}", proc
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+def _alerts_page(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> str | None:
+    """Prometheus' alerts page as this build serves it: /alerts in its own UI, /classic/alerts in builds
+    without the new UI's assets (Debian's package); None when Prometheus did not come up."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        for page in ("/alerts", "/classic/alerts"):
+            try:
+                if requests.get(url + page, timeout=2).status_code == 200:
+                    return url + page
+            except requests.RequestException:
+                break  # not listening yet
+        time.sleep(0.2)
+    return None

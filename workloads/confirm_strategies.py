@@ -1,4 +1,4 @@
-"""`ackscope bench confirms`: the publisher strategies RabbitMQ's confirms guide compares, side by side on
+"""The publisher strategies RabbitMQ's confirms guide compares, side by side on
 the user's broker, for classic and quorum queues with persistent messages.
 
 Each strategy publishes for a fixed time into a queue of its own (ackscope.probe.bench-<type>, bounded and
@@ -8,26 +8,21 @@ self-expiring) and reports messages per second and the latency from publish to t
 
 from __future__ import annotations
 
-import argparse
 import logging
+import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pika
 import pika.exceptions
 from pika.adapters.select_connection import IOLoop
 
-from ackscope.config import ConfigError, read_secret
-from ackscope.secret import Secret
+from ackscope.core.config import ConfigError
+from ackscope.model.probes import NAMESPACE
 
-from .command import with_password
-from .runner import describe_close
-from .targets import PREFIX
-
-log = logging.getLogger("ackscope.probes")
+log = logging.getLogger("ackscope.bench")
 
 QUEUE_TYPES = ("classic", "quorum")
 BATCH = 100
@@ -48,14 +43,14 @@ class Result:
         return self.messages / self.seconds if self.seconds else 0.0
 
     def percentile(self, q: float) -> float | None:
-        if not self.latencies:
-            return None
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        """The q-quantile of the latencies (q in hundredths: 0.5, 0.99), exact over every message."""
+        if len(self.latencies) < 2:
+            return self.latencies[0] if self.latencies else None
+        return statistics.quantiles(self.latencies, n=100, method="inclusive")[round(q * 100) - 1]
 
 
 def _queue(queue_type: str) -> str:
-    return f"{PREFIX}bench-{queue_type}"
+    return f"{NAMESPACE}bench-{queue_type}"
 
 
 def _arguments(queue_type: str) -> dict:
@@ -245,55 +240,3 @@ def write_chart(results: list[Result], path: Path) -> None:
     fig.update_layout(title="Publisher strategies with persistent messages (ackscope bench confirms)",
                       barmode="group", height=600)
     fig.write_html(path, include_plotlyjs=True)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--amqp-url", default=None, help="broker to measure (password from ACKSCOPE_AMQP_PASSWORD"
-                        "[_FILE]) [env ACKSCOPE_AMQP_URL; default amqp://guest@localhost:5672/%%2F]")
-    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per strategy and queue type [5]")
-    parser.add_argument("--html", default="confirms.html", help="where to write the chart [confirms.html]")
-
-
-def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    from rich.console import Console
-    from rich.progress import Progress
-    from rich.table import Table
-
-    raw = args.amqp_url or environ.get("ACKSCOPE_AMQP_URL") or "amqp://guest@localhost:5672/%2F"
-    if args.amqp_url and urlsplit(args.amqp_url).password:
-        raise ConfigError("--amqp-url must not carry a password (ps shows the command line): use "
-                          "ACKSCOPE_AMQP_PASSWORD or ACKSCOPE_AMQP_PASSWORD_FILE")
-    url, display = with_password(raw, read_secret("amqp_password", environ, {}, "config"))
-    if args.seconds <= 0:
-        raise ConfigError("--seconds must be positive")
-    params = pika.URLParameters(Secret(url).reveal())
-    params.client_properties = {"connection_name": "ackscope bench confirms"}
-    console = Console(stderr=True)
-    total = len(QUEUE_TYPES) * len(STRATEGIES)
-    try:
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task("starting", total=total)
-
-            def progress(label: str) -> None:
-                bar.update(task, description=label, completed=len(done))
-                done.append(label)
-            done: list[str] = []
-            results = run_all(params, args.seconds, progress)
-    except pika.exceptions.AMQPError as e:
-        raise ConfigError(f"{display}: {describe_close(e)}") from None
-    table = Table(title=f"Publisher strategies on {display}, persistent messages, {args.seconds:g} s each")
-    for heading in ("strategy", "queue", "msg/s", "p50 ms", "p99 ms", "cost vs streaming"):
-        table.add_column(heading, justify="left" if heading in ("strategy", "queue") else "right")
-    for row in table_rows(results):
-        table.add_row(*row)
-    Console().print(table)
-    write_chart(results, Path(args.html))
-    console.print(f"chart written to {args.html}")
-    tx = {r.queue_type: r.rate for r in results if r.strategy == "transaction per message"}
-    streaming = {r.queue_type: r.rate for r in results if r.strategy.startswith("streaming")}
-    for queue_type in QUEUE_TYPES:
-        if tx.get(queue_type):
-            console.print(f"{queue_type}: streaming confirms publish {streaming[queue_type] / tx[queue_type]:.0f}x "
-                          "as many messages per second as a transaction per message (the guide says about 250x)")
-    return 0
-

@@ -8,10 +8,11 @@ becomes None, an empty stats object may come as `[]`, and nothing here raises on
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
-from .snapshot import Channel, Connection, Consumer, MessageStats, Node, Overview, Queue, Snapshot
+from ackscope.model.snapshot import Channel, Connection, Consumer, MessageStats, Node, Overview, Queue, Snapshot
+
+from ..selection import Selection
 
 _STATS = ("publish", "confirm", "deliver_get", "ack", "redeliver", "return_unroutable", "drop_unroutable")
 
@@ -192,28 +193,6 @@ def queue(raw: dict) -> Queue:
         consumer_utilisation=_float(utilisation),
         message_stats=message_stats(raw.get("message_stats")),
     )
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Which vhosts and queues to watch: regexes matched against the whole name; None matches all."""
-
-    include_vhosts: Any = None
-    exclude_vhosts: Any = None
-    include_queues: Any = None
-    exclude_queues: Any = None
-
-    def vhost(self, name: str) -> bool:
-        return _selected(name, self.include_vhosts, self.exclude_vhosts)
-
-    def queue(self, name: str) -> bool:
-        return _selected(name, self.include_queues, self.exclude_queues)
-
-
-def _selected(name: str, include: Any, exclude: Any) -> bool:
-    if include is not None and not include.fullmatch(name):
-        return False
-    return exclude is None or not exclude.fullmatch(name)
 
 
 def _objects(raw: Any, endpoint: str) -> list[dict]:

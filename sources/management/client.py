@@ -19,11 +19,12 @@ from urllib.parse import urlsplit
 import requests
 import urllib3
 
-from ackscope.secret import Secret
+from ackscope.core.secret import Secret
+from ackscope.model.source import FetchError
 
 from .normalise import COLUMNS
 
-log = logging.getLogger("ackscope.exporter")
+log = logging.getLogger("ackscope.sources")
 
 PAGINATED = frozenset({"queues", "channels", "connections", "vhosts"})
 MAX_PAGE_SIZE = 500  # the API refuses larger pages
@@ -31,16 +32,6 @@ MAX_PAGE_SIZE = 500  # the API refuses larger pages
 # are fetched a few at a time: measured at 5,000 queues, 10 pages take 1.9 s one by one, 1.0 s four at once.
 PAGE_WORKERS = 4
 _CHUNK = 64 * 1024
-
-
-class FetchError(Exception):
-    """One endpoint could not be read. `reason` is a label value; str() is the human sentence."""
-
-    def __init__(self, endpoint: str, reason: str, message: str, status: int | None = None):
-        super().__init__(f"{endpoint}: {message}")
-        self.endpoint = endpoint
-        self.reason = reason
-        self.status = status
 
 
 class ManagementClient:

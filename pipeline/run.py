@@ -1,67 +1,21 @@
-"""`ackscope pipeline`: probe events and snapshot history → Parquet reports and summary.json, on Spark.
+"""The pipeline run: probe events and snapshot history → Parquet reports and summary.json, on Spark.
 
 The transformations are pure (audit, latency, batching, snapshots); this module reads, writes and reports.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from ackscope import config
-from ackscope.config import ConfigError, Option
+from ackscope.model.schemas import EVENTS, SNAPSHOTS
 
 _FAILED_READ = re.compile(r"Encountered error while reading file (\S+?)\.?\s+SQLSTATE")
-_DURATION = re.compile(r"^(\d+)\s*([smhd])$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def duration_s(v: Any) -> int:
-    """'30s', '1m', '6h', '2d' → seconds."""
-    m = _DURATION.match(str(v).strip())
-    if not m or int(m.group(1)) == 0:
-        raise ValueError(f"expected a duration such as 30s, 1m, 6h or 2d, not {v!r}")
-    return int(m.group(1)) * _UNIT[m.group(2)]
-
-
-def point_in_time(v: Any, now: datetime | None = None) -> datetime:
-    """An ISO 8601 date or time (UTC unless it says otherwise), or a duration meaning that long ago."""
-    text = str(v).strip()
-    if _DURATION.match(text):
-        return (now or datetime.now(UTC)) - timedelta(seconds=duration_s(text))
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"expected a time such as 2026-11-22, 2026-11-22T03:00 or 6h (ago), not {v!r}") from None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
-
-
-OPTIONS = (
-    Option("data_dir", None, str, "read DIR/events/ (probe events) and DIR/snapshots/ (exporter history); "
-           "any Hadoop-compatible URI"),
-    Option("out", None, str, "write the reports and summary.json under OUT; any Hadoop-compatible URI"),
-    Option("master", "local[2]", str, "Spark master: local[N] on this machine, or a cluster's URL"),
-    Option("window", "1m", duration_s, "width of the time windows of the windowed reports"),
-    Option("since", None, point_in_time, "only events from this time (ISO 8601, UTC unless stated, or e.g. 6h "
-           "for six hours ago)"),
-    Option("until", None, point_in_time, "only events before this time (same forms as --since)"),
-    Option("loss_deadline", 120.0, config.positive_float, "seconds a confirmed message may take to be delivered "
-           "before the audit calls it lost"),
-    Option("spark_ui", False, config.boolean, "keep Spark's web UI on while the pipeline runs", switch=True),
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    config.add_arguments(parser, OPTIONS)
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="a Spark setting, e.g. spark.executor.memory=8g (repeatable)")
 
 
 @dataclass(frozen=True)
@@ -75,49 +29,6 @@ class PipelineConfig:
     loss_deadline_s: float = 120.0
     spark_ui: bool = False
     spark_conf: tuple[tuple[str, str], ...] = ()
-
-
-def load(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineConfig:
-    v = config.resolve(OPTIONS, args, environ, {})
-    for required in ("data_dir", "out"):
-        if not v[required]:
-            raise ConfigError(f"--{required.replace('_', '-')} is required")
-    if v["since"] and v["until"] and v["since"] >= v["until"]:
-        raise ConfigError("--since must be before --until")
-    conf = []
-    for item in args.conf or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--conf {item!r}: expected KEY=VALUE")
-        conf.append((key.strip(), value))
-    return PipelineConfig(v["data_dir"], v["out"], v["master"], v["window"], v["since"], v["until"],
-                          v["loss_deadline"], bool(v["spark_ui"]), tuple(conf))
-
-
-def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    from py4j.protocol import Py4JError
-    from pyspark.errors import PySparkException
-
-    from .session import SparkUnavailable
-
-    cfg = load(args, environ)
-    progress = Progress(sys.stderr)
-    try:
-        summary = execute(cfg, progress)
-    except (SparkUnavailable, NoInput) as e:
-        print(f"ackscope pipeline: {e}", file=sys.stderr)
-        return 1
-    except (PySparkException, Py4JError) as e:
-        # An unreadable output location, a lost cluster: Spark's first line says which.
-        print(f"ackscope pipeline: Spark failed: {_first_line(e)}", file=sys.stderr)
-        return 1
-    progress.line(f"done in {summary['run_time_s']:.1f} s: {cfg.out.rstrip('/')}/summary.json")
-    return 0
-
-
-# The reports, in the order the command writes them.
-REPORTS = ("delivery_audit", "lost_messages", "confirm_latency", "confirm_batches", "confirm_batch_interval",
-           "delivery_latency", "redelivery", "prefetch_saturation", "redelivery_hotspots", "publisher_safety")
 
 
 class NoInput(Exception):
@@ -146,9 +57,6 @@ def execute(cfg: PipelineConfig, progress: Progress) -> dict:
     """Run the whole pipeline; return (and write) the summary."""
     from py4j.protocol import Py4JJavaError
 
-    from ackscope.exporter.history import SCHEMAS
-    from ackscope.probes.events import SCHEMA as EVENTS
-
     from .inputs import read, scan
     from .session import start
 
@@ -157,12 +65,12 @@ def execute(cfg: PipelineConfig, progress: Progress) -> dict:
     root = cfg.data_dir.rstrip("/")
     days = (cfg.since.date() if cfg.since else None, cfg.until.date() if cfg.until else None)
     sources = {"events": scan(spark, "events", f"{root}/events", EVENTS, *days)}
-    for kind, schema in SCHEMAS.items():
+    for kind, schema in SNAPSHOTS.items():
         sources[f"snapshots/{kind}"] = scan(spark, kind, f"{root}/snapshots/{kind}", schema, *days)
     if not any(s.files or s.skipped for s in sources.values()):
         raise NoInput(f"nothing to read under {root}: expected probe events in {root}/events/ or exporter "
                       f"history in {root}/snapshots/ (run the probes or the exporter with --data-dir)")
-    schemas = {"events": EVENTS, **{f"snapshots/{kind}": schema for kind, schema in SCHEMAS.items()}}
+    schemas = {"events": EVENTS, **{f"snapshots/{kind}": schema for kind, schema in SNAPSHOTS.items()}}
     for name, source in sources.items():
         progress.line(f"read {name}: {len(source.files)} files, {source.rows:,} rows"
                       + (f", {len(source.skipped)} skipped" if source.skipped else ""))
@@ -294,7 +202,7 @@ def _write(df, path: str, keys: list[str], by_date: bool) -> int:
         df.unpersist()
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     from py4j.protocol import Py4JJavaError
     text = str(e.java_exception.getMessage()) if isinstance(e, Py4JJavaError) else str(e)
     lines = [line for line in text.strip().splitlines() if line.strip()]

@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import re
 import tomllib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Mapping, Sequence
 
 from .secret import Secret
 

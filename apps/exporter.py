@@ -1,34 +1,35 @@
-"""`ackscope exporter`: its options, and wiring the poller to the HTTP server."""
+"""`ackscope exporter`: its options, and the service it assembles: a source, the poller, the diagnosis, the
+probes (with an AMQP URL), the snapshot history (with a data dir) and the HTTP server."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Mapping
 
-from ackscope import config
-from ackscope.config import ConfigError, Option
-from ackscope.probes import command as probe_command
-from ackscope.diagnosis.findings import Finding, Onset
+from ackscope.core import config
+from ackscope.core.config import ConfigError, Option
+from ackscope.core.http_server import Source, WebSecurity, loop_healthy, make_server, serve_in_background
+from ackscope.core.processes import wait_for_signal
+from ackscope.core.secret import Secret
+from ackscope.diagnosis.onset import Onset
 from ackscope.diagnosis.rules import Context, evaluate
 from ackscope.diagnosis.thresholds import Thresholds
-from ackscope.probes import stats as probe_stats
-from ackscope.probes.command import ProbeConfig, Probes
-from ackscope.secret import Secret
-
-from .cardinality import Limits
-from .history import SnapshotHistory
-from .management import ManagementClient
-from .normalise import Selection
-from .poller import Poller
-from .server import Source, WebSecurity, loop_healthy, make_server, serve_in_background
-from .snapshot import Snapshot
+from ackscope.exporter.cardinality import Limits
+from ackscope.exporter.exposition import probe_metrics
+from ackscope.exporter.history import SnapshotHistory
+from ackscope.exporter.poller import Poller
+from ackscope.model.findings import Finding
+from ackscope.model.probes import ProbeStats
+from ackscope.model.snapshot import Snapshot
+from ackscope.probes import config as probe_config
+from ackscope.probes.config import ProbeConfig
+from ackscope.probes.service import Probes
+from ackscope.sources import ManagementSource, Selection
 
 log = logging.getLogger("ackscope.exporter")
 
@@ -55,7 +56,7 @@ OPTIONS = (
            "(password from ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE)"),
     Option("web_tls_cert", None, config.existing_file, "serve HTTPS with this certificate (PEM)"),
     Option("web_tls_key", None, config.existing_file, "private key of --web-tls-cert (PEM)"),
-    probe_command.DATA_DIR,
+    probe_config.DATA_DIR,
     Option("snapshot_every", 1, config.positive_int, "with --data-dir, record every Nth poll's snapshot"),
 )
 SECRETS = ("password", "web_password")
@@ -81,12 +82,14 @@ class ExporterConfig:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML file; its [exporter] table holds these options "
+                        "[env ACKSCOPE_CONFIG]")
     config.add_arguments(parser, OPTIONS)
-    probe_command.add_arguments(parser.add_argument_group("probes (run in-process when an AMQP URL is set)"))
+    probe_config.add_arguments(parser.add_argument_group("probes (run in-process when an AMQP URL is set)"))
 
 
 def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig:
-    path = getattr(args, "config", None)
+    path = getattr(args, "config", None) or environ.get("ACKSCOPE_CONFIG")
     document = config.load_toml(path)
     section = config.table(document, "exporter", path)
     v: dict[str, Any] = config.resolve(OPTIONS, args, environ, section, SECRETS, where=path or "config")
@@ -104,7 +107,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         selection=Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"]),
         limits=Limits(max_queues=v["max_queues"], max_channels=v["max_channels"]),
         web=WebSecurity(v["web_username"], v["web_password"], v["web_tls_cert"], v["web_tls_key"]),
-        probes=probe_command.load(args, environ, document, path, v["data_dir"]),
+        probes=probe_config.load(args, environ, document, path, v["data_dir"]),
         thresholds=load_thresholds(document, path),
         data_dir=v["data_dir"], snapshot_every=v["snapshot_every"],
     )
@@ -130,16 +133,15 @@ class Exporter:
 
     def __init__(self, cfg: ExporterConfig):
         try:
-            client = ManagementClient(cfg.management_url, cfg.username, cfg.password, timeout=cfg.timeout,
-                                      verify=cfg.verify)
+            source = ManagementSource(cfg.management_url, cfg.username, cfg.password, timeout=cfg.timeout,
+                                      deadline=cfg.deadline, verify=cfg.verify, selection=cfg.selection)
         except ValueError as e:
             raise ConfigError(f"--management-url: {e}") from None
         self.cfg = cfg
         self.onset = Onset()  # since when each finding holds: "since when" is the on-call's third question
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
-        self.poller = Poller(client, interval=cfg.interval, deadline=cfg.deadline, selection=cfg.selection,
-                             limits=cfg.limits, diagnose=self._diagnose,
+        self.poller = Poller(source, interval=cfg.interval, limits=cfg.limits, diagnose=self._diagnose,
                              record=self.history.record if self.history is not None else None)
         healthy = loop_healthy(lambda: self.poller.status.last_attempt_at, time.time(), cfg.interval, cfg.deadline)
         source = Source(self._metrics_body, healthy, {"/api/snapshot": lambda: self.poller.exposition.snapshot_json,
@@ -150,18 +152,20 @@ class Exporter:
         except OSError as e:
             raise ConfigError(f"--listen {cfg.listen[0]}:{cfg.listen[1]}: {e.strerror}") from None
 
+    def _probe_stats(self) -> ProbeStats:
+        return self.probes.stats() if self.probes is not None else ProbeStats(time.time())
+
     def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> list[Finding]:
-        probes = probe_stats.read(self.probes.metrics.registry) if self.probes is not None else ()
+        probes = self._probe_stats().targets
         return self.onset.stamp(evaluate(Context(snapshot, previous, probes, self.cfg.thresholds)), snapshot.taken_at)
 
     def _probes_json(self) -> bytes:
-        stats = probe_stats.read(self.probes.metrics.registry) if self.probes is not None else ()
-        return probe_stats.probes_json(stats, time.time())
+        return self._probe_stats().json()
 
     def _metrics_body(self, gzipped: bool) -> bytes:
         body = self.poller.exposition.metrics_body(gzipped)
         # A gzip stream may hold several members: the probes' part is one more.
-        return body if self.probes is None else body + self.probes.metrics_body(gzipped)
+        return body if self.probes is None else body + probe_metrics(self.probes.stats(), gzipped)
 
     @property
     def url(self) -> str:
@@ -198,12 +202,3 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     wait_for_signal()
     exporter.stop()
     return 0
-
-
-def wait_for_signal() -> None:
-    """Block until SIGINT or SIGTERM."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(1):
-        pass

@@ -1,4 +1,4 @@
-"""The HTTP endpoints of the exporter and the probes. Handlers copy bytes rendered in the background (the
+"""The HTTP server of the exporter and of `ackscope probe`. Handlers copy bytes rendered in the background (the
 probes' few hundred series are the exception: rendered per scrape, in well under a millisecond).
 
 /metrics      Prometheus exposition (gzip when asked)
@@ -19,11 +19,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ackscope.secret import Secret
+from .secret import Secret
 
-from .exposition import CONTENT_TYPE
+log = logging.getLogger("ackscope.http")
 
-log = logging.getLogger("ackscope.exporter")
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 
 INDEX = b"""<!doctype html><title>ackscope</title><h1>ackscope</h1><ul>{links}</ul>"""
 
@@ -76,7 +76,7 @@ def make_server(host: str, port: int, source: Source, security: WebSecurity = We
                                   {"WWW-Authenticate": 'Basic realm="ackscope"'})
             gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
             if path == "/metrics":
-                return self._send(200, source.metrics(gzipped), CONTENT_TYPE,
+                return self._send(200, source.metrics(gzipped), METRICS_CONTENT_TYPE,
                                   {"Content-Encoding": "gzip"} if gzipped else {})
             if path in source.documents:
                 return self._send(200, source.documents[path](), "application/json")

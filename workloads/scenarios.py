@@ -1,4 +1,4 @@
-"""`ackscope scenario NAME…`: workloads that reproduce, on a broker you point them at, each failure mode a
+"""Workloads that reproduce, on a broker you point them at, each failure mode a
 client can cause, for demos, staging drills and ackscope's own tests. Every connection names itself
 `ackscope-scenario <name>`; every queue is `ackscope.scenario.<name>…`, expires 10 minutes after its last
 use, and holds at most 100,000 messages. Rates are a few messages per second.
@@ -6,20 +6,17 @@ use, and holds at most 100,000 messages. Rates are a few messages per second.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import pika
 import pika.exceptions
 from pika.adapters.select_connection import IOLoop
 
-from ackscope.config import ConfigError, read_secret
-from ackscope.secret import Secret
+from ackscope.core.secret import Secret
 
 log = logging.getLogger("ackscope.scenario")
 
@@ -313,47 +310,3 @@ class Running:
                         conn.close()
                 except Exception:  # already gone with the broker: nothing left to close
                     pass
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("names", nargs="*", metavar="NAME", help="scenarios to run (see --list)")
-    parser.add_argument("--list", action="store_true", help="say what each scenario does")
-    parser.add_argument("--amqp-url", help="broker to run them on (password from ACKSCOPE_AMQP_PASSWORD[_FILE]) "
-                        "[env ACKSCOPE_AMQP_URL; default amqp://guest@localhost:5672/%%2F]")
-    parser.add_argument("--duration", type=float, help="stop after this many seconds [until Ctrl-C]")
-
-
-def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    if args.list or not args.names:
-        width = max(len(s.name) for s in SCENARIOS)
-        for s in SCENARIOS:
-            print(f"{s.name:<{width}}  {s.description}" + (f"  [rule {s.rule}]" if s.rule and s.rule != s.name
-                                                            else ""))
-        return 0
-    unknown = [n for n in args.names if n not in BY_NAME]
-    if unknown:
-        raise ConfigError(f"unknown scenario {unknown[0]!r}: 'ackscope scenario --list' names them")
-    from ackscope.probes.command import with_password
-
-    if args.amqp_url and urlsplit(args.amqp_url).password:
-        raise ConfigError("--amqp-url must not carry a password (ps shows the command line): use "
-                          "ACKSCOPE_AMQP_PASSWORD or ACKSCOPE_AMQP_PASSWORD_FILE")
-    raw = args.amqp_url or environ.get("ACKSCOPE_AMQP_URL") or "amqp://guest@localhost:5672/%2F"
-    url, display = with_password(raw, read_secret("amqp_password", environ, {}, "config"))
-    try:
-        pika.URLParameters(url)
-    except ValueError as e:
-        raise ConfigError(f"--amqp-url {display}: {e}") from None
-    running = Running([BY_NAME[n] for n in args.names], Secret(url)).start()
-    print(f"running {', '.join(args.names)} on {display}; Ctrl-C stops", flush=True)
-    try:
-        running.stop_event.wait(args.duration)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        running.stop()
-    if running.errors:
-        for name, error in running.errors.items():
-            print(f"scenario {name}: {error}")
-        return 1
-    return 0

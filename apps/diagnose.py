@@ -7,40 +7,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from collections.abc import Mapping
 
-from ackscope import config
-from ackscope.config import ConfigError
-from ackscope.exporter import command as exporter_command
-from ackscope.exporter import normalise
-from ackscope.exporter.management import FetchError, ManagementClient
-from ackscope.exporter.normalise import MalformedResponse
-from ackscope.exporter.poller import PollFailed, Poller
-from ackscope.probes import command as probe_command
-from ackscope.probes import stats as probe_stats
-from ackscope.probes.command import Probes
+from ackscope.core import config
+from ackscope.core.config import ConfigError
+from ackscope.core.durations import parse_duration
+from ackscope.diagnosis.rules import Context, evaluate
+from ackscope.model.findings import Finding
+from ackscope.model.snapshot import Snapshot
+from ackscope.model.source import SourceFailed
+from ackscope.probes import config as probe_config
+from ackscope.probes.service import Probes
+from ackscope.sources import ManagementSource, Selection
 
-from .findings import Finding
-from .rules import Context, evaluate
+from . import exporter as exporter_app
 
 OK, WARNING, CRITICAL, UNREACHABLE = 0, 1, 2, 3
 _CONNECTION_OPTIONS = ("management_url", "username", "timeout", "ca_file", "insecure_skip_verify",
                        "include_vhosts", "exclude_vhosts", "include_queues", "exclude_queues")
-OPTIONS = tuple(o for o in exporter_command.OPTIONS if o.key in _CONNECTION_OPTIONS)
+OPTIONS = tuple(o for o in exporter_app.OPTIONS if o.key in _CONNECTION_OPTIONS)
 COLOURS = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 
 def window_seconds(text: str) -> float:
-    """'5s', '500ms', '1m' or a plain number of seconds."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m)?\s*", str(text))
-    if not m:
-        raise ValueError(f"must be a duration such as 5s, 500ms or 1m, not {text!r}")
-    value = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, None: 1}[m.group(2)]
-    if not 0 < value <= 3600:
-        raise ValueError(f"must be above 0 and at most 1h, not {text!r}")
+    """A duration (500ms, 5s, 1m, a plain number of seconds) of at most an hour."""
+    value = parse_duration(text)
+    if value > 3600:
+        raise ValueError(f"must be at most 1h, not {text!r}")
     return value
 
 
@@ -51,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", default="5s", help="time between the two samples rates are computed from, "
                         "and how long the probes run when --amqp-url is given [5s]")
     config.add_arguments(parser, OPTIONS)
-    probe_command.add_arguments(parser.add_argument_group("probes (run during the window when an AMQP URL is set)"))
+    probe_config.add_arguments(parser.add_argument_group("probes (run during the window when an AMQP URL is set)"))
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -65,37 +60,36 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         window = window_seconds(args.window)
     except ValueError as e:
         raise ConfigError(f"--window: {e}") from None
-    password = exporter_command.password_for(v["username"], v["password"])
-    thresholds = exporter_command.load_thresholds(document, path)
-    probe_cfg = probe_command.load(args, environ, document, path)
+    password = exporter_app.password_for(v["username"], v["password"])
+    thresholds = exporter_app.load_thresholds(document, path)
+    probe_cfg = probe_config.load(args, environ, document, path)
+    selection = Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"])
     try:
-        client = ManagementClient(v["management_url"], v["username"], password, timeout=v["timeout"],
+        source = ManagementSource(v["management_url"], v["username"], password, timeout=v["timeout"],
+                                  deadline=v["timeout"] * 3, selection=selection,
                                   verify=False if v["insecure_skip_verify"] else (v["ca_file"] or True))
     except ValueError as e:
         raise ConfigError(f"--management-url: {e}") from None
-    selection = normalise.Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"],
-                                    v["exclude_queues"])
-    poller = Poller(client, interval=window, deadline=v["timeout"] * 3, selection=selection)
     probes = Probes(probe_cfg) if probe_cfg is not None else None
     try:
         if probes is not None:
             probes.start()
-        first = _sample(poller)
-        time.sleep(window)
-        second = _sample(poller)
-        stats = probe_stats.read(probes.metrics.registry) if probes is not None else ()
-    except (PollFailed, FetchError, MalformedResponse) as e:
-        print(f"ackscope diagnose: cannot read {client.base_url}: {_reason(e)}", file=sys.stderr)
+        first = source.read()
+        time.sleep(window)  # the window itself: rates are counts over it
+        second = source.read()
+        stats = probes.stats().targets if probes is not None else ()
+    except SourceFailed as e:
+        print(f"ackscope diagnose: cannot read {source.base_url}: {e}", file=sys.stderr)
         return UNREACHABLE
     finally:
         if probes is not None:
             probes.stop()
-        poller.stop()
+        source.close()
     findings = evaluate(Context(second, first, stats, thresholds))
     if args.format == "json":
         print(json.dumps({"findings": [f.to_json() for f in findings], "broker": _broker(second)}, indent=2))
     else:
-        _print_table(findings, second, client.base_url)
+        _print_table(findings, second, source.base_url)
     return exit_code(findings)
 
 
@@ -104,16 +98,7 @@ def exit_code(findings: list[Finding]) -> int:
     return CRITICAL if "critical" in severities else WARNING if "warning" in severities else OK
 
 
-def _sample(poller: Poller):
-    return normalise.snapshot(poller.fetch(), time.time(), poller.selection)
-
-
-def _reason(e: Exception) -> str:
-    errors = getattr(e, "errors", None) or [e]
-    return "; ".join(str(x) for x in errors)
-
-
-def _broker(s) -> dict:
+def _broker(s: Snapshot) -> dict:
     ov = s.overview
     return {"rabbitmq_version": ov.rabbitmq_version, "erlang_version": ov.erlang_version,
             "cluster_name": ov.cluster_name, "taken_at": s.taken_at, "nodes": [n.name for n in s.nodes],
@@ -121,7 +106,7 @@ def _broker(s) -> dict:
             "connections": len(s.connections), "consumers": len(s.consumers)}
 
 
-def _print_table(findings: list[Finding], s, url: str) -> None:
+def _print_table(findings: list[Finding], s: Snapshot, url: str) -> None:
     """Worst first, one block per finding: severity, rule, vhost and culprit on its first line (never
     wrapped, so it can be grepped), then the evidence, why it matters, and what to do."""
     from rich.console import Console

@@ -7,12 +7,11 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 
-from ackscope import config
-from ackscope.config import Option
-
-APP = Path(__file__).with_name("app.py")
+from ackscope.core import config
+from ackscope.core.config import Option
+from ackscope.core.processes import stop_process
+from ackscope.dashboard.launch import environment, streamlit_command
 
 OPTIONS = (
     Option("exporter_url", "http://localhost:9577", str, "the ackscope exporter whose /api/* the pages show"),
@@ -28,24 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     config.add_arguments(parser, OPTIONS)
 
 
-def streamlit_command(port: int, address: str) -> list[str]:
-    """How the dashboard's server is started (headless, no usage statistics, no error details on pages)."""
-    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
-            "--server.address", address, "--server.headless", "true", "--browser.gatherUsageStats", "false",
-            "--client.showErrorDetails", "none", "--client.toolbarMode", "viewer", "--theme.base", "light"]
-
-
-def environment(values: Mapping, environ: Mapping[str, str]) -> dict[str, str]:
-    """The app's settings travel in its environment, so no secret is on a command line."""
-    env = dict(environ)
-    env["ACKSCOPE_EXPORTER_URL"] = values["exporter_url"]
-    env["ACKSCOPE_REFRESH"] = str(values["refresh"])
-    for key in ("reports", "prometheus_url"):
-        if values[key]:
-            env[f"ACKSCOPE_{key.upper()}"] = values[key]
-    return env
-
-
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     values = config.resolve(OPTIONS, args, environ, {})
     print(f"ackscope dashboard: http://{'localhost' if values['address'] == '0.0.0.0' else values['address']}:"
@@ -59,9 +40,4 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_process(proc, timeout=10)

@@ -1,4 +1,4 @@
-"""A private RabbitMQ node for tests, demos and benchmarks.
+"""A private RabbitMQ node for the demo, the tests and the benchmarks.
 
 It runs Debian's `rabbitmq-server` with its own node name, free ports, data directory, Erlang cookie and
 feature-flags file, so it never touches a node that already runs on the default ports.
@@ -39,16 +39,10 @@ def free_port() -> int:
 
 
 def ensure_rabbitmq_installed() -> None:
-    """Install Debian's rabbitmq-server when it is missing and we are root; otherwise say what to install."""
-    if (RABBITMQ_SBIN / "rabbitmq-server").exists():
-        return
-    if os.geteuid() != 0:
-        raise LocalBrokerError("rabbitmq-server is not installed: run 'apt-get install rabbitmq-server' as root")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "rabbitmq-server"]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise LocalBrokerError(f"'{' '.join(cmd)}' failed: {done.stderr.strip()[-300:]}")
+    """Installing is setup's job (scripts/setup.sh, as root): here we only say what is missing."""
+    if not (RABBITMQ_SBIN / "rabbitmq-server").exists():
+        raise LocalBrokerError("rabbitmq-server is not installed: run scripts/setup.sh as root, or "
+                               "apt-get install rabbitmq-server")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,5 @@
+import sys
+
+from ackscope.apps.cli import main
+
+sys.exit(main())

@@ -1,0 +1,28 @@
+"""How the dashboard's Streamlit server is started: its command line and its environment (the settings
+travel in the environment, so no secret is on a command line)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+APP = Path(__file__).with_name("app.py")
+
+
+def streamlit_command(port: int, address: str) -> list[str]:
+    """Headless, no usage statistics, no error details on pages."""
+    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
+            "--server.address", address, "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--client.showErrorDetails", "none", "--client.toolbarMode", "viewer", "--theme.base", "light"]
+
+
+def environment(values: Mapping, environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` with the dashboard's settings (exporter_url, refresh, reports, prometheus_url) added."""
+    env = dict(environ)
+    env["ACKSCOPE_EXPORTER_URL"] = values["exporter_url"]
+    env["ACKSCOPE_REFRESH"] = str(values["refresh"])
+    for key in ("reports", "prometheus_url"):
+        if values[key]:
+            env[f"ACKSCOPE_{key.upper()}"] = values[key]
+    return env

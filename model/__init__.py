@@ -1,0 +1,8 @@
+"""The broker model: immutable records every part shares and nothing of ackscope's own below them.
+
+snapshot   the broker's state at one poll (what every source produces)
+source     what a source promises: a Snapshot, or SourceFailed naming each endpoint that failed
+findings   a rule's verdict on one object
+probes     the probes' statistics at one moment
+schemas    the Parquet contracts: probe events, snapshot history, the pipeline's reports
+"""

@@ -1,0 +1,54 @@
+"""The Parquet contracts between the writers (the probes' event log, the exporter's snapshot history) and
+the readers (the Spark pipeline, the dashboard). Names, types and meaning do not change without a new
+column; docs/events.md documents the event log."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# -- the probes' event log: DIR/events/date=YYYY-MM-DD/ ------------------------------------------------
+EVENTS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("probe", pa.string(), nullable=False),
+    pa.field("queue_type", pa.string(), nullable=False),
+    pa.field("persistent", pa.bool_(), nullable=False),
+    pa.field("seq", pa.int64(), nullable=False),
+    pa.field("kind", pa.string(), nullable=False),
+    pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("latency_s", pa.float64()),
+    pa.field("batch_size", pa.int64()),
+    pa.field("redelivered", pa.bool_()),
+])
+EVENT_KINDS = ("published", "confirmed", "nacked", "returned", "confirm_timeout", "republished", "delivered",
+               "acked", "requeued")
+
+# -- the exporter's snapshot history: DIR/snapshots/{channels,consumers,queues}/date=YYYY-MM-DD/ -----------
+_TS = pa.field("taken_at", pa.timestamp("us", tz="UTC"), nullable=False)
+# Counter columns of the history, and the MessageStats field each is read from.
+CHANNEL_COUNTS = {"published": "publish", "confirmed": "confirm", "delivered": "deliver_get", "acked": "ack",
+                  "redelivered": "redeliver", "unroutable_returned": "return_unroutable",
+                  "unroutable_dropped": "drop_unroutable"}
+QUEUE_COUNTS = {k: CHANNEL_COUNTS[k] for k in ("published", "delivered", "acked", "redelivered")}
+
+SNAPSHOTS = {
+    "channels": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "channel", "connection_name",
+                                                                      "user")]
+                          + [pa.field(n, pa.int64()) for n in ("prefetch_count", "global_prefetch_count",
+                                                               "prefetch_limit", "messages_unacked",
+                                                               "messages_unconfirmed", "consumer_count")]
+                          + [pa.field("confirm", pa.bool_()), pa.field("transactional", pa.bool_())]
+                          + [pa.field(f"{n}_total", pa.int64()) for n in CHANNEL_COUNTS]),
+    "consumers": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "queue", "consumer_tag",
+                                                                       "channel", "connection_name")]
+                           + [pa.field("prefetch_count", pa.int64()), pa.field("ack_required", pa.bool_())]),
+    "queues": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "queue", "type")]
+                        + [pa.field("durable", pa.bool_())]
+                        + [pa.field(n, pa.int64()) for n in ("messages_ready", "messages_unacked",
+                                                             "messages_persistent", "consumers")]
+                        + [pa.field("consumer_utilisation", pa.float64())]
+                        + [pa.field(f"{n}_total", pa.int64()) for n in QUEUE_COUNTS]),
+}
+
+# -- the pipeline's reports under --out, in the order it writes them ------------------------------------------
+REPORTS = ("delivery_audit", "lost_messages", "confirm_latency", "confirm_batches", "confirm_batch_interval",
+           "delivery_latency", "redelivery", "prefetch_saturation", "redelivery_hotspots", "publisher_safety")

@@ -1,0 +1,67 @@
+"""The architecture and the packaging, as a user of a wheel and a contributor meet them: import-linter's
+contracts hold and catch a circle between parts, and an installed wheel carries its data files."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT = ROOT / "scripts" / "lint-imports.sh"
+
+
+def _source_copy(where: Path) -> Path:
+    """The source tree as git sees it (what a clean clone of it holds), copied."""
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (where / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, where / name)
+    return where
+
+
+def test_the_layer_and_independence_contracts_hold():
+    done = subprocess.run(["bash", str(LINT)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Contracts: 2 kept, 0 broken." in done.stdout
+
+
+@pytest.mark.parametrize("module, added, contract, chain", [
+    # A part importing another part: the circle issue 12 removed (exporter <-> diagnosis).
+    ("exporter/poller.py", "from ackscope.diagnosis.rules import RULES", "The parts are independent of each other",
+     "ackscope.exporter.poller -> ackscope.diagnosis.rules"),
+    # The model reaching up into a layer above it.
+    ("model/snapshot.py", "import ackscope.core.config",
+     "Layers: apps above the parts, the parts above core, core above the model",
+     "ackscope.model.snapshot -> ackscope.core.config"),
+])
+def test_an_import_against_the_architecture_breaks_the_build_and_names_the_chain(tmp_path, module, added, contract,
+                                                                                  chain):
+    tree = _source_copy(tmp_path / "src")
+    path = tree / module
+    path.write_text(path.read_text() + f"\n{added}  # noqa: E402,F401\n")
+    done = subprocess.run(["bash", str(LINT), str(tree)], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert f"{contract} BROKEN" in done.stdout
+    assert chain in done.stdout, done.stdout
+
+
+def test_an_installed_wheel_carries_the_alert_rules_the_demo_loads_and_the_spark_logging_config(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    probe = ("import ackscope, ackscope.apps.demo as demo\n"
+             "from importlib import resources\n"
+             "print(ackscope.__file__)\n"
+             "print(len(demo.ALERT_RULES.read_text()))\n"
+             "print(resources.files('ackscope.pipeline').joinpath('log4j2.properties').is_file())\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    where, rules_size, log4j = done.stdout.split()
+    assert where.startswith(str(tmp_path)), where  # the installed copy, not the source tree
+    assert int(rules_size) == len((ROOT / "deploy" / "prometheus" / "ackscope-alerts.yml").read_text())
+    assert log4j == "True"
