@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
 # Prepare this machine for ackscope: Debian packages (as root) and the project's venv in .venv.
 # Usage: scripts/setup.sh [--test]   (--test adds what the test suite needs)
+# Quiet when all goes well (one line per step); on a failure, the tail of the step's log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p .venv
+log=.venv/setup.log
+: > "$log"
+
+step() {  # step "what" command...: run it with its output in the log; say what failed, with the log's tail
+  local what=$1; shift
+  if ! "$@" >>"$log" 2>&1; then
+    echo "setup: $what failed; the end of $log:" >&2
+    tail -n 25 "$log" >&2
+    exit 1
+  fi
+}
 
 need=()
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need+=(rabbitmq-server)
@@ -18,6 +31,7 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
     exit 1
   fi
+  echo "setup: installing ${need[*]} ..."
   export DEBIAN_FRONTEND=noninteractive
   # A policy-rc.d keeps apt from starting the packages' own services (ackscope starts its own nodes);
   # one made here is removed again, one the machine had is left alone.
@@ -25,17 +39,19 @@ if [ ${#need[@]} -gt 0 ]; then
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
   fi
-  apt-get update -qq
-  apt-get install -y -qq "${need[@]}" >/dev/null
+  step "apt-get update" apt-get update -qq
+  step "apt-get install ${need[*]}" apt-get install -y -qq "${need[@]}"
   [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
 fi
 
 python=${PYTHON:-python3.11}
 command -v "$python" >/dev/null || python=python3
-[ -x .venv/bin/python ] || "$python" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+[ -x .venv/bin/python ] || step "creating .venv" "$python" -m venv .venv
+step "upgrading pip" .venv/bin/python -m pip install -q --upgrade pip
+# Editable, so that a change to the source is what the next run sees (tests/test_packaging.py proves the wheel).
 if [ "${1:-}" = "--test" ]; then
-  .venv/bin/python -m pip install -q -e '.[test]'
+  step "installing ackscope with its test dependencies" .venv/bin/python -m pip install -q -e '.[test]'
 else
-  .venv/bin/python -m pip install -q -e .
+  step "installing ackscope" .venv/bin/python -m pip install -q -e .
 fi
+echo "setup: ackscope $(.venv/bin/python -c 'import ackscope; print(ackscope.__version__)') is installed in .venv"
