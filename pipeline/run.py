@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ackscope.model.schemas import EVENTS, SNAPSHOTS
+from ackscope.model.schemas import EVENTS, REPORTS, SNAPSHOTS
 
 _FAILED_READ = re.compile(r"Encountered error while reading file (\S+?)\.?\s+SQLSTATE")
 
@@ -129,22 +129,23 @@ def _reports(spark, cfg: PipelineConfig, frames: Mapping[str, Any], progress: Pr
     runs = audit.per_run(audit.classify(events, cfg.loss_deadline_s, cfg.since, cfg.until)) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     out, w = cfg.out.rstrip("/"), cfg.window_s
-    reports: list[tuple[str, Any, list[str], bool]] = [
-        # name, DataFrame, sort keys, partitioned by date
-        ("delivery_audit", audit.delivery_audit(runs), ["run_id", "probe"], False),
-        ("lost_messages", audit.lost_messages(runs), ["run_id", "probe", "seq"], False),
-        ("confirm_latency", latency.confirm_latency(in_range, w), ["window_start", "probe"], True),
-        ("confirm_batches", batching.confirm_batches(in_range), ["probe", "batch_size"], False),
-        ("confirm_batch_interval", batching.confirm_batch_interval(in_range), ["probe"], False),
-        ("delivery_latency", latency.delivery_latency(in_range, w), ["window_start", "probe"], True),
-        ("redelivery", latency.redelivery(in_range, w), ["window_start", "probe"], True),
-        ("prefetch_saturation", snapshots.prefetch_saturation(channels, consumers), snapshots.CHANNEL, False),
-        ("redelivery_hotspots", snapshots.redelivery_hotspots(queues), ["rank"], False),
-        ("publisher_safety", snapshots.publisher_safety(channels, w), ["window_start", *snapshots.CHANNEL], True),
-    ]
+    # DataFrame, sort keys, partitioned by date; written in the order of REPORTS (the names' one home).
+    reports: dict[str, tuple[Any, list[str], bool]] = {
+        "delivery_audit": (audit.delivery_audit(runs), ["run_id", "probe"], False),
+        "lost_messages": (audit.lost_messages(runs), ["run_id", "probe", "seq"], False),
+        "confirm_latency": (latency.confirm_latency(in_range, w), ["window_start", "probe"], True),
+        "confirm_batches": (batching.confirm_batches(in_range), ["probe", "batch_size"], False),
+        "confirm_batch_interval": (batching.confirm_batch_interval(in_range), ["probe"], False),
+        "delivery_latency": (latency.delivery_latency(in_range, w), ["window_start", "probe"], True),
+        "redelivery": (latency.redelivery(in_range, w), ["window_start", "probe"], True),
+        "prefetch_saturation": (snapshots.prefetch_saturation(channels, consumers), snapshots.CHANNEL, False),
+        "redelivery_hotspots": (snapshots.redelivery_hotspots(queues), ["rank"], False),
+        "publisher_safety": (snapshots.publisher_safety(channels, w), ["window_start", *snapshots.CHANNEL], True),
+    }
     written: dict[str, int] = {}
     try:
-        for name, df, keys, by_date in reports:
+        for name in REPORTS:
+            df, keys, by_date = reports[name]
             written[name] = progress.stage(name, lambda df=df, name=name, keys=keys, by_date=by_date:
                                            _write(df, f"{out}/{name}", keys, by_date))
     finally:
