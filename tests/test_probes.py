@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 
 import pika
+import pika.exceptions
 import pyarrow.dataset as ds
 import pytest
 import requests
@@ -69,13 +70,12 @@ def test_overflowing_reject_publish_queue_is_counted_as_nacks_not_losses(broker,
 
 
 def test_unroutable_mandatory_publishes_are_counted_as_returns_and_the_queue_comes_back(broker, vhost):
-    target = quick("classic-persistent")
+    target = quick("classic-persistent", burst_size=0)
     with running_probes(probe_config(broker, vhost, (target,))) as probes:
         wait_probe(probes, "ackscope_probe_delivered_total", target.name, 10)
-        # Delete the queue under the probe: publishes now match no binding and come back.
-        conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url(vhost)))
-        conn.channel().queue_delete(target.queue)
-        conn.close()
+        # Delete the queue under the probe, at a moment it holds no message (deleting a queue destroys what it
+        # holds, and the probe rightly counts that as lost): publishes now match no binding and come back.
+        wait_for(lambda: _delete_if_empty(broker, vhost, target.queue), what="the probe queue empty, and deleted")
         wait_probe(probes, "ackscope_probe_returned_total", target.name, 1)
         wait_for(lambda: _consumers(broker, vhost, target.queue) == 1,
                  what="the probe to declare its queue again and consume from it")
@@ -85,6 +85,20 @@ def test_unroutable_mandatory_publishes_are_counted_as_returns_and_the_queue_com
         # A returned message has nothing to deliver: none may wait (and, past its deadline, count as lost).
         wait_for(lambda: settled_since(probes, back), timeout=30, what="no returned message awaiting delivery")
         assert probe_value(probes, "ackscope_probe_lost_total", target.name) == 0
+
+
+def _delete_if_empty(broker, vhost: str, queue: str) -> bool:
+    """queue.delete with if-empty (atomic in the broker): False while the queue holds ready messages."""
+    conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url(vhost)))
+    try:
+        conn.channel().queue_delete(queue, if_empty=True)
+        return True
+    except pika.exceptions.ChannelClosedByBroker as e:
+        assert e.reply_code == 406, e  # PRECONDITION_FAILED: not empty right now
+        return False
+    finally:
+        if conn.is_open:
+            conn.close()
 
 
 def _consumers(broker, vhost: str, queue: str) -> int | None:
