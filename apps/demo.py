@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "directory, kept for `ackscope pipeline`]")
     parser.add_argument("--dashboard-port", type=int, default=8501, help="port of the dashboard [8501, or a free "
                         "one when taken]")
+    parser.add_argument("--stats-off", action="store_true", help="start the private node with management "
+                        "statistics off, as the official container image runs it (ackscope then reads the broker's "
+                        "Prometheus plugin)")
     parser.add_argument("--prometheus-port", type=int, default=9090, help="port of Prometheus when installed "
                         "[9090, or a free one when taken]")
 
@@ -67,12 +70,14 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         raise ConfigError(f"--listen: {e}") from None
     if args.amqp_url and not args.management_url:
         raise ConfigError("--amqp-url needs --management-url (without both, the demo starts its own broker)")
+    if args.stats_off and args.management_url:
+        raise ConfigError("--stats-off configures the demo's own broker: it does not go with --management-url")
     scenarios = _scenarios(args.scenarios, own_broker=not args.management_url)
     if scenarios and args.management_url and not args.amqp_url:
         raise ConfigError("--scenarios needs --amqp-url: they are AMQP clients")
     broker = None
     if not args.management_url:
-        broker = LocalBroker(name="ackscope-demo")
+        broker = LocalBroker(name="ackscope-demo", statistics=not args.stats_off)
         log.info("starting a private RabbitMQ node in %s ...", broker.base_dir)
         try:
             broker.start()
@@ -91,6 +96,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         exporter = Exporter(ExporterConfig(
             management_url=management_url, username=username, password=password,
+            prometheus_url=broker.prometheus_url if broker is not None else None,
             listen=listen, interval=args.interval, timeout=5.0, deadline=args.interval, verify=True,
             selection=Selection(), limits=Limits(), web=WebSecurity(), data_dir=data_dir,
             # The demo shows every path the probes measure, the nack path included.

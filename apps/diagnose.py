@@ -20,13 +20,13 @@ from ackscope.model.snapshot import Snapshot
 from ackscope.model.source import SourceFailed
 from ackscope.probes import config as probe_config
 from ackscope.probes.service import Probes
-from ackscope.sources import ManagementSource, Selection
+from ackscope.sources import Selection, make_source
 
 from . import exporter as exporter_app
 
 OK, WARNING, CRITICAL, UNREACHABLE = 0, 1, 2, 3
-_CONNECTION_OPTIONS = ("management_url", "username", "timeout", "ca_file", "insecure_skip_verify",
-                       "include_vhosts", "exclude_vhosts", "include_queues", "exclude_queues")
+_CONNECTION_OPTIONS = ("management_url", "username", "source", "prometheus_url", "timeout", "ca_file",
+                       "insecure_skip_verify", "include_vhosts", "exclude_vhosts", "include_queues", "exclude_queues")
 OPTIONS = tuple(o for o in exporter_app.OPTIONS if o.key in _CONNECTION_OPTIONS)
 COLOURS = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
@@ -65,11 +65,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     probe_cfg = probe_config.load(args, environ, document, path)
     selection = Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"])
     try:
-        source = ManagementSource(v["management_url"], v["username"], password, timeout=v["timeout"],
-                                  deadline=v["timeout"] * 3, selection=selection,
-                                  verify=False if v["insecure_skip_verify"] else (v["ca_file"] or True))
+        source = make_source(v["source"], v["management_url"], v["prometheus_url"], v["username"], password,
+                             timeout=v["timeout"], deadline=v["timeout"] * 3, selection=selection,
+                             verify=False if v["insecure_skip_verify"] else (v["ca_file"] or True))
     except ValueError as e:
-        raise ConfigError(f"--management-url: {e}") from None
+        raise ConfigError(f"--management-url or --prometheus-url: {e}") from None
     probes = Probes(probe_cfg) if probe_cfg is not None else None
     try:
         if probes is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackscope.core import config
-from ackscope.core.config import ConfigError, Option
+from ackscope.core.config import ConfigError, Option, choice
 from ackscope.core.http_server import Source, WebSecurity, loop_healthy, make_server, serve_in_background
 from ackscope.core.processes import wait_for_signal
 from ackscope.core.secret import Secret
@@ -29,7 +29,7 @@ from ackscope.model.snapshot import Snapshot
 from ackscope.probes import config as probe_config
 from ackscope.probes.config import ProbeConfig
 from ackscope.probes.service import Probes
-from ackscope.sources import ManagementSource, Selection
+from ackscope.sources import KINDS, Selection, make_source
 
 log = logging.getLogger("ackscope.exporter")
 
@@ -37,6 +37,10 @@ DEFAULT_PORT = 9577
 OPTIONS = (
     Option("management_url", "http://localhost:15672", str, "RabbitMQ management API base URL"),
     Option("username", "guest", str, "management API user (the 'monitoring' tag is enough)"),
+    Option("source", "auto", choice("source", KINDS), "where counts come from: auto (the management API, or the "
+           "Prometheus plugin when the broker's management statistics are off), management, or prometheus"),
+    Option("prometheus_url", None, str, "the broker's Prometheus plugin, for --source auto|prometheus "
+           "(default: the management host, port 15692)"),
     Option("listen", f"0.0.0.0:{DEFAULT_PORT}", config.host_port, "HOST:PORT for /metrics, /api/snapshot, /healthz"),
     Option("interval", 10.0, config.positive_float, "seconds between polls"),
     Option("timeout", 5.0, config.positive_float, "seconds one HTTP request to the broker may take"),
@@ -76,6 +80,8 @@ class ExporterConfig:
     limits: Limits
     web: WebSecurity
     probes: ProbeConfig | None = None  # run the synthetic probes in-process when an AMQP URL is set
+    source: str = "auto"  # auto | management | prometheus
+    prometheus_url: str | None = None  # default: the management host, port 15692
     thresholds: Thresholds = Thresholds()
     data_dir: str | None = None  # probe events and snapshot history as Parquet
     snapshot_every: int = 1
@@ -110,6 +116,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         probes=probe_config.load(args, environ, document, path, v["data_dir"]),
         thresholds=load_thresholds(document, path),
         data_dir=v["data_dir"], snapshot_every=v["snapshot_every"],
+        source=v["source"], prometheus_url=v["prometheus_url"],
     )
 
 
@@ -133,10 +140,11 @@ class Exporter:
 
     def __init__(self, cfg: ExporterConfig):
         try:
-            source = ManagementSource(cfg.management_url, cfg.username, cfg.password, timeout=cfg.timeout,
-                                      deadline=cfg.deadline, verify=cfg.verify, selection=cfg.selection)
+            source = make_source(cfg.source, cfg.management_url, cfg.prometheus_url, cfg.username, cfg.password,
+                                 timeout=cfg.timeout, deadline=cfg.deadline, verify=cfg.verify,
+                                 selection=cfg.selection)
         except ValueError as e:
-            raise ConfigError(f"--management-url: {e}") from None
+            raise ConfigError(f"--management-url or --prometheus-url: {e}") from None
         self.cfg = cfg
         self.onset = Onset()  # since when each finding holds: "since when" is the on-call's third question
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None

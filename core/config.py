@@ -154,6 +154,15 @@ def host_port(v: Any) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def choice(name: str, allowed: Sequence[str]) -> Callable[[Any], str]:
+    def parse(v: Any) -> str:
+        if str(v) not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}, not {v!r}")
+        return str(v)
+    parse.__name__ = name
+    return parse
+
+
 def existing_file(v: Any) -> str:
     if not Path(str(v)).is_file():
         raise ValueError(f"no such file: {v}")

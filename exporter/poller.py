@@ -56,7 +56,7 @@ class Poller:
                 self.record(snapshot)
             self.status = replace(self.status, up=True, last_duration=time.monotonic() - started,
                                   last_attempt_at=started_wall, last_success_at=started_wall, last_error=None,
-                                  failing=frozenset())
+                                  failing=frozenset(), source=self.source.name)
             if not was_up:
                 log.info("management API at %s answers again", self.source.base_url)
             for note in set(snapshot.notes) - self._notes_logged:

@@ -44,7 +44,7 @@ def sample_snapshot() -> Snapshot:
 def families() -> list[tuple[str, str, tuple[str, ...], str]]:
     """(name, type, label names, help) of every family the exporter and its probes serve."""
     status = PollStatus(up=True, last_duration=0.1, last_attempt_at=1000.0, last_success_at=1000.0,
-                        errors={("queues", "timeout"): 1})
+                        errors={("queues", "timeout"): 1}, source="management")
     finding = Finding("prefetch-unlimited", "warning", "/", "channel", "billing")
     # Rendered twice: as is, and with every queue and channel folded into its vhost's totals.
     texts = [render(sample_snapshot(), status, limits, (finding,)).metrics_body(False).decode()

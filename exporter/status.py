@@ -16,3 +16,4 @@ class PollStatus:
     last_error: str | None = None  # one line, for humans
     failing: frozenset[tuple[str, str]] = frozenset()  # (endpoint, reason) of the last poll's errors
     errors: Mapping[tuple[str, str], int] = field(default_factory=lambda: MappingProxyType({}))
+    source: str | None = None  # the source the last good poll read: management, prometheus

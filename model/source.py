@@ -31,6 +31,7 @@ class SourceFailed(Exception):
 class Source(Protocol):
     """Where snapshots come from (the management API today)."""
 
+    name: str  # "management", "prometheus": ackscope_source_info says it
     base_url: str  # where it reads, for log lines
     deadline: float  # seconds one read may take
 

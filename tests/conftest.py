@@ -28,6 +28,13 @@ def broker() -> Iterator[LocalBroker]:
         yield node
 
 
+@pytest.fixture(scope="session")
+def statsoff_broker() -> Iterator[LocalBroker]:
+    """A node configured as the official container image runs it: management statistics off."""
+    with private_broker("ackscope-statsoff", statistics=False) as node:
+        yield node
+
+
 @pytest.fixture
 def vhost(broker: LocalBroker) -> Iterator[str]:
     """A fresh vhost per test, so tests never see each other's queues, channels or connections."""
@@ -43,11 +50,13 @@ def exporter_config(management_url: str, *, username: str = ADMIN_USER, password
                     selection: Selection = Selection(), limits: Limits = Limits(),
                     web: WebSecurity = WebSecurity(), verify: bool | str = True,
                     probes: ProbeConfig | None = None, thresholds: Thresholds = Thresholds(),
-                    data_dir: str | None = None) -> ExporterConfig:
+                    data_dir: str | None = None, source: str = "auto",
+                    prometheus_url: str | None = None) -> ExporterConfig:
     return ExporterConfig(management_url=management_url, username=username, password=Secret(password),
                           listen=("127.0.0.1", 0), interval=interval, timeout=timeout,
                           deadline=deadline or max(interval, timeout), verify=verify, selection=selection,
-                          limits=limits, web=web, probes=probes, thresholds=thresholds, data_dir=data_dir)
+                          limits=limits, web=web, probes=probes, thresholds=thresholds, data_dir=data_dir,
+                          source=source, prometheus_url=prometheus_url)
 
 
 @pytest.fixture
@@ -137,6 +146,7 @@ def rabbitmq_server() -> str:
 # -- tiers ----------------------------------------------------------------------------------------------
 SERVICE_OF_FIXTURE = {
     "broker": "broker", "spare_broker": "broker", "crash_broker": "broker", "rabbitmq_server": "broker",
+    "statsoff_broker": "broker",
     "spark": "spark", "java": "spark",
     "chromium": "browser",
     "promtool": "prometheus", "prometheus": "prometheus",

@@ -106,9 +106,9 @@ def cli_args(**kwargs) -> argparse.Namespace:
 
 
 @contextmanager
-def private_broker(name: str) -> Iterator[LocalBroker]:
+def private_broker(name: str, **settings) -> Iterator[LocalBroker]:
     """A started node of the suite's own, stopped and removed afterwards."""
-    node = LocalBroker(name=name)
+    node = LocalBroker(name=name, **settings)
     node.start()
     try:
         yield node

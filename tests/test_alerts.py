@@ -105,8 +105,8 @@ def failing(prometheus, broker, tmp_path_factory) -> Iterator[Watched]:
     broker.api("PUT", f"/vhosts/{vhost}")
     broker.api("PUT", f"/permissions/{vhost}/{ADMIN_USER}", json={"configure": ".*", "write": ".*", "read": ".*"})
     try:
-        with watched(prometheus, broker, vhost, tmp_path_factory.mktemp("prometheus"), "prefetch-saturated", "requeue-loop",
-                     "publisher-without-confirms", "unroutable-dropped") as w:
+        with watched(prometheus, broker, vhost, tmp_path_factory.mktemp("prometheus"), "prefetch-saturated",
+                     "requeue-loop", "publisher-without-confirms", "unroutable-dropped") as w:
             yield w
     finally:
         broker.api("DELETE", f"/vhosts/{vhost}")

@@ -16,7 +16,8 @@ LINT = ROOT / "scripts" / "lint-imports.sh"
 
 def _source_copy(where: Path) -> Path:
     """The source tree as git sees it (what a clean clone of it holds), copied."""
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
     for name in files:
         if (ROOT / name).is_file():
             (where / name).parent.mkdir(parents=True, exist_ok=True)

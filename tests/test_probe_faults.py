@@ -56,7 +56,8 @@ def test_probe_queue_declared_with_other_arguments_gives_one_clear_error(broker,
     conn.close()
     with captured_log() as lines, running_probes(probe_config(broker, vhost, (conflicting, healthy))) as probes:
         wait_probe(probes, "ackscope_probe_delivered_total", healthy.name, 10)
-        wait_for(lambda: any("PRECONDITION_FAILED" in line for line in lines), what="the probe to say the queue conflicts")
+        wait_for(lambda: any("PRECONDITION_FAILED" in line for line in lines),
+                 what="the probe to say the queue conflicts")
         assert probe_value(probes, "ackscope_probe_up", conflicting.name) == 0
         assert probe_value(probes, "ackscope_probe_up", healthy.name) == 1
     errors = [line for line in lines if "PRECONDITION_FAILED" in line]

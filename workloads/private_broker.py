@@ -60,7 +60,10 @@ class Ports:
 class LocalBroker:
     """One RabbitMQ node under `base_dir`, started and stopped by this process."""
 
-    def __init__(self, base_dir: Path | None = None, name: str = "ackscope", stats_interval_ms: int = 500):
+    def __init__(self, base_dir: Path | None = None, name: str = "ackscope", stats_interval_ms: int = 500,
+                 statistics: bool = True):
+        """`statistics=False` configures the node as the official container image does: management
+        statistics off (management_agent.disable_metrics_collector), the Prometheus plugin still on."""
         if base_dir is None:
             # The node runs as the rabbitmq user, which must be able to reach its files: a private
             # 0700 temp dir (pytest's, for one) would not do.
@@ -70,6 +73,7 @@ class LocalBroker:
         self.ports = Ports.free()
         self.nodename = f"{name}-{self.ports.amqp}@localhost"
         self.stats_interval_ms = stats_interval_ms
+        self.statistics = statistics
         self._process: subprocess.Popen | None = None
         self._user = "rabbitmq" if os.geteuid() == 0 else None
 
@@ -155,6 +159,7 @@ class LocalBroker:
             f"prometheus.tcp.ip = 127.0.0.1\nprometheus.tcp.port = {p.prometheus}\n"
             f"collect_statistics_interval = {self.stats_interval_ms}\n"
             "log.console = false\nlog.file.level = warning\n"
+            + ("" if self.statistics else "management_agent.disable_metrics_collector = true\n")
         )
         (self.base_dir / "enabled_plugins").write_text("[" + ",".join(PLUGINS) + "].\n")
         (self.base_dir / "rabbitmq-env.conf").write_text("")  # shadows /etc/rabbitmq/rabbitmq-env.conf

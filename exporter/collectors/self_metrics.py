@@ -30,6 +30,11 @@ class SelfCollector:
         for (endpoint, reason), count in sorted(status.errors.items()):
             errors.add_metric([endpoint, reason], count)
         yield errors
+        source = InfoMetricFamily("ackscope_source", "Where the last good poll read the broker: the management API "
+                                  "(management) or its Prometheus plugin (prometheus).", labels=())
+        if status.source is not None:
+            source.add_metric([], {"source": status.source})
+        yield source
         yield InfoMetricFamily("ackscope_build", "ackscope's version.",
                                value={"version": __version__, "python_version": platform.python_version()})
         folded = GaugeMetricFamily("ackscope_folded_objects", "Objects without series of their own, counted "

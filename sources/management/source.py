@@ -23,6 +23,8 @@ LISTS = ("nodes", "vhosts", "connections", "channels", "consumers", "queues")
 
 
 class ManagementSource:
+    name = "management"
+
     def __init__(self, base_url: str, username: str, password: Secret, *, timeout: float = 5.0,
                  deadline: float = 10.0, verify: bool | str = True, selection: Selection = Selection()):
         """ValueError when `base_url` is not an http(s) URL without credentials."""

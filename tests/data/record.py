@@ -1,6 +1,8 @@
-"""Record the management API's answers, as ackscope asks for them, from a private node with a workload.
+"""Record a real node's answers, as ackscope's sources ask for them, from a private node with a workload.
 
-    python tests/data/record.py   # writes tests/data/rabbitmq-<version>/<endpoint>.json
+    python tests/data/record.py                    # tests/data/rabbitmq-<version>/<endpoint>.json
+    python tests/data/record.py --statistics-off   # tests/data/rabbitmq-<version>-stats-off/: the management
+                                                   # API's lists, /metrics/detailed and /metrics of the plugin
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import pika
 from ackscope.core.secret import Secret
 from ackscope.sources.management.client import ManagementClient
 from ackscope.sources.management.source import LISTS
+from ackscope.sources.prometheus_plugin import PrometheusPluginSource
+from ackscope.sources.prometheus_plugin.normalise import FAMILIES
+from ackscope.sources.prometheus_plugin.source import LISTS as PLUGIN_LISTS
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 
 
@@ -46,19 +51,34 @@ def workload(broker: LocalBroker) -> list[pika.BlockingConnection]:
     return [publisher, worker, hoarder]
 
 
+def statistics_off_workload(broker: LocalBroker) -> list[pika.BlockingConnection]:
+    conns = [pika.BlockingConnection(pika.URLParameters(broker.amqp_url())) for _ in range(3)]
+    saturated, hoarder, publisher = (c.channel() for c in conns)
+    saturated.queue_declare("invoices", durable=True)
+    saturated.queue_declare("audit", durable=True)
+    for _ in range(30):
+        saturated.basic_publish("", "invoices", b"invoice", pika.BasicProperties(delivery_mode=2))
+        saturated.basic_publish("", "audit", b"audit", pika.BasicProperties(delivery_mode=2))
+    saturated.basic_qos(prefetch_count=10)
+    saturated.basic_consume("invoices", lambda *a: None)  # manual ack, never acks: 10 of 10 held
+    hoarder.basic_consume("audit", lambda *a: None, auto_ack=True)
+    publisher.confirm_delivery()
+    for _ in range(5):
+        publisher.basic_publish("", "invoices", b"confirmed", pika.BasicProperties(delivery_mode=2))
+    conns[1].channel().basic_publish("amq.direct", "nowhere", b"dropped")  # no confirms, unroutable
+    for c in conns:
+        c.process_data_events(1)
+    return conns
+
+
 def main() -> int:
-    broker = LocalBroker(name="ackscope-record")
+    statistics = "--statistics-off" not in sys.argv[1:]
+    broker = LocalBroker(name="ackscope-record", statistics=statistics)
     broker.start()
     try:
-        held = workload(broker)
-        time.sleep(8)  # a few statistics intervals, so every object has its stats
-        client = ManagementClient(broker.management_url, ADMIN_USER, Secret(ADMIN_PASSWORD))
-        overview = client.fetch("overview", time.monotonic() + 30)
-        out = Path(__file__).parent / f"rabbitmq-{overview['rabbitmq_version']}"
-        out.mkdir(exist_ok=True)
-        for endpoint in ("overview", *LISTS):
-            body = client.fetch(endpoint, time.monotonic() + 30)
-            (out / f"{endpoint}.json").write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
+        held = workload(broker) if statistics else statistics_off_workload(broker)
+        time.sleep(8)  # a few statistics intervals (and plugin collections), so every object has its figures
+        out = record(broker) if statistics else record_statistics_off(broker)
         print(f"recorded into {out}")
         for conn in held:
             conn.close()
@@ -66,6 +86,34 @@ def main() -> int:
         broker.stop()
         broker.remove()
     return 0
+
+
+def record(broker: LocalBroker) -> Path:
+    client = ManagementClient(broker.management_url, ADMIN_USER, Secret(ADMIN_PASSWORD))
+    overview = client.fetch("overview", time.monotonic() + 30)
+    out = Path(__file__).parent / f"rabbitmq-{overview['rabbitmq_version']}"
+    out.mkdir(exist_ok=True)
+    for endpoint in ("overview", *LISTS):
+        body = client.fetch(endpoint, time.monotonic() + 30)
+        (out / f"{endpoint}.json").write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def record_statistics_off(broker: LocalBroker) -> Path:
+    """The management API's lists and the plugin's answers, as the Prometheus-plugin source asks for them."""
+    source = PrometheusPluginSource(broker.management_url, broker.prometheus_url, ADMIN_USER, Secret(ADMIN_PASSWORD),
+                                    timeout=10, deadline=30)
+    deadline = time.monotonic() + 30
+    version = source.management.fetch("overview", deadline)["rabbitmq_version"]
+    out = Path(__file__).parent / f"rabbitmq-{version}-stats-off"
+    out.mkdir(exist_ok=True)
+    for name in ("overview", *PLUGIN_LISTS):
+        (out / f"{name}.json").write_text(json.dumps(source.management.fetch(name, deadline), indent=1) + "\n")
+    (out / "detailed.prom").write_bytes(source.plugin.get("detailed", "/metrics/detailed",
+                                                          [("family", f) for f in FAMILIES], deadline, "text/plain"))
+    (out / "metrics.prom").write_bytes(source.plugin.get("metrics", "/metrics", {}, deadline, "text/plain"))
+    source.close()
+    return out
 
 
 if __name__ == "__main__":

@@ -1,0 +1,141 @@
+"""Reading a broker's HTTP endpoints within a poll's deadline: the one place both sources (the management
+API and the Prometheus plugin) turn requests' failures into FetchErrors, each with a one-word reason (a
+label value) and a sentence a human understands; the password never appears in either."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from urllib.parse import urlsplit
+
+import requests
+import urllib3
+
+from ackscope.core.secret import Secret
+from ackscope.model.source import FetchError
+
+log = logging.getLogger("ackscope.sources")
+
+_CHUNK = 64 * 1024
+
+
+class HttpReader:
+    """GETs under `base_url` with basic auth, a timeout per request and a deadline no answer outlives.
+    `what` names the endpoint's owner in messages ("management plugin", "Prometheus plugin")."""
+
+    def __init__(self, base_url: str, username: str, password: Secret, *, timeout: float, verify: bool | str,
+                 what: str):
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"must look like http(s)://host:port, not {base_url!r}")
+        if parts.username or parts.password:
+            raise ValueError("must not carry credentials: use ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD or "
+                             "ACKSCOPE_PASSWORD_FILE")
+        self.base_url = base_url.rstrip("/")
+        self.username = username
+        self._password = password
+        self.timeout = timeout
+        self.verify = verify
+        self.what = what
+        if verify is False:
+            # Said once here, instead of urllib3 warning on every request of every poll.
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+            log.warning("TLS certificate verification of %s is off", self.base_url)
+        self._local = threading.local()  # one Session per worker thread: Sessions are not thread-safe
+
+    def json(self, endpoint: str, path: str, params: dict, deadline: float):
+        body = self.get(endpoint, path, params, deadline, "json")
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise FetchError(endpoint, "malformed", f"answer is not valid JSON ({len(body)} bytes, "
+                             f"starts {body[:40]!r})") from None
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = requests.Session()
+            session.auth = (self.username, self._password.reveal())
+            self._local.session = session
+        return session
+
+    def get(self, endpoint: str, path: str, params: dict, deadline: float, content: str) -> bytes:
+        """The body of GET `path`, whose Content-Type must contain `content` (json, text/plain)."""
+        url = f"{self.base_url}{path}"
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise FetchError(endpoint, "deadline", "poll deadline passed before the request was sent")
+        wait = min(self.timeout, remaining)
+        try:
+            # verify is passed per request: a Session's own verify loses to REQUESTS_CA_BUNDLE in the environment.
+            with self._session().get(url, params=params, timeout=(wait, wait), stream=True,
+                                     verify=self.verify) as response:
+                self._check_status(endpoint, path, response, content)
+                return self._read_body(endpoint, response, deadline)
+        except FetchError:
+            raise
+        # Each cause becomes a FetchError whose sentence is the whole story: no chained traceback.
+        except requests.exceptions.SSLError as e:
+            raise FetchError(endpoint, "tls", f"TLS handshake with {self.base_url} failed "
+                             f"({_root_cause(e)}); set --ca-file, or --insecure-skip-verify for tests") from None
+        except requests.exceptions.Timeout:
+            raise FetchError(endpoint, "timeout", f"no answer from {self.base_url} within {wait:.1f}s") from None
+        except requests.exceptions.ConnectionError as e:
+            if "timed out" in str(e).lower():
+                raise FetchError(endpoint, "timeout", f"no answer from {self.base_url} within {wait:.1f}s") from None
+            raise FetchError(endpoint, "connection", f"cannot connect to {self.base_url} ({_root_cause(e)})") from None
+        except requests.RequestException as e:
+            raise FetchError(endpoint, "connection", f"request to {self.base_url} failed ({_root_cause(e)})") from None
+
+    def _check_status(self, endpoint: str, path: str, response: requests.Response, content: str) -> None:
+        status = response.status_code
+        if status == 200:
+            ctype = response.headers.get("Content-Type", "")
+            if content not in ctype:
+                raise FetchError(endpoint, "malformed", f"answer is {ctype or 'untyped'}, not {content} "
+                                 "(a proxy's error page?)")
+            return
+        if status == 401:
+            raise FetchError(endpoint, "unauthorized", f"login failed for user {self.username!r}: check "
+                             "ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD / ACKSCOPE_PASSWORD_FILE")
+        if status == 403:
+            raise FetchError(endpoint, "forbidden", f"user {self.username!r} may not read {path}: "
+                             "give it the 'monitoring' tag")
+        if status == 404:
+            raise FetchError(endpoint, "not_found", f"{path} not found: is this the {self.what}'s URL?")
+        reason = "server_error" if status >= 500 else "http_error"
+        said = _broker_reason(response)
+        raise FetchError(endpoint, reason, f"HTTP {status} from {path}" + (f": {said}" if said else ""), status)
+
+    @staticmethod
+    def _read_body(endpoint: str, response: requests.Response, deadline: float) -> bytes:
+        chunks = []
+        for chunk in response.iter_content(_CHUNK):
+            chunks.append(chunk)
+            if time.monotonic() > deadline:
+                raise FetchError(endpoint, "deadline", "poll deadline passed while the answer was arriving")
+        return b"".join(chunks)
+
+
+def _root_cause(error: BaseException) -> str:
+    """The innermost cause, briefly: 'Connection refused', not three nested reprs."""
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    text = str(error)
+    for marker in ("Connection refused", "Name or service not known", "certificate verify failed",
+                   "No route to host", "Connection reset"):
+        if marker in text:
+            return marker
+    return text.split(": ")[-1][:120] or type(error).__name__
+
+
+def _broker_reason(response: requests.Response) -> str:
+    """The broker's own words for a refusal ({"reason": "Stats in management UI are disabled on this node"}),
+    briefly; "" when it gave none."""
+    try:
+        reason = response.json().get("reason")
+    except (ValueError, AttributeError):
+        return ""
+    return reason[:200] if isinstance(reason, str) else ""

@@ -1,0 +1,186 @@
+"""Pure functions from the Prometheus plugin's exposition (per-object families of /metrics/detailed, and the
+node's own /metrics) to the broker model, on top of what the management API still gives with statistics off.
+
+The plugin names a channel by its process id and nothing else: no connection, no user, no client name. A
+channel's vhost, and the queues it consumes from and the exchanges it publishes to, come from the labels of
+its per-queue and per-exchange counters, so they are known once it has delivered or published something.
+Its confirm mode is inferred: only a channel in confirm mode counts confirms or holds unconfirmed messages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import replace
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ackscope.model.snapshot import Channel, Consumer, MessageStats, Node, Queue, Snapshot
+from ackscope.model.source import FetchError
+
+from ..selection import Selection
+
+# /metrics/detailed?family=…: only what the model, the collectors and the rules read.
+FAMILIES = ("queue_coarse_metrics", "queue_consumer_count", "channel_metrics", "channel_queue_metrics",
+            "channel_exchange_metrics")
+PREFIX = "rabbitmq_detailed_"
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def parse(text: str, endpoint: str) -> Samples:
+    """Every sample by name (counters with their _total); FetchError(malformed) for text that is not an
+    exposition."""
+    samples: Samples = defaultdict(list)
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if math.isfinite(s.value):
+                    samples[s.name].append((s.labels, s.value))
+    except (ValueError, TypeError, IndexError) as e:
+        raise FetchError(endpoint, "malformed", f"answer is not a Prometheus exposition ({str(e)[:80]})") from None
+    return samples
+
+
+def _by(samples: Samples, name: str, *keys: str) -> dict[tuple[str, ...], float]:
+    """{label values: value} of one detailed series; summed where several share those labels."""
+    out: dict[tuple[str, ...], float] = defaultdict(float)
+    for labels, value in samples.get(PREFIX + name, ()):
+        out[tuple(labels.get(k, "") for k in keys)] += value
+    return out
+
+
+def _int(v: float | None) -> int | None:
+    return None if v is None else int(v)
+
+
+def channels_and_consumers(s: Samples) -> tuple[list[Channel], list[Consumer]]:
+    """Channels with their prefetch, unacked, unconfirmed and counters; a consumer per channel and queue the
+    channel consumes from (known by the deliveries it had from that queue)."""
+    consumers_n = _by(s, "channel_consumers", "channel")
+    unacked = _by(s, "channel_messages_unacked", "channel")
+    unconfirmed = _by(s, "channel_messages_unconfirmed", "channel")
+    uncommitted = _by(s, "channel_messages_uncommitted", "channel")
+    acks_uncommitted = _by(s, "channel_acks_uncommitted", "channel")
+    prefetch = _by(s, "consumer_prefetch", "channel")
+    global_prefetch = _by(s, "channel_prefetch", "channel")
+    per_queue = {name: _by(s, name, "channel", "vhost", "queue") for name in (
+        "channel_messages_delivered_ack_total", "channel_messages_delivered_total", "channel_get_ack_total",
+        "channel_get_total", "channel_messages_acked_total", "channel_messages_redelivered_total")}
+    per_exchange = {name: _by(s, name, "channel", "vhost", "exchange") for name in (
+        "channel_messages_published_total", "channel_messages_confirmed_total",
+        "channel_messages_unroutable_returned_total", "channel_messages_unroutable_dropped_total")}
+    vhost_of: dict[str, str] = {}
+    for table in (*per_queue.values(), *per_exchange.values()):
+        for ch, vhost, _ in table:
+            vhost_of.setdefault(ch, vhost)
+
+    def total(table: dict, ch: str) -> int:
+        return int(sum(v for key, v in table.items() if key[0] == ch))
+
+    channels, consumers = [], []
+    for (ch,) in sorted(consumers_n):
+        published = total(per_exchange["channel_messages_published_total"], ch)
+        confirmed = total(per_exchange["channel_messages_confirmed_total"], ch)
+        pending = _int(unconfirmed.get((ch,)))
+        confirm = True if confirmed or pending else (False if published else None)
+        stats = MessageStats(
+            publish=published, confirm=confirmed,
+            deliver_get=sum(total(per_queue[n], ch) for n in ("channel_messages_delivered_ack_total",
+                                                              "channel_messages_delivered_total",
+                                                              "channel_get_ack_total", "channel_get_total")),
+            ack=total(per_queue["channel_messages_acked_total"], ch),
+            redeliver=total(per_queue["channel_messages_redelivered_total"], ch),
+            return_unroutable=total(per_exchange["channel_messages_unroutable_returned_total"], ch),
+            drop_unroutable=total(per_exchange["channel_messages_unroutable_dropped_total"], ch))
+        channels.append(Channel(
+            name=ch, number=None, vhost=vhost_of.get(ch, ""), user="", connection="", connection_name="",
+            prefetch_count=_int(prefetch.get((ch,))), global_prefetch_count=_int(global_prefetch.get((ch,))),
+            messages_unacked=_int(unacked.get((ch,))), messages_unconfirmed=pending, confirm=confirm,
+            transactional=True if uncommitted.get((ch,)) or acks_uncommitted.get((ch,)) else None,
+            consumer_count=_int(consumers_n[(ch,)]), state=None, message_stats=stats))
+        if not consumers_n[(ch,)]:
+            continue
+        delivered_ack, delivered = per_queue["channel_messages_delivered_ack_total"], \
+            per_queue["channel_messages_delivered_total"]
+        for (c, vhost, queue) in sorted({k for k in (*delivered_ack, *delivered) if k[0] == ch}):
+            manual, auto = delivered_ack.get((c, vhost, queue), 0), delivered.get((c, vhost, queue), 0)
+            consumers.append(Consumer(
+                vhost=vhost, queue=queue, consumer_tag="", channel=ch, connection="", connection_name="", user="",
+                prefetch_count=_int(prefetch.get((ch,))), ack_required=True if manual else (False if auto else None),
+                exclusive=None, active=None))
+    return channels, consumers
+
+
+def queue_counts(s: Samples, queues: Iterable[Queue]) -> list[Queue]:
+    """The management API's queue list (type, durability, state) with the plugin's depths, consumers and,
+    summed over the channels that touched each queue, deliveries, acks and redeliveries."""
+    ready = _by(s, "queue_messages_ready", "vhost", "queue")
+    unacked = _by(s, "queue_messages_unacked", "vhost", "queue")
+    consumers = _by(s, "queue_consumers", "vhost", "queue")
+
+    def per_queue(*names: str) -> dict[tuple[str, str], float]:
+        out: dict[tuple[str, str], float] = defaultdict(float)
+        for name in names:
+            for (_, vhost, queue), v in _by(s, name, "channel", "vhost", "queue").items():
+                out[(vhost, queue)] += v
+        return out
+
+    delivered = per_queue("channel_messages_delivered_ack_total", "channel_messages_delivered_total",
+                          "channel_get_ack_total", "channel_get_total")
+    acked = per_queue("channel_messages_acked_total")
+    redelivered = per_queue("channel_messages_redelivered_total")
+    out = []
+    for q in queues:
+        key = (q.vhost, q.name)
+        out.append(replace(q, messages_ready=_int(ready.get(key)), messages_unacked=_int(unacked.get(key)),
+                           consumers=_int(consumers.get(key)),
+                           message_stats=MessageStats(deliver_get=_int(delivered.get(key, 0.0)),
+                                                      ack=_int(acked.get(key, 0.0)),
+                                                      redeliver=_int(redelivered.get(key, 0.0)))))
+    return out
+
+
+def node_from_metrics(s: Samples, nodes: Iterable[Node]) -> list[Node]:
+    """The node whose plugin answered, with its memory, disk, descriptors and alarms (the management API
+    lists nodes without them when statistics are off); other nodes as the API lists them."""
+    identity = s.get("rabbitmq_identity_info", [])
+    name = identity[0][0].get("rabbitmq_node") if identity else None
+
+    def one(metric: str) -> float | None:
+        values = [v for _, v in s.get(metric, [])]
+        return values[0] if values else None
+
+    def flag(metric: str) -> bool | None:
+        v = one(metric)
+        return None if v is None else v == 1
+
+    out = []
+    for n in nodes:
+        if n.name == name:
+            n = replace(n, mem_used=_int(one("rabbitmq_process_resident_memory_bytes")),
+                        mem_limit=_int(one("rabbitmq_resident_memory_limit_bytes")),
+                        mem_alarm=flag("rabbitmq_alarms_memory_used_watermark"),
+                        disk_free=_int(one("rabbitmq_disk_space_available_bytes")),
+                        disk_free_limit=_int(one("rabbitmq_disk_space_available_limit_bytes")),
+                        disk_free_alarm=flag("rabbitmq_alarms_free_disk_space_watermark"),
+                        fd_used=_int(one("rabbitmq_process_open_fds")),
+                        fd_total=_int(one("rabbitmq_process_max_fds")))
+        out.append(n)
+    return out
+
+
+def snapshot(base: Snapshot, detailed: Samples, metrics: Samples, selection: Selection = Selection()) -> Snapshot:
+    """`base` (the management API's snapshot without statistics) completed from the plugin's answers."""
+    channels, consumers = channels_and_consumers(detailed)
+    return replace(
+        base,
+        nodes=tuple(node_from_metrics(metrics, base.nodes)),
+        channels=tuple(c for c in channels if selection.vhost(c.vhost)),
+        consumers=tuple(c for c in consumers if selection.vhost(c.vhost) and selection.queue(c.queue)),
+        queues=tuple(queue_counts(detailed, base.queues)),
+        notes=tuple(n for n in base.notes if "statistics are disabled" not in n) + (
+            "management statistics are disabled on the broker: counts come from its Prometheus plugin, where "
+            "a channel is known by its process id (docs/polling.md)",),
+    )

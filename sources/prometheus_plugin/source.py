@@ -1,0 +1,75 @@
+"""The Prometheus plugin as a source, for brokers whose management statistics are off (the official
+container image's default): the management API for what it still lists (overview, nodes, vhosts, queues with
+their type and durability, connections), the plugin's per-object families for every count and counter."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+
+from ackscope.core.secret import Secret
+from ackscope.model.snapshot import Snapshot
+from ackscope.model.source import FetchError, SourceFailed
+
+from ..http import HttpReader
+from ..management import normalise as management_normalise
+from ..management.client import ManagementClient
+from ..selection import Selection
+from . import normalise
+
+LISTS = ("nodes", "vhosts", "connections", "queues")  # what the management API lists without statistics
+
+
+class PrometheusPluginSource:
+    name = "prometheus"
+
+    def __init__(self, management_url: str, prometheus_url: str, username: str, password: Secret, *,
+                 timeout: float = 5.0, deadline: float = 10.0, verify: bool | str = True,
+                 selection: Selection = Selection()):
+        """ValueError when a URL is not an http(s) URL without credentials."""
+        self.management = ManagementClient(management_url, username, password, timeout=timeout, verify=verify)
+        self.plugin = HttpReader(prometheus_url, username, password, timeout=timeout, verify=verify,
+                                 what="Prometheus plugin")
+        self.base_url = self.plugin.base_url
+        self.deadline = deadline
+        self.selection = selection
+        self._pool = ThreadPoolExecutor(max_workers=len(LISTS) + 3, thread_name_prefix="ackscope-fetch")
+
+    def read(self) -> Snapshot:
+        taken_at, deadline = time.time(), time.monotonic() + self.deadline
+        detailed_params = [("family", f) for f in normalise.FAMILIES]
+        jobs = {"overview": lambda: self.management.fetch("overview", deadline),
+                **{name: (lambda name=name: self.management.fetch(name, deadline)) for name in LISTS},
+                "metrics/detailed": lambda: self.plugin.get("metrics/detailed", "/metrics/detailed",
+                                                            detailed_params, deadline, "text/plain"),
+                "metrics": lambda: self.plugin.get("metrics", "/metrics", {}, deadline, "text/plain")}
+        futures = {self._pool.submit(job): name for name, job in jobs.items()}
+        done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+        answers, errors = {}, []
+        for future in done:
+            error = future.exception()
+            if error is None:
+                answers[futures[future]] = future.result()
+            else:
+                errors.append(error if isinstance(error, FetchError) else
+                              FetchError(futures[future], "internal", f"{type(error).__name__}: {error}"))
+        errors += [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s poll "
+                              "deadline") for f in pending]
+        if errors:
+            raise SourceFailed(errors)
+        try:
+            detailed = normalise.parse(answers.pop("metrics/detailed").decode("utf-8", "replace"),
+                                       "metrics/detailed")
+            metrics = normalise.parse(answers.pop("metrics").decode("utf-8", "replace"), "metrics")
+        except FetchError as e:
+            raise SourceFailed([e]) from None
+        try:
+            base = management_normalise.snapshot({**answers, "channels": [], "consumers": []}, taken_at,
+                                                 self.selection)
+        except management_normalise.MalformedResponse as e:
+            raise SourceFailed([FetchError(e.endpoint, "malformed", str(e).split(": ", 1)[-1])]) from None
+        return normalise.snapshot(base, detailed, metrics, self.selection)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.management.close()

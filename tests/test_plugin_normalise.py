@@ -1,0 +1,72 @@
+"""The Prometheus-plugin source's normaliser on answers recorded from a real 3.10.8 node with management
+statistics off (python tests/data/record.py --statistics-off): channels known by process id, consumers known by their
+deliveries, queues with the plugin's counts, the node with its alarms."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ackscope.diagnosis.rules import Context, evaluate
+from ackscope.model.source import FetchError
+from ackscope.sources.management import normalise as management
+from ackscope.sources.prometheus_plugin import normalise as plugin
+
+DATA = Path(__file__).parent / "data" / "rabbitmq-3.10.8-stats-off"
+
+
+@pytest.fixture(scope="module")
+def snapshot():
+    raw = {name: json.loads((DATA / f"{name}.json").read_text())
+           for name in ("overview", "nodes", "vhosts", "connections", "queues")}
+    base = management.snapshot({**raw, "channels": [], "consumers": []}, 1000.0)
+    return plugin.snapshot(base, plugin.parse((DATA / "detailed.prom").read_text(), "metrics/detailed"),
+                           plugin.parse((DATA / "metrics.prom").read_text(), "metrics"))
+
+
+def test_channels_carry_prefetch_unacked_counters_and_inferred_confirm_mode(snapshot):
+    by_name = {c.name: c for c in snapshot.channels}
+    saturated, confirming, dropping = by_name["<0.813.0>"], by_name["<0.823.0>"], by_name["<0.838.0>"]
+    assert (saturated.vhost, saturated.prefetch_count, saturated.prefetch_limit, saturated.messages_unacked,
+            saturated.consumer_count) == ("/", 10, 10, 10, 1)
+    assert (saturated.message_stats.publish, saturated.confirm) == (60, False)  # published, never confirmed
+    assert (confirming.message_stats.publish, confirming.message_stats.confirm, confirming.confirm) == (5, 5, True)
+    assert (dropping.message_stats.drop_unroutable, dropping.confirm) == (1, False)
+    assert all(c.connection_name == "" and c.user == "" for c in snapshot.channels)  # the plugin does not say
+
+
+def test_consumers_are_known_by_the_queues_they_had_deliveries_from(snapshot):
+    consumers = {(c.channel, c.queue): c for c in snapshot.consumers}
+    assert set(consumers) == {("<0.813.0>", "invoices"), ("<0.818.0>", "audit")}
+    assert (consumers[("<0.813.0>", "invoices")].ack_required, consumers[("<0.813.0>", "invoices")].prefetch_count) \
+        == (True, 10)
+    assert consumers[("<0.818.0>", "audit")].ack_required is False  # auto-ack: delivered without an ack owed
+
+
+def test_queues_have_the_plugins_depths_consumers_and_deliveries(snapshot):
+    invoices = next(q for q in snapshot.queues if q.name == "invoices")
+    assert (invoices.type, invoices.durable) == ("classic", True)  # from the management API's list
+    assert (invoices.messages_ready, invoices.messages_unacked, invoices.consumers) == (25, 10, 1)
+    assert invoices.message_stats.deliver_get == 10
+
+
+def test_the_node_has_its_alarms_and_limits_from_the_plugin(snapshot):
+    (node,) = snapshot.nodes
+    assert node.mem_alarm is False and node.disk_free_alarm is False
+    assert node.mem_used > 0 and node.mem_limit > node.mem_used and node.disk_free > 0 and node.fd_total > 0
+    assert snapshot.overview.statistics_disabled is True
+
+
+def test_the_rules_name_the_saturated_channel_by_its_process_id(snapshot):
+    found = {(f.rule, f.object) for f in evaluate(Context(snapshot))}
+    assert ("prefetch-saturated", "channel <0.813.0>") in found
+
+
+@pytest.mark.parametrize("text", ["<html><body>502 Bad Gateway</body></html>", "{'this': is not json,",
+                                  'rabbitmq_detailed_queue_messages_ready{vhost="/",que'])
+def test_text_that_is_not_an_exposition_is_a_malformed_answer(text):
+    with pytest.raises(FetchError) as failed:
+        plugin.parse(text, "metrics/detailed")
+    assert failed.value.reason == "malformed" and "not a Prometheus exposition" in str(failed.value)

@@ -1,0 +1,105 @@
+"""Brokers whose management statistics are off (the official container image's default): the exporter and
+`ackscope diagnose` read the counts from the broker's Prometheus plugin, and say so."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import uuid
+
+import pytest
+import requests
+from faults import FaultProxy
+from helpers import scenarios_running, scrape, value, wait_for, wait_for_sample
+from probe_helpers import captured_log
+
+from ackscope.sources import Selection
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER
+from ackscope.workloads.scenarios import PREFIX
+
+
+@pytest.fixture
+def off_vhost(statsoff_broker):
+    name = f"off-{uuid.uuid4().hex[:8]}"
+    statsoff_broker.api("PUT", f"/vhosts/{name}")
+    statsoff_broker.api("PUT", f"/permissions/{name}/{ADMIN_USER}", json={"configure": ".*", "write": ".*",
+                                                                         "read": ".*"})
+    yield name
+    statsoff_broker.api("DELETE", f"/vhosts/{name}")
+
+
+def test_the_management_api_refuses_channels_with_its_reason_when_statistics_are_off(statsoff_broker):
+    r = requests.get(statsoff_broker.management_url + "/api/channels", auth=(ADMIN_USER, ADMIN_PASSWORD), timeout=5)
+    assert r.status_code == 400 and "disabled" in r.json()["reason"]  # the premise of this file
+
+
+def test_exporter_reads_the_plugin_and_finds_the_saturated_and_the_hoarding_consumer(statsoff_broker, off_vhost,
+                                                                                      start_exporter):
+    with captured_log() as lines:
+        exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url,
+                                  selection=Selection(include_vhosts=re.compile(re.escape(off_vhost))))
+        with scenarios_running(statsoff_broker, off_vhost, "prefetch-saturated", "prefetch-unlimited"):
+            def findings():
+                found = requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]
+                return {f["rule"]: f for f in found} if {"prefetch-saturated", "prefetch-unlimited"} <= {
+                    f["rule"] for f in found} else None
+            found = wait_for(findings, timeout=40, what="prefetch findings from the plugin's counts")
+            s = wait_for_sample(exporter, "ackscope_up", 1)
+    assert value(s, "ackscope_source_info", source="prometheus") == 1
+    saturated = found["prefetch-saturated"]
+    assert saturated["object"].startswith("channel <") and saturated["evidence"]["queue"] == \
+        f"{PREFIX}prefetch-saturated"
+    assert saturated["evidence"]["prefetch_limit"] == 10 and saturated["evidence"]["unacked"] == 10
+    channel = saturated["object"].removeprefix("channel ")
+    assert value(s, "ackscope_channel_messages_unacked", vhost=off_vhost, channel=channel) == 10
+    assert value(s, "ackscope_channel_prefetch_count", vhost=off_vhost, channel=channel) == 10
+    assert value(s, "ackscope_queue_messages_ready", vhost=off_vhost, queue=f"{PREFIX}prefetch-saturated") > 0
+    said = [line for line in lines if line.startswith("source: ")]
+    assert said == [f"source: the Prometheus plugin at {statsoff_broker.prometheus_url} (management statistics "
+                    "are disabled on the broker)"], lines
+
+
+def test_diagnose_reports_findings_not_unreachable_when_statistics_are_off(statsoff_broker, off_vhost):
+    with scenarios_running(statsoff_broker, off_vhost, "prefetch-saturated"):
+        def diagnosed():
+            done = subprocess.run(
+                [sys.executable, "-m", "ackscope", "diagnose", "--management-url", statsoff_broker.management_url,
+                 "--prometheus-url", statsoff_broker.prometheus_url, "--include-vhosts", re.escape(off_vhost),
+                 "--window", "1s", "--format", "json"], capture_output=True, text=True, timeout=120,
+                env=dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD))
+            return done if "prefetch-saturated" in done.stdout else None
+        done = wait_for(diagnosed, timeout=60, what="ackscope diagnose to find the saturated consumer")
+    assert done.returncode == 1, done.stderr  # a warning: not 3, "cannot read"
+    assert "Traceback" not in done.stderr
+
+
+def test_auto_keeps_the_management_api_where_statistics_are_on(broker, vhost, start_exporter):
+    exporter = start_exporter(broker.management_url, prometheus_url=broker.prometheus_url,
+                              selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+    wait_for_sample(exporter, "ackscope_source_info", 1, source="management")
+    assert value(scrape(exporter), "ackscope_source_info", source="prometheus") is None
+
+
+@pytest.mark.parametrize("fault, reason", [("hang", "deadline"), ("html", "malformed"), ("malformed", "malformed"),
+                                           ("500", "server_error")])
+def test_a_broken_plugin_endpoint_is_counted_said_once_and_recovered_from(statsoff_broker, start_exporter, caplog,
+                                                                          fault, reason):
+    caplog.set_level(logging.INFO, logger="ackscope")
+    proxy = FaultProxy(statsoff_broker.prometheus_url)
+    try:
+        exporter = start_exporter(statsoff_broker.management_url, prometheus_url=proxy.url, source="prometheus")
+        wait_for_sample(exporter, "ackscope_up", 1)
+        proxy.faults["/metrics/detailed"] = fault
+        s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 2, endpoint="metrics/detailed",
+                            reason=reason)
+        assert value(s, "ackscope_up") == 0
+        del proxy.faults["/metrics/detailed"]
+        wait_for_sample(exporter, "ackscope_up", 1)
+    finally:
+        proxy.close()
+    failed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("poll failed")]
+    assert len(failed) == 1 and "metrics/detailed" in failed[0], failed  # once, not once per poll
+    assert not any(r.exc_info for r in caplog.records), "no traceback in the log"
