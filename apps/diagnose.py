@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from collections.abc import Mapping
@@ -14,8 +15,8 @@ from collections.abc import Mapping
 from ackscope.core import config
 from ackscope.core.config import ConfigError
 from ackscope.core.durations import parse_duration
-from ackscope.diagnosis.rules import Context, evaluate
-from ackscope.model.findings import Finding
+from ackscope.diagnosis.rules import Context, diagnose
+from ackscope.model.findings import Diagnosis, Finding
 from ackscope.model.snapshot import Snapshot
 from ackscope.model.source import SourceFailed
 from ackscope.probes import config as probe_config
@@ -29,6 +30,7 @@ _CONNECTION_OPTIONS = ("management_url", "username", "source", "prometheus_url",
                        "insecure_skip_verify", "include_vhosts", "exclude_vhosts", "include_queues", "exclude_queues")
 OPTIONS = tuple(o for o in exporter_app.OPTIONS if o.key in _CONNECTION_OPTIONS)
 COLOURS = {"critical": "bold red", "warning": "yellow", "info": "dim"}
+SOURCES = {"management": "management API", "prometheus": "Prometheus plugin, management statistics off"}
 
 
 def window_seconds(text: str) -> float:
@@ -50,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    # The report names its source in its header (and JSON): the exporter's log line for it would be noise here.
+    logging.getLogger("ackscope.sources").setLevel(logging.WARNING)
     path = args.config or environ.get("ACKSCOPE_CONFIG")
     document = config.load_toml(path)
     # The exporter's table also holds its listener and web settings: diagnose takes what reaches the broker.
@@ -85,12 +89,15 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         if probes is not None:
             probes.stop()
         source.close()
-    findings = evaluate(Context(second, first, stats, thresholds))
+    verdict = diagnose(Context(second, first, stats, thresholds))
     if args.format == "json":
-        print(json.dumps({"findings": [f.to_json() for f in findings], "broker": _broker(second)}, indent=2))
+        print(json.dumps({"findings": [f.to_json() for f in verdict.findings],
+                          "not_evaluated": [n.to_json() for n in verdict.not_evaluated],
+                          "broker": {**_broker(second), "source": source.name}},
+                         indent=2))
     else:
-        _print_table(findings, second, source.base_url)
-    return exit_code(findings)
+        _print_table(verdict, second, f"{source.base_url} ({SOURCES[source.name]})")
+    return exit_code(list(verdict.findings))
 
 
 def exit_code(findings: list[Finding]) -> int:
@@ -106,9 +113,10 @@ def _broker(s: Snapshot) -> dict:
             "connections": len(s.connections), "consumers": len(s.consumers)}
 
 
-def _print_table(findings: list[Finding], s: Snapshot, url: str) -> None:
+def _print_table(verdict: Diagnosis, s: Snapshot, url: str) -> None:
     """Worst first, one block per finding: severity, rule, vhost and culprit on its first line (never
-    wrapped, so it can be grepped), then the evidence, why it matters, and what to do."""
+    wrapped, so it can be grepped), then the evidence, why it matters, and what to do. Then the rules this
+    source could not feed, one line each."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -116,11 +124,10 @@ def _print_table(findings: list[Finding], s: Snapshot, url: str) -> None:
     ov = s.overview
     console.print(f"[bold]{escape(url)}[/bold]: RabbitMQ {ov.rabbitmq_version}, {len(s.queues)} queues, "
                   f"{len(s.channels)} channels, {len(s.connections)} connections")
-    if not findings:
-        console.print("[green]no findings[/green]")
-        return
+    findings = verdict.findings
     counts = {sev: sum(1 for f in findings if f.severity == sev) for sev in ("critical", "warning", "info")}
-    console.print(", ".join(f"[{COLOURS[k]}]{n} {k}[/]" for k, n in counts.items() if n))
+    console.print(", ".join(f"[{COLOURS[k]}]{n} {k}[/]" for k, n in counts.items() if n) if findings
+                  else "[green]no findings[/green]")
     for f in findings:
         evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
         console.print(f"\n[{COLOURS[f.severity]}]{f.severity.upper():<8}[/] [bold]{f.rule}[/bold]  "
@@ -128,3 +135,8 @@ def _print_table(findings: list[Finding], s: Snapshot, url: str) -> None:
         console.print(f"  evidence  {escape(evidence)}")
         console.print(f"  why       {escape(f.explanation)}")
         console.print(f"  do        {escape(f.remedy)}")
+    if verdict.not_evaluated:
+        console.print()
+    for n in verdict.not_evaluated:
+        console.print(f"[dim]not evaluated[/dim] [bold]{n.rule}[/bold]: needs {escape(', '.join(n.needs))}, which "
+                      "this source does not report")

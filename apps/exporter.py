@@ -8,7 +8,7 @@ import logging
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ackscope.core import config
@@ -17,13 +17,13 @@ from ackscope.core.http_server import Source, WebSecurity, loop_healthy, make_se
 from ackscope.core.processes import wait_for_signal
 from ackscope.core.secret import Secret
 from ackscope.diagnosis.onset import Onset
-from ackscope.diagnosis.rules import Context, evaluate
+from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.exposition import probe_metrics
 from ackscope.exporter.history import SnapshotHistory
 from ackscope.exporter.poller import Poller
-from ackscope.model.findings import Finding
+from ackscope.model.findings import Diagnosis
 from ackscope.model.probes import ProbeStats
 from ackscope.model.snapshot import Snapshot
 from ackscope.probes import config as probe_config
@@ -163,9 +163,9 @@ class Exporter:
     def _probe_stats(self) -> ProbeStats:
         return self.probes.stats() if self.probes is not None else ProbeStats(time.time())
 
-    def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> list[Finding]:
-        probes = self._probe_stats().targets
-        return self.onset.stamp(evaluate(Context(snapshot, previous, probes, self.cfg.thresholds)), snapshot.taken_at)
+    def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> Diagnosis:
+        verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds))
+        return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)))
 
     def _probes_json(self) -> bytes:
         return self._probe_stats().json()

@@ -9,9 +9,17 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ackscope.core.quantile import beyond_largest_bucket, histogram_quantile
-from ackscope.model.findings import Finding, worst_first
+from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, worst_first
 from ackscope.model.probes import TargetStats
-from ackscope.model.snapshot import Channel, Queue, Snapshot
+from ackscope.model.snapshot import (
+    CHANNEL_TRANSACTIONAL,
+    CONNECTION_HEARTBEATS,
+    CONNECTION_STATES,
+    QUEUE_PERSISTENT_COUNTS,
+    Channel,
+    Queue,
+    Snapshot,
+)
 
 from .thresholds import Thresholds
 
@@ -62,6 +70,7 @@ class Rule:
     meaning: str
     remedy: str
     check: Callable[[Context, Rule], Iterable[Finding]]
+    needs: tuple[str, ...] = ()  # facts a source may not report (ackscope.model.snapshot's constants)
 
     def finding(self, severity: str, vhost: str, obj: str, connection_name: str, evidence: dict,
                 explanation: str) -> Finding:
@@ -381,9 +390,11 @@ RULES: tuple[Rule, ...] = (
          "Deliveries'.", _requeue_loop),
     Rule("publisher-without-confirms", "A channel publishing without confirms and not transactional: "
          "at-most-once.", f"Enable publisher confirms and handle them asynchronously; see {ACKS_GUIDE}, "
-         "'Publisher Confirms'.", _without_confirms),
+         "'Publisher Confirms'.",
+         _without_confirms, needs=(CHANNEL_TRANSACTIONAL,)),
     Rule("transactional-publisher", "A transactional channel publishing.", "Use publisher confirms instead of "
-         f"transactions; see {ACKS_GUIDE}, 'Publisher Confirms'.", _transactional),
+         f"transactions; see {ACKS_GUIDE}, 'Publisher Confirms'.",
+         _transactional, needs=(CHANNEL_TRANSACTIONAL,)),
     Rule("publisher-nacked", "A confirm-mode channel whose publishes minus confirms minus unconfirmed is above "
          "0: the broker refused responsibility (inferred: the broker has no nack counter).",
          "Handle basic.nack by republishing or reporting; check queue length limits with x-overflow "
@@ -400,16 +411,19 @@ RULES: tuple[Rule, ...] = (
          f"{RELIABILITY_GUIDE}, 'Unroutable Messages'.", _unroutable("return_unroutable", "returned")),
     Rule("transient-in-durable-queue", "A durable classic queue holding non-persistent messages (lost on "
          "restart).", "Publish with delivery mode 2 (persistent) where the messages must survive a restart; see "
-         f"{RELIABILITY_GUIDE}, 'Queue Durability and Message Persistence'.", _transient_in_durable),
+         f"{RELIABILITY_GUIDE}, 'Queue Durability and Message Persistence'.",
+         _transient_in_durable, needs=(QUEUE_PERSISTENT_COUNTS,)),
     Rule("non-durable-queue-backlog", "A non-durable queue holding messages.", "Declare the queue durable if "
          f"its messages must survive a restart; see {RELIABILITY_GUIDE}, 'Queue Durability'.", _non_durable_backlog),
     Rule("no-consumers-backlog", "Ready messages and no consumer.", "Start or fix the consumers, or set a TTL or "
          "length limit; see RabbitMQ guide 'Queues', 'Queue Length Limit' and 'TTL'.", _no_consumers),
     Rule("heartbeat-disabled", "A connection with heartbeat 0.", "Enable heartbeats (a timeout of 5-20 s is "
-         f"common); see {RELIABILITY_GUIDE}, 'Detecting Dead TCP Connections with Heartbeats'.", _heartbeat_disabled),
+         f"common); see {RELIABILITY_GUIDE}, 'Detecting Dead TCP Connections with Heartbeats'.",
+         _heartbeat_disabled, needs=(CONNECTION_HEARTBEATS,)),
     Rule("connection-blocked", "Connections blocked, blocking or in flow control.", "Find the alarm or the slow "
          "queue: memory and disk alarms block all publishers; flow control means queues lag behind publishers. "
-         "See RabbitMQ guides 'Memory and Disk Alarms' and 'Flow Control'.", _blocked),
+         "See RabbitMQ guides 'Memory and Disk Alarms' and 'Flow Control'.",
+         _blocked, needs=(CONNECTION_STATES,)),
     Rule("memory-alarm", "A node's memory alarm: every publisher in the cluster is blocked.", "Drain or purge "
          "queues, add consumers, raise vm_memory_high_watermark only with memory to spare; see RabbitMQ guide "
          "'Memory and Disk Alarms'.", _alarm("mem", "memory")),
@@ -434,7 +448,17 @@ RULES: tuple[Rule, ...] = (
 
 def evaluate(ctx: Context) -> list[Finding]:
     """Every rule's findings, worst first."""
+    return list(diagnose(ctx).findings)
+
+
+def diagnose(ctx: Context) -> Diagnosis:
+    """Every rule whose needs the snapshot meets, run; the others named, with what they need."""
     findings: list[Finding] = []
+    skipped = []
     for rule in RULES:
-        findings.extend(rule.check(ctx, rule))
-    return worst_first(findings)
+        missing = tuple(n for n in rule.needs if n in ctx.snapshot.unreported)
+        if missing:
+            skipped.append(NotEvaluated(rule.id, missing))
+        else:
+            findings.extend(rule.check(ctx, rule))
+    return Diagnosis(tuple(worst_first(findings)), tuple(skipped))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from ackscope.model.findings import Finding
+from ackscope.model.findings import Diagnosis
 from ackscope.model.probes import ProbeStats
 from ackscope.model.snapshot import Snapshot
 
@@ -59,7 +59,7 @@ class Exposition:
 
 
 def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
-           findings: tuple[Finding, ...] = ()) -> Exposition:
+           diagnosis: Diagnosis = Diagnosis()) -> Exposition:
     """The exposition for the latest poll. Broker series come only from a snapshot the last poll produced:
     after a failed poll /metrics says so (ackscope_up 0) instead of repeating stale numbers, while
     /api/snapshot keeps the last good snapshot, marked stale, for the UI."""
@@ -69,7 +69,7 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
     if shaped is not None:
         for collector in (OverviewCollector(snapshot), NodeCollector(snapshot), ConnectionCollector(snapshot),
                           ChannelCollector(shaped), ConsumerCollector(shaped), QueueCollector(shaped),
-                          FindingCollector(findings)):
+                          FindingCollector(diagnosis)):
             registry.register(collector)
     metrics = generate_latest(registry)
     return Exposition(
@@ -77,7 +77,7 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
         metrics_gz=gzip.compress(metrics, _GZIP_LEVEL),
         snapshot_json=snapshot_json(snapshot, status),
         snapshot_taken_at=snapshot.taken_at if snapshot is not None else None,
-        findings_json=findings_json(findings, snapshot, status),
+        findings_json=findings_json(diagnosis, snapshot, status),
     )
 
 
@@ -90,12 +90,14 @@ def probe_metrics(stats: ProbeStats, gzipped: bool = False) -> bytes:
     return gzip.compress(text, _GZIP_LEVEL) if gzipped else text
 
 
-def findings_json(findings: tuple[Finding, ...], snapshot: Snapshot | None, status: PollStatus) -> bytes:
+def findings_json(diagnosis: Diagnosis, snapshot: Snapshot | None, status: PollStatus) -> bytes:
     """/api/findings: the findings of the last good snapshot, worst first, marked stale when the last poll
-    failed."""
+    failed; and the rules its source could not give what they need."""
     return json.dumps({"up": status.up, "stale": not status.up,
                        "taken_at": None if snapshot is None else snapshot.taken_at,
-                       "findings": [f.to_json() for f in findings]}, separators=(",", ":")).encode()
+                       "findings": [f.to_json() for f in diagnosis.findings],
+                       "not_evaluated": [n.to_json() for n in diagnosis.not_evaluated]},
+                      separators=(",", ":")).encode()
 
 
 def snapshot_json(snapshot: Snapshot | None, status: PollStatus) -> bytes:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
 
-from ackscope.model.findings import Finding
+from ackscope.model.findings import Diagnosis
 from ackscope.model.snapshot import Snapshot
 from ackscope.model.source import FetchError, Source, SourceFailed
 
@@ -25,7 +25,7 @@ log = logging.getLogger("ackscope.exporter")
 
 class Poller:
     def __init__(self, source: Source, *, interval: float, limits: Limits = Limits(),
-                 diagnose: Callable[[Snapshot, Snapshot | None], list[Finding]] | None = None,
+                 diagnose: Callable[[Snapshot, Snapshot | None], Diagnosis] | None = None,
                  record: Callable[[Snapshot], None] | None = None):
         self.source = source
         self.interval = interval
@@ -34,7 +34,7 @@ class Poller:
         self.snapshot: Snapshot | None = None
         self.diagnose = diagnose
         self.record = record  # keeps each good snapshot (the history under --data-dir)
-        self.findings: tuple[Finding, ...] = ()
+        self.diagnosis = Diagnosis()
         self.exposition: Exposition = render(None, self.status, limits)
         self._notes_logged: set[str] = set()
         self._stop = threading.Event()
@@ -50,7 +50,7 @@ class Poller:
             self._publish_failure(failure.errors, started, started_wall)
         else:
             was_up = self.status.up or self.status.last_attempt_at is None
-            self.findings = self._diagnose(snapshot, self.snapshot)
+            self.diagnosis = self._diagnose(snapshot, self.snapshot)
             self.snapshot = snapshot
             if self.record is not None:
                 self.record(snapshot)
@@ -62,17 +62,17 @@ class Poller:
             for note in set(snapshot.notes) - self._notes_logged:
                 log.info("%s", note)
                 self._notes_logged.add(note)
-        self.exposition = render(self.snapshot, self.status, self.limits, self.findings)
+        self.exposition = render(self.snapshot, self.status, self.limits, self.diagnosis)
 
-    def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> tuple[Finding, ...]:
+    def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> Diagnosis:
         if self.diagnose is None:
-            return ()
+            return Diagnosis()
         try:
-            return tuple(self.diagnose(snapshot, previous))
+            return self.diagnose(snapshot, previous)
         except Exception as e:  # a broken rule must not cost the metrics
             log.error("diagnosis failed: %s: %s", type(e).__name__, e)
             log.debug("diagnosis failure", exc_info=True)
-            return ()
+            return Diagnosis()
 
     def _publish_failure(self, errors: list[FetchError], started: float, started_wall: float) -> None:
         counts = dict(self.status.errors)

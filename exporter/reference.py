@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ackscope.model.findings import Finding
+from ackscope.model.findings import Diagnosis, Finding, NotEvaluated
 from ackscope.model.probes import Histogram, ProbeStats, TargetStats
 from ackscope.model.snapshot import Channel, Connection, Consumer, MessageStats, Node, Overview, Queue, Snapshot
 
@@ -45,9 +45,10 @@ def families() -> list[tuple[str, str, tuple[str, ...], str]]:
     """(name, type, label names, help) of every family the exporter and its probes serve."""
     status = PollStatus(up=True, last_duration=0.1, last_attempt_at=1000.0, last_success_at=1000.0,
                         errors={("queues", "timeout"): 1}, source="management")
-    finding = Finding("prefetch-unlimited", "warning", "/", "channel", "billing")
+    diagnosis = Diagnosis((Finding("prefetch-unlimited", "warning", "/", "channel", "billing"),),
+                          (NotEvaluated("heartbeat-disabled", ("the connection's heartbeat",)),))
     # Rendered twice: as is, and with every queue and channel folded into its vhost's totals.
-    texts = [render(sample_snapshot(), status, limits, (finding,)).metrics_body(False).decode()
+    texts = [render(sample_snapshot(), status, limits, diagnosis).metrics_body(False).decode()
              for limits in (Limits(), Limits(max_queues=0, max_channels=0))]
     target = TargetStats("classic-persistent", "classic", True, True, dict.fromkeys(probes.COUNTERS, 1.0),
                          {h: Histogram(((1.0, 1.0), (float("inf"), 1.0)), 0.5) for h in probes.HISTOGRAMS},

@@ -33,5 +33,25 @@ class Finding:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class NotEvaluated:
+    """A rule that could not run on this snapshot: its source does not report what the rule needs. Said,
+    so that no finding is never mistaken for health."""
+
+    rule: str
+    needs: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "needs": list(self.needs)}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The rules' verdict on one snapshot: the findings, worst first, and the rules that could not run."""
+
+    findings: tuple[Finding, ...] = ()
+    not_evaluated: tuple[NotEvaluated, ...] = ()
+
+
 def worst_first(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (-f.rank, f.rule, f.vhost, f.object))

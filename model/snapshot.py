@@ -126,6 +126,13 @@ class Queue:
     message_stats: MessageStats
 
 
+# Facts a source may be unable to report (Snapshot.unreported); a rule that needs one is not evaluated.
+CHANNEL_TRANSACTIONAL = "the channel's transactional flag"
+QUEUE_PERSISTENT_COUNTS = "the queue's count of persistent messages"
+CONNECTION_HEARTBEATS = "the connection's heartbeat"
+CONNECTION_STATES = "the connection's state (blocked, flow)"
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one poll saw, attributed: channels and consumers carry their connection's client name."""
@@ -139,3 +146,4 @@ class Snapshot:
     consumers: tuple[Consumer, ...] = ()
     queues: tuple[Queue, ...] = ()
     notes: tuple[str, ...] = field(default=())  # what the broker did not report, said once for humans
+    unreported: frozenset[str] = frozenset()  # facts this source cannot report at all (the constants above)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ackscope.diagnosis.rules import Context, evaluate
+from ackscope.diagnosis.rules import Context, diagnose, evaluate
 from ackscope.model.source import FetchError
 from ackscope.sources.management import normalise as management
 from ackscope.sources.prometheus_plugin import normalise as plugin
@@ -62,6 +62,17 @@ def test_the_node_has_its_alarms_and_limits_from_the_plugin(snapshot):
 def test_the_rules_name_the_saturated_channel_by_its_process_id(snapshot):
     found = {(f.rule, f.object) for f in evaluate(Context(snapshot))}
     assert ("prefetch-saturated", "channel <0.813.0>") in found
+
+
+def test_rules_whose_facts_the_plugin_lacks_say_not_evaluated_instead_of_staying_silent(snapshot):
+    verdict = diagnose(Context(snapshot))
+    assert {n.rule: n.needs for n in verdict.not_evaluated} == {
+        "publisher-without-confirms": ("the channel's transactional flag",),
+        "transactional-publisher": ("the channel's transactional flag",),
+        "transient-in-durable-queue": ("the queue's count of persistent messages",),
+        "heartbeat-disabled": ("the connection's heartbeat",),
+        "connection-blocked": ("the connection's state (blocked, flow)",)}
+    assert not {f.rule for f in verdict.findings} & {n.rule for n in verdict.not_evaluated}
 
 
 @pytest.mark.parametrize("text", ["<html><body>502 Bad Gateway</body></html>", "{'this': is not json,",

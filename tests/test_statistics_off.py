@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -13,7 +14,7 @@ import uuid
 import pytest
 import requests
 from faults import FaultProxy
-from helpers import scenarios_running, scrape, value, wait_for, wait_for_sample
+from helpers import scenarios_running, value, wait_for, wait_for_sample
 from probe_helpers import captured_log
 
 from ackscope.sources import Selection
@@ -49,6 +50,10 @@ def test_exporter_reads_the_plugin_and_finds_the_saturated_and_the_hoarding_cons
             found = wait_for(findings, timeout=40, what="prefetch findings from the plugin's counts")
             s = wait_for_sample(exporter, "ackscope_up", 1)
     assert value(s, "ackscope_source_info", source="prometheus") == 1
+    # What the plugin cannot say is said, in the metrics and the JSON, never left as a silent "healthy".
+    assert value(s, "ackscope_rule_not_evaluated", rule="publisher-without-confirms") == 1
+    document = requests.get(exporter.url + "/api/findings", timeout=5).json()
+    assert {"rule": "heartbeat-disabled", "needs": ["the connection's heartbeat"]} in document["not_evaluated"]
     saturated = found["prefetch-saturated"]
     assert saturated["object"].startswith("channel <") and saturated["evidence"]["queue"] == \
         f"{PREFIX}prefetch-saturated"
@@ -73,14 +78,17 @@ def test_diagnose_reports_findings_not_unreachable_when_statistics_are_off(stats
             return done if "prefetch-saturated" in done.stdout else None
         done = wait_for(diagnosed, timeout=60, what="ackscope diagnose to find the saturated consumer")
     assert done.returncode == 1, done.stderr  # a warning: not 3, "cannot read"
+    report = json.loads(done.stdout)
+    assert "publisher-without-confirms" in {n["rule"] for n in report["not_evaluated"]}
     assert "Traceback" not in done.stderr
 
 
 def test_auto_keeps_the_management_api_where_statistics_are_on(broker, vhost, start_exporter):
     exporter = start_exporter(broker.management_url, prometheus_url=broker.prometheus_url,
                               selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
-    wait_for_sample(exporter, "ackscope_source_info", 1, source="management")
-    assert value(scrape(exporter), "ackscope_source_info", source="prometheus") is None
+    s = wait_for_sample(exporter, "ackscope_source_info", 1, source="management")
+    assert value(s, "ackscope_source_info", source="prometheus") is None
+    assert "ackscope_rule_not_evaluated" not in s  # every rule runs on the management API
 
 
 @pytest.mark.parametrize("fault, reason", [("hang", "deadline"), ("html", "malformed"), ("malformed", "malformed"),

@@ -16,7 +16,18 @@ from dataclasses import replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ackscope.model.snapshot import Channel, Consumer, MessageStats, Node, Queue, Snapshot
+from ackscope.model.snapshot import (
+    CHANNEL_TRANSACTIONAL,
+    CONNECTION_HEARTBEATS,
+    CONNECTION_STATES,
+    QUEUE_PERSISTENT_COUNTS,
+    Channel,
+    Consumer,
+    MessageStats,
+    Node,
+    Queue,
+    Snapshot,
+)
 from ackscope.model.source import FetchError
 
 from ..selection import Selection
@@ -183,4 +194,6 @@ def snapshot(base: Snapshot, detailed: Samples, metrics: Samples, selection: Sel
         notes=tuple(n for n in base.notes if "statistics are disabled" not in n) + (
             "management statistics are disabled on the broker: counts come from its Prometheus plugin, where "
             "a channel is known by its process id (docs/polling.md)",),
+        unreported=frozenset({CHANNEL_TRANSACTIONAL, QUEUE_PERSISTENT_COUNTS, CONNECTION_HEARTBEATS,
+                              CONNECTION_STATES}),
     )
