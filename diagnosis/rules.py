@@ -15,6 +15,7 @@ from ackscope.model.snapshot import (
     CHANNEL_TRANSACTIONAL,
     CONNECTION_HEARTBEATS,
     CONNECTION_STATES,
+    QUEUE_DURABILITY,
     QUEUE_PERSISTENT_COUNTS,
     Channel,
     Queue,
@@ -412,9 +413,10 @@ RULES: tuple[Rule, ...] = (
     Rule("transient-in-durable-queue", "A durable classic queue holding non-persistent messages (lost on "
          "restart).", "Publish with delivery mode 2 (persistent) where the messages must survive a restart; see "
          f"{RELIABILITY_GUIDE}, 'Queue Durability and Message Persistence'.",
-         _transient_in_durable, needs=(QUEUE_PERSISTENT_COUNTS,)),
+         _transient_in_durable, needs=(QUEUE_PERSISTENT_COUNTS, QUEUE_DURABILITY)),
     Rule("non-durable-queue-backlog", "A non-durable queue holding messages.", "Declare the queue durable if "
-         f"its messages must survive a restart; see {RELIABILITY_GUIDE}, 'Queue Durability'.", _non_durable_backlog),
+         f"its messages must survive a restart; see {RELIABILITY_GUIDE}, 'Queue Durability'.", _non_durable_backlog,
+         needs=(QUEUE_DURABILITY,)),
     Rule("no-consumers-backlog", "Ready messages and no consumer.", "Start or fix the consumers, or set a TTL or "
          "length limit; see RabbitMQ guide 'Queues', 'Queue Length Limit' and 'TTL'.", _no_consumers),
     Rule("heartbeat-disabled", "A connection with heartbeat 0.", "Enable heartbeats (a timeout of 5-20 s is "

@@ -131,6 +131,7 @@ CHANNEL_TRANSACTIONAL = "the channel's transactional flag"
 QUEUE_PERSISTENT_COUNTS = "the queue's count of persistent messages"
 CONNECTION_HEARTBEATS = "the connection's heartbeat"
 CONNECTION_STATES = "the connection's state (blocked, flow)"
+QUEUE_DURABILITY = "the queue's durability"
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,11 +78,21 @@ class AutoSource:
         try:
             overview = self.management.client.fetch("overview", time.monotonic() + self.deadline)
         except FetchError as e:
+            if e.reason in ("connection", "not_found") and self._plugin_answers():
+                self._use(self.plugin, f"no management API answers at {self.management.base_url}")
+                return
             raise SourceFailed([e]) from None
         if isinstance(overview, dict) and overview.get("disable_stats") is True:
             self._use(self.plugin, "management statistics are disabled on the broker")
         else:
             self._use(self.management, "its statistics are on")
+
+    def _plugin_answers(self) -> bool:
+        try:
+            self.plugin.plugin.get("metrics", "/metrics", {}, time.monotonic() + self.deadline, "text/plain")
+            return True
+        except FetchError:
+            return False
 
     def _use(self, source: Source, why: str) -> None:
         self.chosen = source

@@ -35,6 +35,13 @@ def statsoff_broker() -> Iterator[LocalBroker]:
         yield node
 
 
+@pytest.fixture(scope="session")
+def plugin_only_broker() -> Iterator[LocalBroker]:
+    """A node with the Prometheus plugin and no management plugin at all: only port 15692 answers HTTP."""
+    with private_broker("ackscope-pluginonly", plugins=("rabbitmq_prometheus",)) as node:
+        yield node
+
+
 @pytest.fixture
 def vhost(broker: LocalBroker) -> Iterator[str]:
     """A fresh vhost per test, so tests never see each other's queues, channels or connections."""
@@ -146,7 +153,7 @@ def rabbitmq_server() -> str:
 # -- tiers ----------------------------------------------------------------------------------------------
 SERVICE_OF_FIXTURE = {
     "broker": "broker", "spare_broker": "broker", "crash_broker": "broker", "rabbitmq_server": "broker",
-    "statsoff_broker": "broker",
+    "statsoff_broker": "broker", "plugin_only_broker": "broker",
     "spark": "spark", "java": "spark",
     "chromium": "browser",
     "promtool": "prometheus", "prometheus": "prometheus",

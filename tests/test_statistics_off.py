@@ -111,3 +111,19 @@ def test_a_broken_plugin_endpoint_is_counted_said_once_and_recovered_from(statso
     failed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("poll failed")]
     assert len(failed) == 1 and "metrics/detailed" in failed[0], failed  # once, not once per poll
     assert not any(r.exc_info for r in caplog.records), "no traceback in the log"
+
+
+def test_a_broker_with_only_the_prometheus_plugin_is_read_from_the_plugin_alone(plugin_only_broker, start_exporter):
+    queue = f"{PREFIX}prefetch-saturated"
+    with captured_log() as lines:
+        exporter = start_exporter(plugin_only_broker.management_url, prometheus_url=plugin_only_broker.prometheus_url,
+                                  selection=Selection(include_queues=re.compile(re.escape(queue))))
+        with scenarios_running(plugin_only_broker, "/", "prefetch-saturated"):
+            wait_for(lambda: "prefetch-saturated" in {f["rule"] for f in requests.get(
+                exporter.url + "/api/findings", timeout=5).json()["findings"]}, timeout=40,
+                what="the saturated consumer, from the plugin alone")
+            s = wait_for_sample(exporter, "ackscope_queue_messages_ready", lambda v: v > 0, queue=queue)
+    assert value(s, "ackscope_up") == 1 and value(s, "ackscope_source_info", source="prometheus") == 1
+    assert value(s, "ackscope_rule_not_evaluated", rule="non-durable-queue-backlog") == 1  # no durability here
+    assert any(line.startswith("source: the Prometheus plugin") and "no management API answers" in line
+               for line in lines), lines

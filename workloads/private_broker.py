@@ -61,9 +61,11 @@ class LocalBroker:
     """One RabbitMQ node under `base_dir`, started and stopped by this process."""
 
     def __init__(self, base_dir: Path | None = None, name: str = "ackscope", stats_interval_ms: int = 500,
-                 statistics: bool = True):
+                 statistics: bool = True, plugins: tuple[str, ...] = PLUGINS):
         """`statistics=False` configures the node as the official container image does: management
-        statistics off (management_agent.disable_metrics_collector), the Prometheus plugin still on."""
+        statistics off (management_agent.disable_metrics_collector), the Prometheus plugin still on.
+        `plugins` are the plugins it enables (both by default; ("rabbitmq_prometheus",) for a node that
+        has no management API at all)."""
         if base_dir is None:
             # The node runs as the rabbitmq user, which must be able to reach its files: a private
             # 0700 temp dir (pytest's, for one) would not do.
@@ -74,6 +76,7 @@ class LocalBroker:
         self.nodename = f"{name}-{self.ports.amqp}@localhost"
         self.stats_interval_ms = stats_interval_ms
         self.statistics = statistics
+        self.plugins = plugins
         self._process: subprocess.Popen | None = None
         self._user = "rabbitmq" if os.geteuid() == 0 else None
 
@@ -161,7 +164,7 @@ class LocalBroker:
             "log.console = false\nlog.file.level = warning\n"
             + ("" if self.statistics else "management_agent.disable_metrics_collector = true\n")
         )
-        (self.base_dir / "enabled_plugins").write_text("[" + ",".join(PLUGINS) + "].\n")
+        (self.base_dir / "enabled_plugins").write_text("[" + ",".join(self.plugins) + "].\n")
         (self.base_dir / "rabbitmq-env.conf").write_text("")  # shadows /etc/rabbitmq/rabbitmq-env.conf
         cookie = self.base_dir / "home" / ".erlang.cookie"
         cookie.write_text(secrets.token_hex(16).upper())
@@ -200,22 +203,23 @@ class LocalBroker:
             return None
 
     def _wait_ready(self, timeout: float) -> None:
-        """Wait until both the management API and the AMQP listener answer: the HTTP API comes up
-        during boot, a moment before the node accepts AMQP connections."""
+        """Wait until both the HTTP API (management, or else the Prometheus plugin) and the AMQP listener
+        answer: the HTTP API comes up during boot, a moment before the node accepts AMQP connections."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process and self._process.poll() is not None:
                 raise LocalBrokerError(f"node {self.nodename} exited while starting; see {self.base_dir}/log")
-            if self._management_answers() and self._amqp_listens():
+            if self._http_answers() and self._amqp_listens():
                 return
             time.sleep(0.3)
-        raise LocalBrokerError(f"node {self.nodename} did not answer on {self.management_url} and AMQP port "
+        raise LocalBrokerError(f"node {self.nodename} did not answer on its HTTP port and AMQP port "
                                f"{self.ports.amqp} in {timeout:.0f}s")
 
-    def _management_answers(self) -> bool:
+    def _http_answers(self) -> bool:
+        url = self.management_url + "/api/overview" if "rabbitmq_management" in self.plugins else \
+            self.prometheus_url + "/metrics"
         try:
-            return requests.get(self.management_url + "/api/overview", auth=(ADMIN_USER, ADMIN_PASSWORD),
-                                timeout=2).status_code == 200
+            return requests.get(url, auth=(ADMIN_USER, ADMIN_PASSWORD), timeout=2).status_code == 200
         except requests.RequestException:
             return False
 

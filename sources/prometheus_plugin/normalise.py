@@ -20,11 +20,13 @@ from ackscope.model.snapshot import (
     CHANNEL_TRANSACTIONAL,
     CONNECTION_HEARTBEATS,
     CONNECTION_STATES,
+    QUEUE_DURABILITY,
     QUEUE_PERSISTENT_COUNTS,
     Channel,
     Consumer,
     MessageStats,
     Node,
+    Overview,
     Queue,
     Snapshot,
 )
@@ -182,6 +184,32 @@ def node_from_metrics(s: Samples, nodes: Iterable[Node]) -> list[Node]:
     return out
 
 
+def plugin_only_base(detailed: Samples, metrics: Samples, taken_at: float, selection: Selection = Selection()
+                     ) -> Snapshot:
+    """What a broker without the management plugin says of itself on its Prometheus plugin alone: its version
+    and node, and its queues by name (no type, durability or connections)."""
+    build = (metrics.get("rabbitmq_build_info") or [({}, 0.0)])[0][0]
+    identity = (metrics.get("rabbitmq_identity_info") or [({}, 0.0)])[0][0]
+    names = sorted(set(_by(detailed, "queue_messages_ready", "vhost", "queue"))
+                   | set(_by(detailed, "queue_consumers", "vhost", "queue")))
+    node = identity.get("rabbitmq_node")
+    queues = tuple(Queue(vhost=v, name=q, type="", durable=None, auto_delete=None, exclusive=None, state=None,
+                         node=node, messages_ready=None, messages_unacked=None, messages_persistent=None,
+                         consumers=None, consumer_utilisation=None, message_stats=MessageStats())
+                   for v, q in names if selection.vhost(v) and selection.queue(q))
+    return Snapshot(
+        taken_at=taken_at,
+        overview=Overview(build.get("rabbitmq_version"), build.get("erlang_version"), None,
+                          identity.get("rabbitmq_cluster"), True, MessageStats()),
+        nodes=(Node(node, True, *(None,) * 10),) if node else (),
+        vhosts=tuple(sorted({q.vhost for q in queues})),
+        queues=queues,
+        notes=("no management API answers: the broker's Prometheus plugin alone gives queues by name, without "
+               "type, durability or connections",),
+        unreported=frozenset({QUEUE_DURABILITY}),
+    )
+
+
 def snapshot(base: Snapshot, detailed: Samples, metrics: Samples, selection: Selection = Selection()) -> Snapshot:
     """`base` (the management API's snapshot without statistics) completed from the plugin's answers."""
     channels, consumers = channels_and_consumers(detailed)
@@ -194,6 +222,6 @@ def snapshot(base: Snapshot, detailed: Samples, metrics: Samples, selection: Sel
         notes=tuple(n for n in base.notes if "statistics are disabled" not in n) + (
             "management statistics are disabled on the broker: counts come from its Prometheus plugin, where "
             "a channel is known by its process id (docs/polling.md)",),
-        unreported=frozenset({CHANNEL_TRANSACTIONAL, QUEUE_PERSISTENT_COUNTS, CONNECTION_HEARTBEATS,
-                              CONNECTION_STATES}),
+        unreported=base.unreported | {CHANNEL_TRANSACTIONAL, QUEUE_PERSISTENT_COUNTS, CONNECTION_HEARTBEATS,
+                                      CONNECTION_STATES},
     )

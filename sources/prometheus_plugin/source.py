@@ -4,6 +4,7 @@ their type and durability, connections), the plugin's per-object families for ev
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -16,6 +17,8 @@ from ..management import normalise as management_normalise
 from ..management.client import ManagementClient
 from ..selection import Selection
 from . import normalise
+
+log = logging.getLogger("ackscope.sources")
 
 LISTS = ("nodes", "vhosts", "connections", "queues")  # what the management API lists without statistics
 
@@ -34,6 +37,7 @@ class PrometheusPluginSource:
         self.deadline = deadline
         self.selection = selection
         self._pool = ThreadPoolExecutor(max_workers=len(LISTS) + 3, thread_name_prefix="ackscope-fetch")
+        self._alone = False  # the last read found no management API, only the plugin
 
     def read(self) -> Snapshot:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline
@@ -55,6 +59,17 @@ class PrometheusPluginSource:
                               FetchError(futures[future], "internal", f"{type(error).__name__}: {error}"))
         errors += [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s poll "
                               "deadline") for f in pending]
+        management = {"overview", *LISTS}
+        # A broker without the management plugin (only port 15692) is read from the plugin alone.
+        alone = len([e for e in errors if e.endpoint in management and e.reason in ("connection", "not_found")]) \
+            == len(management)
+        if alone != self._alone:
+            if alone:
+                log.info("no management API answers at %s: reading the Prometheus plugin alone (queues without "
+                         "type or durability, no connections)", self.management.base_url)
+            self._alone = alone
+        if alone:
+            errors = [e for e in errors if e.endpoint not in management]
         if errors:
             raise SourceFailed(errors)
         try:
@@ -63,6 +78,9 @@ class PrometheusPluginSource:
             metrics = normalise.parse(answers.pop("metrics").decode("utf-8", "replace"), "metrics")
         except FetchError as e:
             raise SourceFailed([e]) from None
+        if alone:
+            return normalise.snapshot(normalise.plugin_only_base(detailed, metrics, taken_at, self.selection),
+                                      detailed, metrics, self.selection)
         try:
             base = management_normalise.snapshot({**answers, "channels": [], "consumers": []}, taken_at,
                                                  self.selection)
