@@ -26,7 +26,7 @@ from ackscope.sources import Selection, make_source
 from . import exporter as exporter_app
 
 OK, WARNING, CRITICAL, UNREACHABLE = 0, 1, 2, 3
-_CONNECTION_OPTIONS = ("management_url", "username", "source", "prometheus_url", "timeout", "ca_file",
+_CONNECTION_OPTIONS = ("management_url", "username", "source", "prometheus_url", "cli", "timeout", "ca_file",
                        "insecure_skip_verify", "include_vhosts", "exclude_vhosts", "include_queues", "exclude_queues")
 OPTIONS = tuple(o for o in exporter_app.OPTIONS if o.key in _CONNECTION_OPTIONS)
 COLOURS = {"critical": "bold red", "warning": "yellow", "info": "dim"}
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         source = make_source(v["source"], v["management_url"], v["prometheus_url"], v["username"], password,
                              timeout=v["timeout"], deadline=v["timeout"] * 3, selection=selection,
-                             verify=False if v["insecure_skip_verify"] else (v["ca_file"] or True))
+                             verify=False if v["insecure_skip_verify"] else (v["ca_file"] or True), cli=v["cli"])
     except ValueError as e:
         raise ConfigError(f"--management-url or --prometheus-url: {e}") from None
     probes = Probes(probe_cfg) if probe_cfg is not None else None

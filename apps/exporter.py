@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 import time
 from collections.abc import Mapping
@@ -41,6 +42,8 @@ OPTIONS = (
            "Prometheus plugin when the broker's management statistics are off), management, or prometheus"),
     Option("prometheus_url", None, str, "the broker's Prometheus plugin, for --source auto|prometheus "
            "(default: the management host, port 15692)"),
+    Option("cli", None, shlex.split, "with the Prometheus plugin, enrich channels and connections from the "
+           "broker's CLI, e.g. 'rabbitmqctl -n rabbit@host' (beside the node, with its Erlang cookie)"),
     Option("listen", f"0.0.0.0:{DEFAULT_PORT}", config.host_port, "HOST:PORT for /metrics, /api/snapshot, /healthz"),
     Option("interval", 10.0, config.positive_float, "seconds between polls"),
     Option("timeout", 5.0, config.positive_float, "seconds one HTTP request to the broker may take"),
@@ -82,6 +85,7 @@ class ExporterConfig:
     probes: ProbeConfig | None = None  # run the synthetic probes in-process when an AMQP URL is set
     source: str = "auto"  # auto | management | prometheus
     prometheus_url: str | None = None  # default: the management host, port 15692
+    cli: list[str] | None = None  # rabbitmqctl command line, for the Prometheus-plugin source
     thresholds: Thresholds = Thresholds()
     data_dir: str | None = None  # probe events and snapshot history as Parquet
     snapshot_every: int = 1
@@ -116,7 +120,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         probes=probe_config.load(args, environ, document, path, v["data_dir"]),
         thresholds=load_thresholds(document, path),
         data_dir=v["data_dir"], snapshot_every=v["snapshot_every"],
-        source=v["source"], prometheus_url=v["prometheus_url"],
+        source=v["source"], prometheus_url=v["prometheus_url"], cli=v["cli"],
     )
 
 
@@ -142,7 +146,7 @@ class Exporter:
         try:
             source = make_source(cfg.source, cfg.management_url, cfg.prometheus_url, cfg.username, cfg.password,
                                  timeout=cfg.timeout, deadline=cfg.deadline, verify=cfg.verify,
-                                 selection=cfg.selection)
+                                 selection=cfg.selection, cli=cfg.cli)
         except ValueError as e:
             raise ConfigError(f"--management-url or --prometheus-url: {e}") from None
         self.cfg = cfg

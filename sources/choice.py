@@ -12,6 +12,7 @@ from ackscope.core.secret import Secret
 from ackscope.model.snapshot import Snapshot
 from ackscope.model.source import FetchError, Source, SourceFailed
 
+from .cli import CliEnricher
 from .management import ManagementSource
 from .prometheus_plugin import PrometheusPluginSource
 from .selection import Selection
@@ -31,13 +32,16 @@ def default_prometheus_url(management_url: str) -> str:
 
 
 def make_source(kind: str, management_url: str, prometheus_url: str | None, username: str, password: Secret, *,
-                timeout: float, deadline: float, verify: bool | str, selection: Selection) -> Source:
-    """ValueError when a URL is not an http(s) URL without credentials."""
+                timeout: float, deadline: float, verify: bool | str, selection: Selection,
+                cli: list[str] | None = None) -> Source:
+    """ValueError when a URL is not an http(s) URL without credentials. `cli` (a rabbitmqctl command line)
+    enriches the Prometheus-plugin source."""
     common = dict(timeout=timeout, deadline=deadline, verify=verify, selection=selection)
     management = ManagementSource(management_url, username, password, **common) \
         if kind in ("auto", "management") else None
     plugin = PrometheusPluginSource(management_url, prometheus_url or default_prometheus_url(management_url),
-                                    username, password, **common) if kind in ("auto", "prometheus") else None
+                                    username, password, cli=CliEnricher(cli, timeout=timeout) if cli else None,
+                                    **common) if kind in ("auto", "prometheus") else None
     if management is None:
         return plugin
     if plugin is None:

@@ -11,6 +11,8 @@ import pytest
 
 from ackscope.diagnosis.rules import Context, diagnose, evaluate
 from ackscope.model.source import FetchError
+from ackscope.sources.cli import parse as parse_cli
+from ackscope.sources.cli import pid_key
 from ackscope.sources.management import normalise as management
 from ackscope.sources.prometheus_plugin import normalise as plugin
 
@@ -73,6 +75,27 @@ def test_rules_whose_facts_the_plugin_lacks_say_not_evaluated_instead_of_staying
         "heartbeat-disabled": ("the connection's heartbeat",),
         "connection-blocked": ("the connection's state (blocked, flow)",)}
     assert not {f.rule for f in verdict.findings} & {n.rule for n in verdict.not_evaluated}
+
+
+def test_the_cli_names_each_channels_client_and_settles_its_transactional_flag(snapshot):
+    cli = parse_cli((DATA / "cli_list_channels.json").read_text(), (DATA / "cli_list_connections.json").read_text())
+    enriched = plugin.enrich(snapshot, cli)
+    by_name = {c.name: c for c in enriched.channels}  # still the process id: the label keeps its value
+    assert (by_name["<0.813.0>"].connection_name, by_name["<0.813.0>"].user) == ("invoice-worker", "guest")
+    assert by_name["<0.813.0>"].transactional is False and by_name["<0.823.0>"].confirm is True
+    assert {c.connection_name for c in enriched.consumers} == {"invoice-worker", "audit-reader"}
+    assert {c.connection_name for c in enriched.connections} == {"invoice-worker", "audit-reader",
+                                                                 "invoice-publisher"}
+    assert all(c.heartbeat_seconds == 60 and c.state == "running" for c in enriched.connections)
+    verdict = diagnose(Context(enriched))
+    assert {n.rule for n in verdict.not_evaluated} == {"transient-in-durable-queue"}  # the CLI cannot say that
+    saturated = next(f for f in verdict.findings if f.rule == "prefetch-saturated")
+    assert saturated.culprit == "channel <0.813.0> (invoice-worker)"
+
+
+@pytest.mark.parametrize("pid, key", [("<0.813.0>", "813.0"), ("#PID<10986.813.0>", "813.0"), ("nonsense", None)])
+def test_plugin_and_cli_process_ids_meet_on_their_local_part(pid, key):
+    assert pid_key(pid) == key
 
 
 @pytest.mark.parametrize("text", ["<html><body>502 Bad Gateway</body></html>", "{'this': is not json,",

@@ -14,11 +14,11 @@ import uuid
 import pytest
 import requests
 from faults import FaultProxy
-from helpers import scenarios_running, value, wait_for, wait_for_sample
+from helpers import polls_seen, scenarios_running, value, wait_for, wait_for_sample
 from probe_helpers import captured_log
 
 from ackscope.sources import Selection
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, RABBITMQ_SBIN
 from ackscope.workloads.scenarios import PREFIX
 
 
@@ -127,3 +127,36 @@ def test_a_broker_with_only_the_prometheus_plugin_is_read_from_the_plugin_alone(
     assert value(s, "ackscope_rule_not_evaluated", rule="non-durable-queue-backlog") == 1  # no durability here
     assert any(line.startswith("source: the Prometheus plugin") and "no management API answers" in line
                for line in lines), lines
+
+
+def test_with_the_cli_the_culprit_is_named_and_publishers_without_confirms_are_found(statsoff_broker, off_vhost,
+                                                                                       start_exporter):
+    # Beside the node, with its Erlang cookie (in the node's HOME), as a sidecar would run it.
+    cli = ["env", f"HOME={statsoff_broker.base_dir}/home", str(RABBITMQ_SBIN / "rabbitmqctl"), "-n",
+           statsoff_broker.nodename]
+    exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url, cli=cli,
+                              interval=1.0, timeout=5.0,
+                              selection=Selection(include_vhosts=re.compile(re.escape(off_vhost))))
+    with scenarios_running(statsoff_broker, off_vhost, "prefetch-saturated", "publisher-without-confirms"):
+        def findings():
+            doc = requests.get(exporter.url + "/api/findings", timeout=5).json()
+            found = {f["rule"]: f for f in doc["findings"]}
+            return (found, doc) if {"prefetch-saturated", "publisher-without-confirms"} <= set(found) else None
+        found, doc = wait_for(findings, timeout=60, what="findings with the clients' names")
+    assert found["prefetch-saturated"]["connection_name"] == "ackscope-scenario prefetch-saturated"
+    assert found["publisher-without-confirms"]["connection_name"] == "ackscope-scenario publisher-without-confirms"
+    assert {n["rule"] for n in doc["not_evaluated"]} == {"transient-in-durable-queue"}
+
+
+@pytest.mark.parametrize("cli, said", [(["bash", "-c", "sleep 30"], "no answer within"), (["false"], "exit status 1")])
+def test_a_hanging_or_failing_cli_drops_the_enrichment_only_and_says_so_once(statsoff_broker, start_exporter, caplog,
+                                                                              cli, said):
+    caplog.set_level(logging.INFO, logger="ackscope")
+    exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url, cli=cli,
+                              source="prometheus", interval=0.5, timeout=1.0, deadline=2.0)
+    polls_seen(exporter.url, 3)  # three polls, each without the CLI
+    s = wait_for_sample(exporter, "ackscope_up", 1)
+    assert value(s, "ackscope_poll_duration_seconds") < 2.0 + 0.5  # the deadline holds
+    dropped = [r.getMessage() for r in caplog.records if "CLI enrichment" in r.getMessage()]
+    assert len(dropped) == 1 and said in dropped[0], dropped
+    assert value(s, "ackscope_rule_not_evaluated", rule="heartbeat-disabled") == 1  # without the CLI, unknown again

@@ -32,6 +32,7 @@ from ackscope.model.snapshot import (
 )
 from ackscope.model.source import FetchError
 
+from ..cli import Enrichment, pid_key
 from ..selection import Selection
 
 # /metrics/detailed?family=…: only what the model, the collectors and the rules read.
@@ -225,3 +226,24 @@ def snapshot(base: Snapshot, detailed: Samples, metrics: Samples, selection: Sel
         unreported=base.unreported | {CHANNEL_TRANSACTIONAL, QUEUE_PERSISTENT_COUNTS, CONNECTION_HEARTBEATS,
                                       CONNECTION_STATES},
     )
+
+
+def enrich(s: Snapshot, cli: Enrichment) -> Snapshot:
+    """`s` with what the broker's CLI knows: each channel's connection, client name, user, transactional flag
+    and exact confirm mode; each connection's client name, heartbeat and state."""
+    def channel(ch: Channel) -> Channel:
+        info = cli.channels.get(pid_key(ch.name))
+        if info is None:
+            return ch
+        conn = info.connection
+        return replace(ch, user=info.user, transactional=info.transactional, confirm=info.confirm,
+                       connection=conn.name if conn else "", connection_name=conn.connection_name if conn else "")
+
+    channels = {c.name: channel(c) for c in s.channels}
+    consumers = tuple(replace(c, connection=ch.connection, connection_name=ch.connection_name, user=ch.user)
+                      if (ch := channels.get(c.channel)) is not None else c for c in s.consumers)
+    connections = tuple(replace(c, connection_name=info.connection_name, heartbeat_seconds=info.heartbeat_seconds,
+                                state=info.state, client=info.client)
+                        if (info := cli.connections.get(c.name)) is not None else c for c in s.connections)
+    return replace(s, channels=tuple(channels.values()), consumers=consumers, connections=connections,
+                   unreported=s.unreported - {CHANNEL_TRANSACTIONAL, CONNECTION_HEARTBEATS, CONNECTION_STATES})

@@ -12,6 +12,7 @@ from ackscope.core.secret import Secret
 from ackscope.model.snapshot import Snapshot
 from ackscope.model.source import FetchError, SourceFailed
 
+from ..cli import CliEnricher
 from ..http import HttpReader
 from ..management import normalise as management_normalise
 from ..management.client import ManagementClient
@@ -28,8 +29,8 @@ class PrometheusPluginSource:
 
     def __init__(self, management_url: str, prometheus_url: str, username: str, password: Secret, *,
                  timeout: float = 5.0, deadline: float = 10.0, verify: bool | str = True,
-                 selection: Selection = Selection()):
-        """ValueError when a URL is not an http(s) URL without credentials."""
+                 selection: Selection = Selection(), cli: CliEnricher | None = None):
+        """ValueError when a URL is not an http(s) URL without credentials. `cli` enriches each poll."""
         self.management = ManagementClient(management_url, username, password, timeout=timeout, verify=verify)
         self.plugin = HttpReader(prometheus_url, username, password, timeout=timeout, verify=verify,
                                  what="Prometheus plugin")
@@ -38,6 +39,7 @@ class PrometheusPluginSource:
         self.selection = selection
         self._pool = ThreadPoolExecutor(max_workers=len(LISTS) + 3, thread_name_prefix="ackscope-fetch")
         self._alone = False  # the last read found no management API, only the plugin
+        self.cli = cli
 
     def read(self) -> Snapshot:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline
@@ -48,6 +50,7 @@ class PrometheusPluginSource:
                                                             detailed_params, deadline, "text/plain"),
                 "metrics": lambda: self.plugin.get("metrics", "/metrics", {}, deadline, "text/plain")}
         futures = {self._pool.submit(job): name for name, job in jobs.items()}
+        enrichment = self._pool.submit(self.cli.read, deadline) if self.cli is not None else None
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
         answers, errors = {}, []
         for future in done:
@@ -79,15 +82,20 @@ class PrometheusPluginSource:
         except FetchError as e:
             raise SourceFailed([e]) from None
         if alone:
-            return normalise.snapshot(normalise.plugin_only_base(detailed, metrics, taken_at, self.selection),
-                                      detailed, metrics, self.selection)
-        try:
-            base = management_normalise.snapshot({**answers, "channels": [], "consumers": []}, taken_at,
-                                                 self.selection)
-        except management_normalise.MalformedResponse as e:
-            raise SourceFailed([FetchError(e.endpoint, "malformed", str(e).split(": ", 1)[-1])]) from None
-        return normalise.snapshot(base, detailed, metrics, self.selection)
+            base = normalise.plugin_only_base(detailed, metrics, taken_at, self.selection)
+        else:
+            try:
+                base = management_normalise.snapshot({**answers, "channels": [], "consumers": []}, taken_at,
+                                                     self.selection)
+            except management_normalise.MalformedResponse as e:
+                raise SourceFailed([FetchError(e.endpoint, "malformed", str(e).split(": ", 1)[-1])]) from None
+        snapshot = normalise.snapshot(base, detailed, metrics, self.selection)
+        # The CLI's own read is bounded by the same deadline, and gives None rather than failing the poll.
+        extra = enrichment.result() if enrichment is not None else None
+        return normalise.enrich(snapshot, extra) if extra is not None else snapshot
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.management.close()
+        if self.cli is not None:
+            self.cli.close()

@@ -2,7 +2,8 @@
 
     python tests/data/record.py                    # tests/data/rabbitmq-<version>/<endpoint>.json
     python tests/data/record.py --statistics-off   # tests/data/rabbitmq-<version>-stats-off/: the management
-                                                   # API's lists, /metrics/detailed and /metrics of the plugin
+                                                   # API's lists, /metrics/detailed and /metrics of the plugin,
+                                                   # rabbitmqctl list_channels and list_connections
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pika
 
 from ackscope.core.secret import Secret
+from ackscope.sources.cli import CHANNEL_ITEMS, CONNECTION_ITEMS
 from ackscope.sources.management.client import ManagementClient
 from ackscope.sources.management.source import LISTS
 from ackscope.sources.prometheus_plugin import PrometheusPluginSource
@@ -52,7 +54,12 @@ def workload(broker: LocalBroker) -> list[pika.BlockingConnection]:
 
 
 def statistics_off_workload(broker: LocalBroker) -> list[pika.BlockingConnection]:
-    conns = [pika.BlockingConnection(pika.URLParameters(broker.amqp_url())) for _ in range(3)]
+    def connect(name: str) -> pika.BlockingConnection:
+        params = pika.URLParameters(broker.amqp_url())
+        params.client_properties = {"connection_name": name}
+        return pika.BlockingConnection(params)
+
+    conns = [connect(name) for name in ("invoice-worker", "audit-reader", "invoice-publisher")]
     saturated, hoarder, publisher = (c.channel() for c in conns)
     saturated.queue_declare("invoices", durable=True)
     saturated.queue_declare("audit", durable=True)
@@ -112,6 +119,9 @@ def record_statistics_off(broker: LocalBroker) -> Path:
     (out / "detailed.prom").write_bytes(source.plugin.get("detailed", "/metrics/detailed",
                                                           [("family", f) for f in FAMILIES], deadline, "text/plain"))
     (out / "metrics.prom").write_bytes(source.plugin.get("metrics", "/metrics", {}, deadline, "text/plain"))
+    # What --cli adds: the broker's CLI, which knows names and flags with statistics off.
+    for name, items in (("list_channels", CHANNEL_ITEMS), ("list_connections", CONNECTION_ITEMS)):
+        (out / f"cli_{name}.json").write_text(broker.ctl("-q", name, *items, "--formatter", "json"))
     source.close()
     return out
 
