@@ -58,6 +58,9 @@ def make_server(host: str, port: int, source: Source, security: WebSecurity = We
     class Handler(BaseHTTPRequestHandler):
         server_version = "ackscope"
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes: without TCP_NODELAY a small answer waits ~40 ms for the
+        # client's delayed ACK (measured: 44 ms p50 for a 10 KB /metrics, keep-alive).
+        disable_nagle_algorithm = True
         timeout = 30  # an idle or stalled client gives its thread back
 
         def setup(self):
