@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from collections.abc import Mapping
@@ -52,8 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    # The report names its source in its header (and JSON): the exporter's log line for it would be noise here.
-    logging.getLogger("ackscope.sources").setLevel(logging.WARNING)
     path = args.config or environ.get("ACKSCOPE_CONFIG")
     document = config.load_toml(path)
     # The exporter's table also holds its listener and web settings: diagnose takes what reaches the broker.
@@ -71,7 +68,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         source = make_source(v["source"], v["management_url"], v["prometheus_url"], v["username"], password,
                              timeout=v["timeout"], deadline=v["timeout"] * 3, selection=selection,
-                             verify=False if v["insecure_skip_verify"] else (v["ca_file"] or True), cli=v["cli"])
+                             verify=False if v["insecure_skip_verify"] else (v["ca_file"] or True), cli=v["cli"],
+                             announce=False)  # the report's header names the source: no log line for it
     except ValueError as e:
         raise ConfigError(f"--management-url or --prometheus-url: {e}") from None
     probes = Probes(probe_cfg) if probe_cfg is not None else None

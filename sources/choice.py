@@ -33,9 +33,9 @@ def default_prometheus_url(management_url: str) -> str:
 
 def make_source(kind: str, management_url: str, prometheus_url: str | None, username: str, password: Secret, *,
                 timeout: float, deadline: float, verify: bool | str, selection: Selection,
-                cli: list[str] | None = None) -> Source:
+                cli: list[str] | None = None, announce: bool = True) -> Source:
     """ValueError when a URL is not an http(s) URL without credentials. `cli` (a rabbitmqctl command line)
-    enriches the Prometheus-plugin source."""
+    enriches the Prometheus-plugin source; `announce` logs auto's choice (a one-shot report names it itself)."""
     common = dict(timeout=timeout, deadline=deadline, verify=verify, selection=selection)
     management = ManagementSource(management_url, username, password, **common) \
         if kind in ("auto", "management") else None
@@ -46,7 +46,7 @@ def make_source(kind: str, management_url: str, prometheus_url: str | None, user
         return plugin
     if plugin is None:
         return management
-    return AutoSource(management, plugin)
+    return AutoSource(management, plugin, announce)
 
 
 def _statistics_off(failure: SourceFailed) -> bool:
@@ -54,8 +54,9 @@ def _statistics_off(failure: SourceFailed) -> bool:
 
 
 class AutoSource:
-    def __init__(self, management: ManagementSource, plugin: PrometheusPluginSource):
+    def __init__(self, management: ManagementSource, plugin: PrometheusPluginSource, announce: bool = True):
         self.management, self.plugin = management, plugin
+        self.announce = announce
         self.chosen: Source | None = None
         self.deadline = management.deadline
 
@@ -101,7 +102,7 @@ class AutoSource:
     def _use(self, source: Source, why: str) -> None:
         self.chosen = source
         what = "the Prometheus plugin" if source is self.plugin else "the management API"
-        log.info("source: %s at %s (%s)", what, source.base_url, why)
+        log.log(logging.INFO if self.announce else logging.DEBUG, "source: %s at %s (%s)", what, source.base_url, why)
 
     def close(self) -> None:
         self.management.close()
