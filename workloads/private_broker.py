@@ -109,14 +109,14 @@ class LocalBroker:
 
     def stop(self, timeout: float = 60.0) -> None:
         """Stop the node gracefully (SIGTERM to the VM), killing it if it does not stop in time."""
-        pid = self._beam_pid()
+        pid = self.beam_pid()
         if pid:
             _signal(pid, signal.SIGTERM)
         self._reap(timeout)
 
     def kill(self) -> None:
         """kill -9 the Erlang VM: a crash, with no chance to fsync or close cleanly."""
-        pid = self._beam_pid()
+        pid = self.beam_pid()
         if pid:
             _signal(pid, signal.SIGKILL)
         self._reap(30)
@@ -196,7 +196,7 @@ class LocalBroker:
         )
         return env
 
-    def _beam_pid(self) -> int | None:
+    def beam_pid(self) -> int | None:
         try:
             return int((self.base_dir / "beam.pid").read_text().strip())
         except (OSError, ValueError):
@@ -231,7 +231,7 @@ class LocalBroker:
             return False
 
     def _reap(self, timeout: float) -> None:
-        pid = self._beam_pid()
+        pid = self.beam_pid()
         deadline = time.monotonic() + timeout
         while pid and _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
