@@ -16,6 +16,20 @@ from ackscope.sources import Selection
 from ackscope.workloads.scenarios import PREFIX
 
 
+def _publish_count_grew(exporter_url: str, client: str):
+    """A condition for wait_for: true once the exporter's snapshots have shown `client`'s channel with two
+    different publish counts, so its history holds an increment (the management API refreshes these counters
+    only every few seconds)."""
+    counts: set[int] = set()
+
+    def condition() -> bool:
+        snapshot = requests.get(exporter_url + "/api/snapshot", timeout=5).json()["snapshot"]
+        counts.update(c["message_stats"]["publish"] for c in snapshot["channels"]
+                      if c["connection_name"] == client and c["message_stats"]["publish"])
+        return len(counts) >= 2
+    return condition
+
+
 def _report(out, name: str) -> list[dict]:
     return ds.dataset(out / name, format="parquet", partitioning="hive").to_table().to_pylist()
 
@@ -84,6 +98,8 @@ def test_pipeline_finds_the_culprits_in_the_snapshot_history_of_a_broker_running
                                                                      timeout=5).json()["findings"]},
                  timeout=60, what=f"findings {sorted(culprits)}")
         polls_seen(exporter.url, 10)  # ten more polls, with every failure in progress, into the history
+        wait_for(_publish_count_grew(exporter.url, "ackscope-scenario publisher-without-confirms"), timeout=30,
+                 what="the publisher without confirms' count to grow in the exporter's snapshots")
     exporter.stop()
 
     summary = execute(PipelineConfig(str(data), str(tmp_path / "out"), window_s=3600), Progress(io.StringIO()))
