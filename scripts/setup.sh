@@ -48,10 +48,13 @@ python=${PYTHON:-python3.11}
 command -v "$python" >/dev/null || python=python3
 [ -x .venv/bin/python ] || step "creating .venv" "$python" -m venv .venv
 step "upgrading pip" .venv/bin/python -m pip install -q --upgrade pip
-# Editable, so that a change to the source is what the next run sees (tests/test_packaging.py proves the wheel).
+# Editable, so that a change to a module is what the next run sees (tests/test_architecture.py proves the
+# wheel). Strict: a link tree under build/ that is laid out as the package is, which import-linter can read
+# (a new module needs this script run again).
+strict=(--config-settings editable_mode=strict)
 if [ "${1:-}" = "--test" ]; then
-  step "installing ackscope with its test dependencies" .venv/bin/python -m pip install -q -e '.[test]'
+  step "installing ackscope with its test dependencies" .venv/bin/python -m pip install -q "${strict[@]}" -e '.[test]'
 else
-  step "installing ackscope" .venv/bin/python -m pip install -q -e .
+  step "installing ackscope" .venv/bin/python -m pip install -q "${strict[@]}" -e .
 fi
 echo "setup: ackscope $(.venv/bin/python -c 'import ackscope; print(ackscope.__version__)') is installed in .venv"
