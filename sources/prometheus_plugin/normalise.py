@@ -16,20 +16,8 @@ from dataclasses import replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ackscope.model.snapshot import (
-    CHANNEL_TRANSACTIONAL,
-    CONNECTION_HEARTBEATS,
-    CONNECTION_STATES,
-    QUEUE_DURABILITY,
-    QUEUE_PERSISTENT_COUNTS,
-    Channel,
-    Consumer,
-    MessageStats,
-    Node,
-    Overview,
-    Queue,
-    Snapshot,
-)
+from ackscope.model import snapshot as facts
+from ackscope.model.snapshot import Channel, Consumer, MessageStats, Node, Overview, Queue, Snapshot
 from ackscope.model.source import FetchError
 
 from ..cli import Enrichment, pid_key
@@ -207,7 +195,7 @@ def plugin_only_base(detailed: Samples, metrics: Samples, taken_at: float, selec
         queues=queues,
         notes=("no management API answers: the broker's Prometheus plugin alone gives queues by name, without "
                "type, durability or connections",),
-        unreported=frozenset({QUEUE_DURABILITY}),
+        unreported=frozenset({facts.QUEUE_DURABILITY}),
     )
 
 
@@ -223,8 +211,8 @@ def snapshot(base: Snapshot, detailed: Samples, metrics: Samples, selection: Sel
         notes=tuple(n for n in base.notes if "statistics are disabled" not in n) + (
             "management statistics are disabled on the broker: counts come from its Prometheus plugin, where "
             "a channel is known by its process id (docs/polling.md)",),
-        unreported=base.unreported | {CHANNEL_TRANSACTIONAL, QUEUE_PERSISTENT_COUNTS, CONNECTION_HEARTBEATS,
-                                      CONNECTION_STATES},
+        unreported=base.unreported | {facts.CHANNEL_TRANSACTIONAL, facts.QUEUE_PERSISTENT_COUNTS,
+                                      facts.CONNECTION_HEARTBEATS, facts.CONNECTION_STATES},
     )
 
 
@@ -246,4 +234,5 @@ def enrich(s: Snapshot, cli: Enrichment) -> Snapshot:
                                 state=info.state, client=info.client)
                         if (info := cli.connections.get(c.name)) is not None else c for c in s.connections)
     return replace(s, channels=tuple(channels.values()), consumers=consumers, connections=connections,
-                   unreported=s.unreported - {CHANNEL_TRANSACTIONAL, CONNECTION_HEARTBEATS, CONNECTION_STATES})
+                   unreported=s.unreported - {facts.CHANNEL_TRANSACTIONAL, facts.CONNECTION_HEARTBEATS,
+                                              facts.CONNECTION_STATES})
