@@ -91,14 +91,16 @@ def test_auto_keeps_the_management_api_where_statistics_are_on(broker, vhost, st
     assert "ackscope_rule_not_evaluated" not in s  # every rule runs on the management API
 
 
-@pytest.mark.parametrize("fault, reason", [("hang", "deadline"), ("html", "malformed"), ("malformed", "malformed"),
+@pytest.mark.parametrize("fault, reason", [("hang", "timeout"), ("html", "malformed"), ("malformed", "malformed"),
                                            ("500", "server_error")])
 def test_a_broken_plugin_endpoint_is_counted_said_once_and_recovered_from(statsoff_broker, start_exporter, caplog,
                                                                           fault, reason):
     caplog.set_level(logging.INFO, logger="ackscope")
     proxy = FaultProxy(statsoff_broker.prometheus_url)
     try:
-        exporter = start_exporter(statsoff_broker.management_url, prometheus_url=proxy.url, source="prometheus")
+        # The request times out (1 s) well inside the poll's deadline (3 s): one reason, hence one line.
+        exporter = start_exporter(statsoff_broker.management_url, prometheus_url=proxy.url, source="prometheus",
+                                  timeout=1.0, deadline=3.0)
         wait_for_sample(exporter, "ackscope_up", 1)
         proxy.faults["/metrics/detailed"] = fault
         s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 2, endpoint="metrics/detailed",
