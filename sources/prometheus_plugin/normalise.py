@@ -9,12 +9,9 @@ Its confirm mode is inferred: only a channel in confirm mode counts confirms or 
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from ackscope.model import snapshot as facts
 from ackscope.model.snapshot import Channel, Consumer, MessageStats, Node, Overview, Queue, Snapshot
@@ -22,27 +19,38 @@ from ackscope.model.source import FetchError
 
 from ..cli import Enrichment, pid_key
 from ..selection import Selection
+from .exposition import MalformedExposition, Samples, read_samples
 
 # /metrics/detailed?family=…: only what the model, the collectors and the rules read.
 FAMILIES = ("queue_coarse_metrics", "queue_consumer_count", "channel_metrics", "channel_queue_metrics",
             "channel_exchange_metrics")
 PREFIX = "rabbitmq_detailed_"
+CHANNEL_GAUGES = ("channel_consumers", "channel_messages_unacked", "channel_messages_unconfirmed",
+                  "channel_messages_uncommitted", "channel_acks_uncommitted", "consumer_prefetch", "channel_prefetch")
+DELIVERED = ("channel_messages_delivered_ack_total", "channel_messages_delivered_total", "channel_get_ack_total",
+             "channel_get_total")
+PER_QUEUE = (*DELIVERED, "channel_messages_acked_total", "channel_messages_redelivered_total")
+PER_EXCHANGE = ("channel_messages_published_total", "channel_messages_confirmed_total",
+                "channel_messages_unroutable_returned_total", "channel_messages_unroutable_dropped_total")
+QUEUE_GAUGES = ("queue_messages_ready", "queue_messages_unacked", "queue_consumers")
+# The samples each endpoint's answer is read for; the rest of its lines are checked, not parsed.
+DETAILED_SAMPLES = frozenset(PREFIX + n for n in (*CHANNEL_GAUGES, *PER_QUEUE, *PER_EXCHANGE, *QUEUE_GAUGES))
+NODE_SAMPLES = frozenset({
+    "rabbitmq_build_info", "rabbitmq_identity_info", "rabbitmq_process_resident_memory_bytes",
+    "rabbitmq_resident_memory_limit_bytes", "rabbitmq_alarms_memory_used_watermark",
+    "rabbitmq_disk_space_available_bytes", "rabbitmq_disk_space_available_limit_bytes",
+    "rabbitmq_alarms_free_disk_space_watermark", "rabbitmq_process_open_fds", "rabbitmq_process_max_fds"})
 
-Samples = dict[str, list[tuple[dict[str, str], float]]]
 
-
-def parse(text: str, endpoint: str) -> Samples:
-    """Every sample by name (counters with their _total); FetchError(malformed) for text that is not an
-    exposition."""
-    samples: Samples = defaultdict(list)
+def parse(text: str, endpoint: str, names: frozenset[str] | None = None) -> Samples:
+    """The samples the model reads (`names`, by default those of `endpoint`), by name (counters with their
+    _total); FetchError(malformed) for text that is not an exposition."""
+    if names is None:
+        names = DETAILED_SAMPLES if endpoint == "metrics/detailed" else NODE_SAMPLES
     try:
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                if math.isfinite(s.value):
-                    samples[s.name].append((s.labels, s.value))
-    except (ValueError, TypeError, IndexError) as e:
-        raise FetchError(endpoint, "malformed", f"answer is not a Prometheus exposition ({str(e)[:80]})") from None
-    return samples
+        return read_samples(text, names)
+    except MalformedExposition as e:
+        raise FetchError(endpoint, "malformed", f"answer is not a Prometheus exposition ({e})") from None
 
 
 def _by(samples: Samples, name: str, *keys: str) -> dict[tuple[str, ...], float]:
@@ -60,57 +68,54 @@ def _int(v: float | None) -> int | None:
 def channels_and_consumers(s: Samples) -> tuple[list[Channel], list[Consumer]]:
     """Channels with their prefetch, unacked, unconfirmed and counters; a consumer per channel and queue the
     channel consumes from (known by the deliveries it had from that queue)."""
-    consumers_n = _by(s, "channel_consumers", "channel")
-    unacked = _by(s, "channel_messages_unacked", "channel")
-    unconfirmed = _by(s, "channel_messages_unconfirmed", "channel")
-    uncommitted = _by(s, "channel_messages_uncommitted", "channel")
-    acks_uncommitted = _by(s, "channel_acks_uncommitted", "channel")
-    prefetch = _by(s, "consumer_prefetch", "channel")
-    global_prefetch = _by(s, "channel_prefetch", "channel")
-    per_queue = {name: _by(s, name, "channel", "vhost", "queue") for name in (
-        "channel_messages_delivered_ack_total", "channel_messages_delivered_total", "channel_get_ack_total",
-        "channel_get_total", "channel_messages_acked_total", "channel_messages_redelivered_total")}
-    per_exchange = {name: _by(s, name, "channel", "vhost", "exchange") for name in (
-        "channel_messages_published_total", "channel_messages_confirmed_total",
-        "channel_messages_unroutable_returned_total", "channel_messages_unroutable_dropped_total")}
+    gauge = {name: _by(s, name, "channel") for name in CHANNEL_GAUGES}
+    per_queue = {name: _by(s, name, "channel", "vhost", "queue") for name in PER_QUEUE}
+    per_exchange = {name: _by(s, name, "channel", "vhost", "exchange") for name in PER_EXCHANGE}
     vhost_of: dict[str, str] = {}
-    for table in (*per_queue.values(), *per_exchange.values()):
-        for ch, vhost, _ in table:
-            vhost_of.setdefault(ch, vhost)
+    totals: dict[tuple[str, str], float] = defaultdict(float)  # (series, channel): summed over queues/exchanges
+    for table in (per_queue, per_exchange):
+        for name, series in table.items():
+            for (ch, vhost, _), v in series.items():
+                vhost_of.setdefault(ch, vhost)
+                totals[(name, ch)] += v
+    queues_of: dict[str, set[tuple[str, str]]] = defaultdict(set)  # channel: the queues it had deliveries from
+    for name in ("channel_messages_delivered_ack_total", "channel_messages_delivered_total"):
+        for ch, vhost, queue in per_queue[name]:
+            queues_of[ch].add((vhost, queue))
 
-    def total(table: dict, ch: str) -> int:
-        return int(sum(v for key, v in table.items() if key[0] == ch))
+    def total(*names: str, ch: str) -> int:
+        return int(sum(totals.get((n, ch), 0.0) for n in names))
 
     channels, consumers = [], []
-    for (ch,) in sorted(consumers_n):
-        published = total(per_exchange["channel_messages_published_total"], ch)
-        confirmed = total(per_exchange["channel_messages_confirmed_total"], ch)
-        pending = _int(unconfirmed.get((ch,)))
+    for (ch,) in sorted(gauge["channel_consumers"]):
+        published = total("channel_messages_published_total", ch=ch)
+        confirmed = total("channel_messages_confirmed_total", ch=ch)
+        pending = _int(gauge["channel_messages_unconfirmed"].get((ch,)))
         confirm = True if confirmed or pending else (False if published else None)
+        prefetch = _int(gauge["consumer_prefetch"].get((ch,)))
         stats = MessageStats(
-            publish=published, confirm=confirmed,
-            deliver_get=sum(total(per_queue[n], ch) for n in ("channel_messages_delivered_ack_total",
-                                                              "channel_messages_delivered_total",
-                                                              "channel_get_ack_total", "channel_get_total")),
-            ack=total(per_queue["channel_messages_acked_total"], ch),
-            redeliver=total(per_queue["channel_messages_redelivered_total"], ch),
-            return_unroutable=total(per_exchange["channel_messages_unroutable_returned_total"], ch),
-            drop_unroutable=total(per_exchange["channel_messages_unroutable_dropped_total"], ch))
+            publish=published, confirm=confirmed, deliver_get=total(*DELIVERED, ch=ch),
+            ack=total("channel_messages_acked_total", ch=ch),
+            redeliver=total("channel_messages_redelivered_total", ch=ch),
+            return_unroutable=total("channel_messages_unroutable_returned_total", ch=ch),
+            drop_unroutable=total("channel_messages_unroutable_dropped_total", ch=ch))
+        consumer_count = _int(gauge["channel_consumers"][(ch,)])
         channels.append(Channel(
             name=ch, number=None, vhost=vhost_of.get(ch, ""), user="", connection="", connection_name="",
-            prefetch_count=_int(prefetch.get((ch,))), global_prefetch_count=_int(global_prefetch.get((ch,))),
-            messages_unacked=_int(unacked.get((ch,))), messages_unconfirmed=pending, confirm=confirm,
-            transactional=True if uncommitted.get((ch,)) or acks_uncommitted.get((ch,)) else None,
-            consumer_count=_int(consumers_n[(ch,)]), state=None, message_stats=stats))
-        if not consumers_n[(ch,)]:
+            prefetch_count=prefetch, global_prefetch_count=_int(gauge["channel_prefetch"].get((ch,))),
+            messages_unacked=_int(gauge["channel_messages_unacked"].get((ch,))), messages_unconfirmed=pending,
+            confirm=confirm,
+            transactional=True if gauge["channel_messages_uncommitted"].get((ch,)) or
+            gauge["channel_acks_uncommitted"].get((ch,)) else None,
+            consumer_count=consumer_count, state=None, message_stats=stats))
+        if not consumer_count:
             continue
-        delivered_ack, delivered = per_queue["channel_messages_delivered_ack_total"], \
-            per_queue["channel_messages_delivered_total"]
-        for (c, vhost, queue) in sorted({k for k in (*delivered_ack, *delivered) if k[0] == ch}):
-            manual, auto = delivered_ack.get((c, vhost, queue), 0), delivered.get((c, vhost, queue), 0)
+        for vhost, queue in sorted(queues_of[ch]):
+            manual = per_queue["channel_messages_delivered_ack_total"].get((ch, vhost, queue), 0)
+            auto = per_queue["channel_messages_delivered_total"].get((ch, vhost, queue), 0)
             consumers.append(Consumer(
                 vhost=vhost, queue=queue, consumer_tag="", channel=ch, connection="", connection_name="", user="",
-                prefetch_count=_int(prefetch.get((ch,))), ack_required=True if manual else (False if auto else None),
+                prefetch_count=prefetch, ack_required=True if manual else (False if auto else None),
                 exclusive=None, active=None))
     return channels, consumers
 
@@ -129,8 +134,7 @@ def queue_counts(s: Samples, queues: Iterable[Queue]) -> list[Queue]:
                 out[(vhost, queue)] += v
         return out
 
-    delivered = per_queue("channel_messages_delivered_ack_total", "channel_messages_delivered_total",
-                          "channel_get_ack_total", "channel_get_total")
+    delivered = per_queue(*DELIVERED)
     acked = per_queue("channel_messages_acked_total")
     redelivered = per_queue("channel_messages_redelivered_total")
     out = []

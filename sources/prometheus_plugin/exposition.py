@@ -1,0 +1,61 @@
+"""Reading the samples of a Prometheus text exposition (format 0.0.4), the few names asked for.
+
+prometheus_client's parser is the reference, and the tests hold this reader to it sample for sample. It is
+not used here because it is the poll's bottleneck: at 5,000 queues and 600 channels it takes 550 ms for the
+plugin's 2.6 MB, this reader 150 ms (docs/benchmarks.md). The gain is matching each line with one
+compiled expression and parsing the labels only of the series the model reads; HELP and TYPE lines are
+skipped, since the model knows what each series means.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Collection
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_PAIR = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\\n]|\\.)*"[ \t]*'
+# name, {labels} (greedy up to the last brace: a label value may hold braces), value, optional timestamp.
+_LINE = re.compile(rf"({_NAME})[ \t]*(?:\{{(.*)\}})?[ \t]*([^ \t{{}}]+)(?:[ \t]+-?[0-9]+)?[ \t]*")
+_LABELS = re.compile(rf"(?:{_PAIR}(?:,{_PAIR})*,?[ \t]*)?")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"')
+_ESCAPE = re.compile(r"\\(.)")
+
+
+class MalformedExposition(ValueError):
+    """The text is not a Prometheus exposition; the message quotes the first line that is not."""
+
+
+def _unescape(value: str) -> str:
+    return _ESCAPE.sub(lambda m: "\n" if m[1] == "n" else m[1], value) if "\\" in value else value
+
+
+def read_samples(text: str, names: Collection[str] | None = None) -> Samples:
+    """{sample name: [(labels, value)]} for the samples named in `names` (all when None), non-finite
+    values left out; MalformedExposition at the first line that is neither a comment nor a sample."""
+    samples: Samples = defaultdict(list)
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line or line[0] == "#" or line.isspace():
+            continue
+        m = _LINE.fullmatch(line)
+        if m is None:
+            raise MalformedExposition(f"line {number} is not a sample: {line[:60]!r}")
+        name, labels, raw = m.groups()
+        if names is not None and name not in names:
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            raise MalformedExposition(f"line {number} has no number: {line[:60]!r}") from None
+        if not math.isfinite(value):
+            continue
+        if labels:
+            if _LABELS.fullmatch(labels) is None:
+                raise MalformedExposition(f"line {number} has malformed labels: {line[:60]!r}")
+            samples[name].append(({k: _unescape(v) for k, v in _LABEL.findall(labels)}, value))
+        else:
+            samples[name].append(({}, value))
+    return samples
