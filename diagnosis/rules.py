@@ -13,8 +13,11 @@ from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, worst_firs
 from ackscope.model.probes import TargetStats
 from ackscope.model.snapshot import (
     CHANNEL_TRANSACTIONAL,
+    CHANNELS,
     CONNECTION_HEARTBEATS,
     CONNECTION_STATES,
+    NODE_ALARMS,
+    QUEUE_COUNTS,
     QUEUE_DURABILITY,
     QUEUE_PERSISTENT_COUNTS,
     Channel,
@@ -375,50 +378,56 @@ def _probe_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
 RULES: tuple[Rule, ...] = (
     Rule("prefetch-unlimited", "A manual-ack consumer whose channel has prefetch 0 (unlimited); critical when it "
          "holds many unacked messages.", f"Set basic.qos prefetch (100-300 is a good start); see {ACKS_GUIDE}, "
-         "'Channel Prefetch Setting (QoS)'.", _prefetch_unlimited),
+         "'Channel Prefetch Setting (QoS)'.", _prefetch_unlimited, needs=(CHANNELS,)),
     Rule("auto-ack-consumer", "A consumer with automatic acknowledgement; a warning when its queue has a backlog "
          "or a high delivery rate.", f"Use manual acks with a prefetch limit where losing a message matters; see "
-         f"{ACKS_GUIDE}, 'Acknowledgement Modes'.", _auto_ack),
+         f"{ACKS_GUIDE}, 'Acknowledgement Modes'.", _auto_ack, needs=(CHANNELS,)),
     Rule("prefetch-saturated", "A consumer at its prefetch limit while its queue holds ready messages: the "
          "consumer is the bottleneck.", "Add consumers or make processing faster; raise prefetch only if "
-         f"processing is fast and uniform. See {ACKS_GUIDE}, 'Channel Prefetch Setting (QoS)'.", _prefetch_saturated),
+         f"processing is fast and uniform. See {ACKS_GUIDE}, 'Channel Prefetch Setting (QoS)'.", _prefetch_saturated,
+         needs=(CHANNELS, QUEUE_COUNTS)),
     Rule("prefetch-one", "Prefetch 1 on a queue with a backlog: throughput bound by round trips.",
          f"Raise prefetch (tens to hundreds) unless strict one-at-a-time fairness is required; see {ACKS_GUIDE}, "
-         "'Consumer Acknowledgement Modes, Prefetch and Throughput'.", _prefetch_one),
+         "'Consumer Acknowledgement Modes, Prefetch and Throughput'.", _prefetch_one,
+         needs=(CHANNELS, QUEUE_COUNTS)),
     Rule("requeue-loop", "A queue redelivering at a rate comparable to its delivery rate: a poison message, or "
          "every consumer requeues.", "Find the message consumers reject; nack without requeue to a dead-letter "
          f"exchange after a few attempts; see {ACKS_GUIDE}, 'Negative Acknowledgement and Requeuing of "
-         "Deliveries'.", _requeue_loop),
+         "Deliveries'.", _requeue_loop, needs=(QUEUE_COUNTS,)),
     Rule("publisher-without-confirms", "A channel publishing without confirms and not transactional: "
          "at-most-once.", f"Enable publisher confirms and handle them asynchronously; see {ACKS_GUIDE}, "
          "'Publisher Confirms'.",
-         _without_confirms, needs=(CHANNEL_TRANSACTIONAL,)),
+         _without_confirms, needs=(CHANNELS, CHANNEL_TRANSACTIONAL)),
     Rule("transactional-publisher", "A transactional channel publishing.", "Use publisher confirms instead of "
          f"transactions; see {ACKS_GUIDE}, 'Publisher Confirms'.",
-         _transactional, needs=(CHANNEL_TRANSACTIONAL,)),
+         _transactional, needs=(CHANNELS, CHANNEL_TRANSACTIONAL)),
     Rule("publisher-nacked", "A confirm-mode channel whose publishes minus confirms minus unconfirmed is above "
          "0: the broker refused responsibility (inferred: the broker has no nack counter).",
          "Handle basic.nack by republishing or reporting; check queue length limits with x-overflow "
-         f"reject-publish; see {ACKS_GUIDE}, 'Negative Acknowledgments for Publishes'.", _nacked),
+         f"reject-publish; see {ACKS_GUIDE}, 'Negative Acknowledgments for Publishes'.", _nacked,
+         needs=(CHANNELS,)),
     Rule("unconfirmed-backlog", "A channel whose unconfirmed messages are many or growing.",
          "Check the disk, alarms and quorum queue health; bound the publisher's in-flight window; see "
-         f"{ACKS_GUIDE}, 'Publisher Confirms and Guaranteed Delivery'.", _unconfirmed_backlog),
+         f"{ACKS_GUIDE}, 'Publisher Confirms and Guaranteed Delivery'.", _unconfirmed_backlog,
+         needs=(CHANNELS,)),
     Rule("unroutable-dropped", "A channel whose messages matched no queue and were dropped silently.",
          "Bind a queue for every routing key in use, publish with mandatory to get them back, or set an "
          f"alternate exchange; see {RELIABILITY_GUIDE}, 'Unroutable Messages'.",
-         _unroutable("drop_unroutable", "dropped silently")),
+         _unroutable("drop_unroutable", "dropped silently"), needs=(CHANNELS,)),
     Rule("unroutable-returned", "A channel whose mandatory messages matched no queue and were returned.",
          "Check bindings and routing keys; make sure the publisher handles basic.return; see "
-         f"{RELIABILITY_GUIDE}, 'Unroutable Messages'.", _unroutable("return_unroutable", "returned")),
+         f"{RELIABILITY_GUIDE}, 'Unroutable Messages'.", _unroutable("return_unroutable", "returned"),
+         needs=(CHANNELS,)),
     Rule("transient-in-durable-queue", "A durable classic queue holding non-persistent messages (lost on "
          "restart).", "Publish with delivery mode 2 (persistent) where the messages must survive a restart; see "
          f"{RELIABILITY_GUIDE}, 'Queue Durability and Message Persistence'.",
-         _transient_in_durable, needs=(QUEUE_PERSISTENT_COUNTS, QUEUE_DURABILITY)),
+         _transient_in_durable, needs=(QUEUE_COUNTS, QUEUE_PERSISTENT_COUNTS, QUEUE_DURABILITY)),
     Rule("non-durable-queue-backlog", "A non-durable queue holding messages.", "Declare the queue durable if "
          f"its messages must survive a restart; see {RELIABILITY_GUIDE}, 'Queue Durability'.", _non_durable_backlog,
-         needs=(QUEUE_DURABILITY,)),
+         needs=(QUEUE_COUNTS, QUEUE_DURABILITY)),
     Rule("no-consumers-backlog", "Ready messages and no consumer.", "Start or fix the consumers, or set a TTL or "
-         "length limit; see RabbitMQ guide 'Queues', 'Queue Length Limit' and 'TTL'.", _no_consumers),
+         "length limit; see RabbitMQ guide 'Queues', 'Queue Length Limit' and 'TTL'.", _no_consumers,
+         needs=(QUEUE_COUNTS,)),
     Rule("heartbeat-disabled", "A connection with heartbeat 0.", "Enable heartbeats (a timeout of 5-20 s is "
          f"common); see {RELIABILITY_GUIDE}, 'Detecting Dead TCP Connections with Heartbeats'.",
          _heartbeat_disabled, needs=(CONNECTION_HEARTBEATS,)),
@@ -428,9 +437,10 @@ RULES: tuple[Rule, ...] = (
          _blocked, needs=(CONNECTION_STATES,)),
     Rule("memory-alarm", "A node's memory alarm: every publisher in the cluster is blocked.", "Drain or purge "
          "queues, add consumers, raise vm_memory_high_watermark only with memory to spare; see RabbitMQ guide "
-         "'Memory and Disk Alarms'.", _alarm("mem", "memory")),
+         "'Memory and Disk Alarms'.", _alarm("mem", "memory"), needs=(NODE_ALARMS,)),
     Rule("disk-alarm", "A node's disk alarm: every publisher in the cluster is blocked.", "Free disk space or "
-         "drain queues; see RabbitMQ guide 'Memory and Disk Alarms'.", _alarm("disk_free", "free disk space")),
+         "drain queues; see RabbitMQ guide 'Memory and Disk Alarms'.", _alarm("disk_free", "free disk space"),
+         needs=(NODE_ALARMS,)),
     Rule("probe-confirm-latency-high", "A probe's confirm latency p99 above the threshold.", "Look at disk "
          "latency, queue length and alarms; persistent messages wait for the message store's fsync, batched "
          f"every few hundred ms under load; see {ACKS_GUIDE}, 'Latency of Publisher Confirms'.", _probe_latency),

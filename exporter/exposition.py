@@ -107,6 +107,7 @@ def snapshot_json(snapshot: Snapshot | None, status: PollStatus) -> bytes:
         "stale": not status.up,
         "last_error": status.last_error,
         "last_success_at": status.last_success_at,
+        "source": status.source,
         "snapshot": None if snapshot is None else _plain(snapshot),
     }
     return json.dumps(document, separators=(",", ":")).encode()
@@ -133,6 +134,8 @@ def _plain(snapshot: Snapshot) -> dict:
         "overview": _record(snapshot.overview),
         "vhosts": list(snapshot.vhosts),
         "notes": list(snapshot.notes),
+        "unreported": sorted(snapshot.unreported),
+        "unread": [_record(u) for u in snapshot.unread],
         "nodes": [_record(n) for n in snapshot.nodes],
         "connections": [dict(_record(c), blocked=c.blocked) for c in snapshot.connections],
         # Derived facts the UI needs and should not recompute.

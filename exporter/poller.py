@@ -54,11 +54,9 @@ class Poller:
             self.snapshot = snapshot
             if self.record is not None:
                 self.record(snapshot)
-            self.status = replace(self.status, up=True, last_duration=time.monotonic() - started,
-                                  last_attempt_at=started_wall, last_success_at=started_wall, last_error=None,
-                                  failing=frozenset(), source=self.source.name)
             if not was_up:
-                log.info("management API at %s answers again", self.source.base_url)
+                log.info("the broker answers again at %s", self.source.base_url)
+            self._publish_success(snapshot, started, started_wall)
             for note in set(snapshot.notes) - self._notes_logged:
                 log.info("%s", note)
                 self._notes_logged.add(note)
@@ -74,10 +72,22 @@ class Poller:
             log.debug("diagnosis failure", exc_info=True)
             return Diagnosis()
 
+    def _publish_success(self, snapshot: Snapshot, started: float, started_wall: float) -> None:
+        """A good poll, perhaps partial: an endpoint failed and the rest of the snapshot stands."""
+        unread = snapshot.unread
+        failing = frozenset((u.endpoint, u.reason) for u in unread)
+        message = "; ".join(u.message for u in unread) or None
+        # One line when the trouble starts or changes, not one per interval while it lasts.
+        if failing != self.status.failing:
+            if unread:
+                log.warning("poll partial, the rest is exported: %s", message)
+            elif self.status.up:
+                log.info("every endpoint answers again")
+        self.status = replace(self.status, up=True, last_duration=time.monotonic() - started,
+                              last_attempt_at=started_wall, last_success_at=started_wall, last_error=message,
+                              failing=failing, errors=self._counted(unread), source=self.source.name)
+
     def _publish_failure(self, errors: list[FetchError], started: float, started_wall: float) -> None:
-        counts = dict(self.status.errors)
-        for e in errors:
-            counts[(e.endpoint, e.reason)] = counts.get((e.endpoint, e.reason), 0) + 1
         message = "; ".join(str(e) for e in errors)
         failing = frozenset((e.endpoint, e.reason) for e in errors)
         # One line when the trouble starts or changes, not one per interval while it lasts.
@@ -85,7 +95,14 @@ class Poller:
             log.error("poll failed: %s", message)
         self.status = replace(self.status, up=False, last_duration=time.monotonic() - started,
                               last_attempt_at=started_wall, last_error=message, failing=failing,
-                              errors=MappingProxyType(counts))
+                              errors=self._counted(errors))
+
+    def _counted(self, errors) -> MappingProxyType:
+        """ackscope_poll_errors_total, with this poll's errors (FetchError or Unread: endpoint, reason) added."""
+        counts = dict(self.status.errors)
+        for e in errors:
+            counts[(e.endpoint, e.reason)] = counts.get((e.endpoint, e.reason), 0) + 1
+        return MappingProxyType(counts)
 
     # -- the loop --------------------------------------------------------------------------------------
     def start(self) -> None:

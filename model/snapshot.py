@@ -132,6 +132,20 @@ QUEUE_PERSISTENT_COUNTS = "the queue's count of persistent messages"
 CONNECTION_HEARTBEATS = "the connection's heartbeat"
 CONNECTION_STATES = "the connection's state (blocked, flow)"
 QUEUE_DURABILITY = "the queue's durability"
+# Facts a poll may miss when one of its source's endpoints fails while the others answer (Snapshot.unread).
+CHANNELS = "the channels and their consumers"
+QUEUE_COUNTS = "the queues' depths and counters"
+NODE_ALARMS = "the nodes' memory and disk alarms"
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """An endpoint this poll could not read while the rest of the snapshot stands: `reason` is a label value
+    (ackscope_poll_errors_total), `message` the sentence for humans."""
+
+    endpoint: str
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,3 +162,4 @@ class Snapshot:
     queues: tuple[Queue, ...] = ()
     notes: tuple[str, ...] = field(default=())  # what the broker did not report, said once for humans
     unreported: frozenset[str] = frozenset()  # facts this source cannot report at all (the constants above)
+    unread: tuple[Unread, ...] = ()  # a partial poll: what failed (the facts it would give are in `unreported`)

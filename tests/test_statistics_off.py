@@ -14,7 +14,7 @@ import uuid
 import pytest
 import requests
 from faults import FaultProxy
-from helpers import polls_seen, scenarios_running, value, wait_for, wait_for_sample
+from helpers import polls_seen, scenarios_running, scrape, value, wait_for, wait_for_sample
 from probe_helpers import captured_log
 
 from ackscope.sources import Selection
@@ -91,28 +91,58 @@ def test_auto_keeps_the_management_api_where_statistics_are_on(broker, vhost, st
     assert "ackscope_rule_not_evaluated" not in s  # every rule runs on the management API
 
 
+# What stays exported when one plugin endpoint fails, and the rules that wait for it.
+STILL_EXPORTED = {"metrics/detailed": ("ackscope_node_memory_used_bytes", "prefetch-saturated"),
+                  "metrics": ("ackscope_queue_messages_ready", "memory-alarm")}
+
+
+@pytest.mark.parametrize("endpoint", ["metrics/detailed", "metrics"])
 @pytest.mark.parametrize("fault, reason", [("hang", "timeout"), ("html", "malformed"), ("malformed", "malformed"),
                                            ("500", "server_error")])
-def test_a_broken_plugin_endpoint_is_counted_said_once_and_recovered_from(statsoff_broker, start_exporter, caplog,
-                                                                          fault, reason):
+def test_a_broken_plugin_endpoint_costs_only_its_part_is_counted_said_once_and_recovered_from(
+        statsoff_broker, start_exporter, caplog, endpoint, fault, reason):
     caplog.set_level(logging.INFO, logger="ackscope")
     proxy = FaultProxy(statsoff_broker.prometheus_url)
+    kept, waiting_rule = STILL_EXPORTED[endpoint]
+    queue = f"{PREFIX}partial-{uuid.uuid4().hex[:8]}"  # a queue with a message, so queue depths are exported
+    statsoff_broker.api("PUT", f"/queues/%2F/{queue}", json={"durable": True})
+    statsoff_broker.api("POST", "/exchanges/%2F/amq.default/publish", json={
+        "properties": {}, "routing_key": queue, "payload": "x", "payload_encoding": "string"})
     try:
         # The request times out (1 s) well inside the poll's deadline (3 s): one reason, hence one line.
         exporter = start_exporter(statsoff_broker.management_url, prometheus_url=proxy.url, source="prometheus",
                                   timeout=1.0, deadline=3.0)
         wait_for_sample(exporter, "ackscope_up", 1)
-        proxy.faults["/metrics/detailed"] = fault
-        s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 2, endpoint="metrics/detailed",
+        proxy.faults["/" + endpoint] = fault
+        s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 2, endpoint=endpoint,
                             reason=reason)
-        assert value(s, "ackscope_up") == 0
-        del proxy.faults["/metrics/detailed"]
-        wait_for_sample(exporter, "ackscope_up", 1)
+        assert value(s, "ackscope_up") == 1  # partial: what the other endpoints give is exported
+        assert kept in s, f"{kept} should still be exported without {endpoint}"
+        assert value(s, "ackscope_rule_not_evaluated", rule=waiting_rule) == 1
+        del proxy.faults["/" + endpoint]
+        wait_for(lambda: value(scrape(exporter), "ackscope_rule_not_evaluated", rule=waiting_rule) is None,
+                 what=f"{waiting_rule} evaluated again")
     finally:
         proxy.close()
-    failed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("poll failed")]
-    assert len(failed) == 1 and "metrics/detailed" in failed[0], failed  # once, not once per poll
+        statsoff_broker.api("DELETE", f"/queues/%2F/{queue}")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("poll partial")]
+    assert len(said) == 1 and endpoint in said[0], said  # once, not once per poll
+    assert any(r.getMessage() == "every endpoint answers again" for r in caplog.records)
     assert not any(r.exc_info for r in caplog.records), "no traceback in the log"
+
+
+def test_without_either_plugin_endpoint_the_poll_fails_and_says_why(statsoff_broker, start_exporter):
+    proxy = FaultProxy(statsoff_broker.prometheus_url)
+    try:
+        proxy.faults.update({"/metrics/detailed": "500", "/metrics": "500"})
+        exporter = start_exporter(statsoff_broker.management_url, prometheus_url=proxy.url, source="prometheus",
+                                  timeout=1.0, deadline=3.0)
+        s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="metrics",
+                            reason="server_error")
+        assert value(s, "ackscope_up") == 0
+        assert "ackscope_queue_messages_ready" not in s
+    finally:
+        proxy.close()
 
 
 def test_a_broker_with_only_the_prometheus_plugin_is_read_from_the_plugin_alone(plugin_only_broker, start_exporter):

@@ -19,14 +19,15 @@ class SelfCollector:
 
     def collect(self):
         status = self._status
-        yield GaugeMetricFamily("ackscope_up", "1 when the last poll of the management API succeeded.",
+        yield GaugeMetricFamily("ackscope_up", "1 when the last poll read the broker; a partial read (an endpoint failed, the "
+                                "rest exported) counts, and ackscope_poll_errors_total says what failed.",
                                 value=int(status.up))
         duration = GaugeMetricFamily("ackscope_poll_duration_seconds", "Duration of the last complete poll.")
         if status.last_duration is not None:
             duration.add_metric([], status.last_duration)
         yield duration
-        errors = CounterMetricFamily("ackscope_poll_errors", "Failed reads of the management API, by endpoint "
-                                     "and reason.", labels=("endpoint", "reason"))
+        errors = CounterMetricFamily("ackscope_poll_errors", "Failed reads of the broker, by endpoint and "
+                                     "reason.", labels=("endpoint", "reason"))
         for (endpoint, reason), count in sorted(status.errors.items()):
             errors.add_metric([endpoint, reason], count)
         yield errors

@@ -28,10 +28,14 @@ class ManagementClient:
         self.page_size = min(page_size, MAX_PAGE_SIZE)
         self._pages = ThreadPoolExecutor(max_workers=PAGE_WORKERS, thread_name_prefix="ackscope-page")
 
-    def fetch(self, endpoint: str, deadline: float) -> Any:
-        """The endpoint's JSON (all pages of a paginated list, as one list), by `deadline` (monotonic)."""
-        params = {"columns": ",".join(COLUMNS[endpoint])}
-        if endpoint not in PAGINATED:
+    def fetch(self, endpoint: str, deadline: float, *, columns: tuple[str, ...] | None = None,
+              paginate: bool = True) -> Any:
+        """The endpoint's JSON (all pages of a paginated list, as one list), by `deadline` (monotonic), with
+        the `columns` the normaliser reads unless told fewer. paginate=False asks for a list in one answer:
+        cheaper for the broker, which lists and sorts the whole collection for every page, where each item is
+        small (the queues' names, types and durability)."""
+        params = {"columns": ",".join(columns or COLUMNS[endpoint])}
+        if endpoint not in PAGINATED or not paginate:
             return self._get(endpoint, params, deadline)
         first = self._page(endpoint, params, 1, deadline)
         if isinstance(first, list):  # an API that ignores pagination answers with the whole list

@@ -195,7 +195,7 @@ def queue(raw: dict) -> Queue:
     )
 
 
-def _objects(raw: Any, endpoint: str) -> list[dict]:
+def objects(raw: Any, endpoint: str) -> list[dict]:
     if not isinstance(raw, list) or not all(isinstance(item, dict) for item in raw):
         raise MalformedResponse(endpoint, "answer is not a JSON list of objects")
     return raw
@@ -204,15 +204,15 @@ def _objects(raw: Any, endpoint: str) -> list[dict]:
 def snapshot(raw: dict[str, Any], taken_at: float, selection: Selection = Selection()) -> Snapshot:
     """Build the attributed snapshot from one poll's JSON, keyed by endpoint name."""
     ov = overview(raw["overview"])
-    connections = [connection(c) for c in _objects(raw["connections"], "connections")]
+    connections = [connection(c) for c in objects(raw["connections"], "connections")]
     connections = [c for c in connections if selection.vhost(c.vhost)]
     names = {c.name: c.connection_name for c in connections}
-    channels = [channel(c, names) for c in _objects(raw["channels"], "channels")]
+    channels = [channel(c, names) for c in objects(raw["channels"], "channels")]
     # A consumer can be listed a moment before the stats DB knows its channel (channel_details is
     # empty): leave it to the next poll rather than export a series that would lose its culprit.
-    consumers = [consumer(c, names) for c in _objects(raw["consumers"], "consumers")
+    consumers = [consumer(c, names) for c in objects(raw["consumers"], "consumers")
                  if _dict(c.get("channel_details")).get("name")]
-    queues = [queue(q) for q in _objects(raw["queues"], "queues")]
+    queues = [queue(q) for q in objects(raw["queues"], "queues")]
     notes = []
     if ov.statistics_disabled:
         notes.append("management statistics are disabled on the broker: no message counters are reported")
@@ -222,8 +222,8 @@ def snapshot(raw: dict[str, Any], taken_at: float, selection: Selection = Select
     return Snapshot(
         taken_at=taken_at,
         overview=ov,
-        nodes=tuple(node(n, fsync_reported) for n in _objects(raw["nodes"], "nodes")),
-        vhosts=tuple(sorted(str(v.get("name", "")) for v in _objects(raw["vhosts"], "vhosts")
+        nodes=tuple(node(n, fsync_reported) for n in objects(raw["nodes"], "nodes")),
+        vhosts=tuple(sorted(str(v.get("name", "")) for v in objects(raw["vhosts"], "vhosts")
                             if selection.vhost(str(v.get("name", ""))))),
         connections=tuple(connections),
         channels=tuple(c for c in channels if selection.vhost(c.vhost)),

@@ -151,8 +151,7 @@ def queue_counts(s: Samples, queues: Iterable[Queue]) -> list[Queue]:
 def node_from_metrics(s: Samples, nodes: Iterable[Node]) -> list[Node]:
     """The node whose plugin answered, with its memory, disk, descriptors and alarms (the management API
     lists nodes without them when statistics are off); other nodes as the API lists them."""
-    identity = s.get("rabbitmq_identity_info", [])
-    name = identity[0][0].get("rabbitmq_node") if identity else None
+    name = node_name(s)
 
     def one(metric: str) -> float | None:
         values = [v for _, v in s.get(metric, [])]
@@ -177,19 +176,30 @@ def node_from_metrics(s: Samples, nodes: Iterable[Node]) -> list[Node]:
     return out
 
 
-def plugin_only_base(detailed: Samples, metrics: Samples, taken_at: float, selection: Selection = Selection()
-                     ) -> Snapshot:
+def node_name(metrics: Samples | None) -> str | None:
+    """The name of the node whose plugin answered (rabbitmq_identity_info), if it said."""
+    identity = (metrics or {}).get("rabbitmq_identity_info")
+    return identity[0][0].get("rabbitmq_node") if identity else None
+
+
+def reported_queues(detailed: Samples, selection: Selection = Selection()) -> frozenset[tuple[str, str]]:
+    """(vhost, name) of every selected queue the plugin reports: those whose process runs on its node."""
+    names = set(_by(detailed, "queue_messages_ready", "vhost", "queue")) | \
+        set(_by(detailed, "queue_consumers", "vhost", "queue"))
+    return frozenset((v, q) for v, q in names if selection.vhost(v) and selection.queue(q))
+
+
+def plugin_only_base(detailed: Samples | None, metrics: Samples | None, taken_at: float,
+                     selection: Selection = Selection()) -> Snapshot:
     """What a broker without the management plugin says of itself on its Prometheus plugin alone: its version
     and node, and its queues by name (no type, durability or connections)."""
-    build = (metrics.get("rabbitmq_build_info") or [({}, 0.0)])[0][0]
-    identity = (metrics.get("rabbitmq_identity_info") or [({}, 0.0)])[0][0]
-    names = sorted(set(_by(detailed, "queue_messages_ready", "vhost", "queue"))
-                   | set(_by(detailed, "queue_consumers", "vhost", "queue")))
-    node = identity.get("rabbitmq_node")
+    build = ((metrics or {}).get("rabbitmq_build_info") or [({}, 0.0)])[0][0]
+    identity = ((metrics or {}).get("rabbitmq_identity_info") or [({}, 0.0)])[0][0]
+    node = node_name(metrics)
     queues = tuple(Queue(vhost=v, name=q, type="", durable=None, auto_delete=None, exclusive=None, state=None,
                          node=node, messages_ready=None, messages_unacked=None, messages_persistent=None,
                          consumers=None, consumer_utilisation=None, message_stats=MessageStats())
-                   for v, q in names if selection.vhost(v) and selection.queue(q))
+                   for v, q in sorted(reported_queues(detailed or {}, selection)))
     return Snapshot(
         taken_at=taken_at,
         overview=Overview(build.get("rabbitmq_version"), build.get("erlang_version"), None,
@@ -203,15 +213,17 @@ def plugin_only_base(detailed: Samples, metrics: Samples, taken_at: float, selec
     )
 
 
-def snapshot(base: Snapshot, detailed: Samples, metrics: Samples, selection: Selection = Selection()) -> Snapshot:
-    """`base` (the management API's snapshot without statistics) completed from the plugin's answers."""
-    channels, consumers = channels_and_consumers(detailed)
+def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
+             selection: Selection = Selection()) -> Snapshot:
+    """`base` (the management API's snapshot without statistics) completed from the plugin's answers; an
+    answer that is None was not read, and what it would give stays unknown."""
+    channels, consumers = channels_and_consumers(detailed) if detailed is not None else ([], [])
     return replace(
         base,
-        nodes=tuple(node_from_metrics(metrics, base.nodes)),
+        nodes=tuple(node_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes,
         channels=tuple(c for c in channels if selection.vhost(c.vhost)),
         consumers=tuple(c for c in consumers if selection.vhost(c.vhost) and selection.queue(c.queue)),
-        queues=tuple(queue_counts(detailed, base.queues)),
+        queues=tuple(queue_counts(detailed, base.queues)) if detailed is not None else base.queues,
         notes=tuple(n for n in base.notes if "statistics are disabled" not in n) + (
             "management statistics are disabled on the broker: counts come from its Prometheus plugin, where "
             "a channel is known by its process id (docs/polling.md)",),

@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
 
 from ackscope.core.secret import Secret
-from ackscope.model.snapshot import Snapshot
+from ackscope.model import snapshot as facts
+from ackscope.model.snapshot import Queue, Snapshot, Unread
 from ackscope.model.source import FetchError, SourceFailed
 
 from ..cli import CliEnricher
@@ -21,7 +23,25 @@ from . import normalise
 
 log = logging.getLogger("ackscope.sources")
 
-LISTS = ("nodes", "vhosts", "connections", "queues")  # what the management API lists without statistics
+LISTS = ("nodes", "vhosts", "connections")  # what the management API lists without statistics, every poll
+# The queue list is read for what the plugin does not say (type, durability, arguments), which a queue keeps
+# for life: at start, when the plugin reports a queue the list does not have, and at least this often, in one
+# answer (10 pages cost the broker 5x the CPU of one at 5,000 queues: docs/benchmarks.md).
+QUEUE_LIST_MAX_AGE = 60.0
+QUEUE_COLUMNS = ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node")
+PLUGIN = ("metrics/detailed", "metrics")
+# Errors that are the configuration's, not the moment's: the poll fails loudly rather than export a part.
+FATAL = frozenset({"unauthorized", "forbidden", "tls"})
+# What a poll misses when one plugin endpoint fails: the rules that need it say "not evaluated".
+MISSED_WITHOUT = {"metrics/detailed": frozenset({facts.CHANNELS, facts.QUEUE_COUNTS}),
+                  "metrics": frozenset({facts.NODE_ALARMS})}
+
+
+@dataclass(frozen=True)
+class QueueList:
+    queues: dict[tuple[str, str], Queue]  # (vhost, name): the queue as the management API lists it
+    read_at: float  # monotonic
+    unlisted: frozenset[tuple[str, str]] = frozenset()  # reported by the plugin, not in the list when read
 
 
 class PrometheusPluginSource:
@@ -37,20 +57,62 @@ class PrometheusPluginSource:
         self.base_url = self.plugin.base_url
         self.deadline = deadline
         self.selection = selection
-        self._pool = ThreadPoolExecutor(max_workers=len(LISTS) + 3, thread_name_prefix="ackscope-fetch")
+        self._pool = ThreadPoolExecutor(max_workers=len(LISTS) + 4, thread_name_prefix="ackscope-fetch")
         self._alone = False  # the last read found no management API, only the plugin
+        self._queue_list: QueueList | None = None
         self.cli = cli
 
     def read(self) -> Snapshot:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline
-        detailed_params = [("family", f) for f in normalise.FAMILIES]
+        listed = self._queue_list
         jobs = {"overview": lambda: self.management.fetch("overview", deadline),
                 **{name: (lambda name=name: self.management.fetch(name, deadline)) for name in LISTS},
-                "metrics/detailed": lambda: self.plugin.get("metrics/detailed", "/metrics/detailed",
-                                                            detailed_params, deadline, "text/plain"),
+                "metrics/detailed": lambda: self.plugin.get(
+                    "metrics/detailed", "/metrics/detailed", [("family", f) for f in normalise.FAMILIES], deadline,
+                    "text/plain"),
                 "metrics": lambda: self.plugin.get("metrics", "/metrics", {}, deadline, "text/plain")}
+        if listed is None or time.monotonic() - listed.read_at >= QUEUE_LIST_MAX_AGE:
+            jobs["queues"] = lambda: self._read_queue_list(deadline)
         futures = {self._pool.submit(job): name for name, job in jobs.items()}
         enrichment = self._pool.submit(self.cli.read, deadline) if self.cli is not None else None
+        answers, errors = self._gather(futures, deadline)
+        samples = {}
+        for endpoint in PLUGIN:
+            if endpoint in answers:
+                try:
+                    samples[endpoint] = normalise.parse(answers.pop(endpoint).decode("utf-8", "replace"), endpoint)
+                except FetchError as e:
+                    errors.append(e)
+        # The plugin is where every count comes from: without it there is nothing to say.
+        if not samples or any(e.reason in FATAL for e in errors):
+            raise SourceFailed(errors)
+        detailed, metrics = samples.get("metrics/detailed"), samples.get("metrics")
+
+        management = {"overview", *LISTS}
+        # A broker without the management plugin (only port 15692) is read from the plugin alone.
+        alone = all(any(e.endpoint == name and e.reason in ("connection", "not_found") for e in errors)
+                    for name in management)
+        if alone != self._alone:
+            if alone:
+                log.info("no management API answers at %s: reading the Prometheus plugin alone (queues without "
+                         "type or durability, no connections)", self.management.base_url)
+            self._alone = alone
+        if alone:
+            errors = [e for e in errors if e.endpoint not in (*management, "queues")]
+            base = normalise.plugin_only_base(detailed, metrics, taken_at, self.selection)
+        else:
+            base, errors = self._management_base(answers, errors, detailed, metrics, taken_at, deadline)
+        snapshot = normalise.snapshot(base, detailed, metrics, self.selection)
+        missed = frozenset().union(*(MISSED_WITHOUT.get(e.endpoint, ()) for e in errors))
+        if errors:
+            snapshot = replace(snapshot, unreported=snapshot.unreported | missed,
+                               unread=tuple(Unread(e.endpoint, e.reason, str(e)) for e in
+                                            sorted(errors, key=lambda e: e.endpoint)))
+        # The CLI's own read is bounded by the same deadline, and gives None rather than failing the poll.
+        extra = enrichment.result() if enrichment is not None else None
+        return normalise.enrich(snapshot, extra) if extra is not None else snapshot
+
+    def _gather(self, futures: dict, deadline: float) -> tuple[dict, list[FetchError]]:
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
         answers, errors = {}, []
         for future in done:
@@ -62,37 +124,51 @@ class PrometheusPluginSource:
                               FetchError(futures[future], "internal", f"{type(error).__name__}: {error}"))
         errors += [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s poll "
                               "deadline") for f in pending]
-        management = {"overview", *LISTS}
-        # A broker without the management plugin (only port 15692) is read from the plugin alone.
-        alone = len([e for e in errors if e.endpoint in management and e.reason in ("connection", "not_found")]) \
-            == len(management)
-        if alone != self._alone:
-            if alone:
-                log.info("no management API answers at %s: reading the Prometheus plugin alone (queues without "
-                         "type or durability, no connections)", self.management.base_url)
-            self._alone = alone
-        if alone:
-            errors = [e for e in errors if e.endpoint not in management]
-        if errors:
-            raise SourceFailed(errors)
+        return answers, errors
+
+    def _read_queue_list(self, deadline: float, reported: frozenset[tuple[str, str]] = frozenset()) -> QueueList:
+        raw = self.management.fetch("queues", deadline, columns=QUEUE_COLUMNS, paginate=False)
         try:
-            detailed = normalise.parse(answers.pop("metrics/detailed").decode("utf-8", "replace"),
-                                       "metrics/detailed")
-            metrics = normalise.parse(answers.pop("metrics").decode("utf-8", "replace"), "metrics")
-        except FetchError as e:
-            raise SourceFailed([e]) from None
-        if alone:
+            queues = [management_normalise.queue(q) for q in management_normalise.objects(raw, "queues")]
+        except management_normalise.MalformedResponse as e:
+            raise FetchError("queues", "malformed", str(e).split(": ", 1)[-1]) from None
+        by_key = {(q.vhost, q.name): q for q in queues
+                  if self.selection.vhost(q.vhost) and self.selection.queue(q.name)}
+        return QueueList(by_key, time.monotonic(), frozenset(reported - by_key.keys()))
+
+    def _management_base(self, answers: dict, errors: list[FetchError], detailed, metrics, taken_at: float,
+                         deadline: float) -> tuple[Snapshot, list[FetchError]]:
+        """The management API's statistics-free snapshot, with the queue list as last read (read again now
+        if the plugin reports a queue it lacks); the plugin's own view where the API did not answer."""
+        reported = normalise.reported_queues(detailed or {}, self.selection)
+        if "queues" in answers:
+            fresh = answers.pop("queues")
+            self._queue_list = replace(fresh, unlisted=frozenset(reported - fresh.queues.keys()))
+        listed = self._queue_list
+        if listed is not None and reported - listed.queues.keys() - listed.unlisted and \
+                not any(e.endpoint == "queues" for e in errors):
+            try:  # a queue declared since the list was read
+                self._queue_list = listed = self._read_queue_list(deadline, reported)
+            except FetchError as e:
+                errors.append(e)
+        if any(e.endpoint in ("overview", *LISTS) for e in errors) or listed is None:
             base = normalise.plugin_only_base(detailed, metrics, taken_at, self.selection)
-        else:
-            try:
-                base = management_normalise.snapshot({**answers, "channels": [], "consumers": []}, taken_at,
-                                                     self.selection)
-            except management_normalise.MalformedResponse as e:
-                raise SourceFailed([FetchError(e.endpoint, "malformed", str(e).split(": ", 1)[-1])]) from None
-        snapshot = normalise.snapshot(base, detailed, metrics, self.selection)
-        # The CLI's own read is bounded by the same deadline, and gives None rather than failing the poll.
-        extra = enrichment.result() if enrichment is not None else None
-        return normalise.enrich(snapshot, extra) if extra is not None else snapshot
+            if listed is not None:  # the types and durability known from the last list still hold
+                base = replace(base, queues=tuple(listed.queues.get((q.vhost, q.name), q) for q in base.queues),
+                               unreported=base.unreported - {facts.QUEUE_DURABILITY})
+            return replace(base, notes=()), errors
+        try:
+            base = management_normalise.snapshot({**answers, "queues": [], "channels": [], "consumers": []},
+                                                 taken_at, self.selection)
+        except management_normalise.MalformedResponse as e:
+            errors.append(FetchError(e.endpoint, "malformed", str(e).split(": ", 1)[-1]))
+            return replace(normalise.plugin_only_base(detailed, metrics, taken_at, self.selection), notes=()), errors
+        identity = normalise.node_name(metrics)
+        # A queue this node's plugin no longer reports was deleted since the list was read; queues of other
+        # nodes are not in this node's plugin at all, and stay as listed.
+        queues = tuple(q for key, q in sorted(listed.queues.items())
+                       if key in reported or q.node != identity or detailed is None)
+        return replace(base, queues=queues), errors
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
