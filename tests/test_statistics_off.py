@@ -193,3 +193,28 @@ def test_a_hanging_or_failing_cli_drops_the_enrichment_only_and_says_so_once(sta
     dropped = [r.getMessage() for r in caplog.records if "CLI enrichment" in r.getMessage()]
     assert len(dropped) == 1 and said in dropped[0], dropped
     assert value(s, "ackscope_rule_not_evaluated", rule="heartbeat-disabled") == 1  # without the CLI, unknown again
+
+
+def test_the_queue_list_is_read_once_then_for_new_queues_and_a_deleted_queue_leaves(statsoff_broker, start_exporter):
+    management = FaultProxy(statsoff_broker.management_url)  # here only to count the requests
+    first, second = (f"{PREFIX}list-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    statsoff_broker.api("PUT", f"/queues/%2F/{first}", json={"durable": True})
+    try:
+        exporter = start_exporter(management.url, prometheus_url=statsoff_broker.prometheus_url, source="prometheus",
+                                  interval=0.3, selection=Selection(include_queues=re.compile(f"{PREFIX}list-.*")))
+        wait_for_sample(exporter, "ackscope_queue_consumers", 0, queue=first, durable="true", type="classic")
+        polls_seen(exporter.url, 5)
+        assert management.requests.count("queues") == 1  # five polls, one list
+        statsoff_broker.api("PUT", f"/queues/%2F/{second}", json={"durable": False})
+        # A new queue is listed in the poll that first sees it in the plugin, with its type and durability.
+        wait_for_sample(exporter, "ackscope_queue_consumers", 0, queue=second, durable="false", type="classic")
+        assert management.requests.count("queues") == 2
+        statsoff_broker.api("DELETE", f"/queues/%2F/{first}")
+        wait_for(lambda: value(scrape(exporter), "ackscope_queue_consumers", queue=first) is None,
+                 what=f"deleted queue {first} to leave the metrics")
+        assert management.requests.count("queues") == 2
+    finally:
+        management.close()
+        statsoff_broker.api("DELETE", f"/queues/%2F/{second}")
+        requests.delete(f"{statsoff_broker.management_url}/api/queues/%2F/{first}", timeout=5,
+                        auth=(ADMIN_USER, ADMIN_PASSWORD))

@@ -183,10 +183,11 @@ def node_name(metrics: Samples | None) -> str | None:
 
 
 def reported_queues(detailed: Samples, selection: Selection = Selection()) -> frozenset[tuple[str, str]]:
-    """(vhost, name) of every selected queue the plugin reports: those whose process runs on its node."""
-    names = set(_by(detailed, "queue_messages_ready", "vhost", "queue")) | \
-        set(_by(detailed, "queue_consumers", "vhost", "queue"))
-    return frozenset((v, q) for v, q in names if selection.vhost(v) and selection.queue(q))
+    """(vhost, name) of every selected queue the plugin reports: those whose process runs on its node. Only
+    queue_coarse_metrics says a queue exists: with statistics off, 3.10 keeps a deleted queue's
+    queue_consumers series (nothing collects its row), measured on a real node."""
+    return frozenset((v, q) for v, q in _by(detailed, "queue_messages_ready", "vhost", "queue")
+                     if selection.vhost(v) and selection.queue(q))
 
 
 def plugin_only_base(detailed: Samples | None, metrics: Samples | None, taken_at: float,
