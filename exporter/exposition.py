@@ -14,8 +14,6 @@ import json
 import time
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, generate_latest
-
 from ackscope.model.findings import Diagnosis
 from ackscope.model.probes import ProbeStats
 from ackscope.model.snapshot import Snapshot
@@ -31,6 +29,7 @@ from .collectors.probes import ProbeCollector
 from .collectors.queues import QueueCollector
 from .collectors.self_metrics import SelfCollector
 from .status import PollStatus
+from .text_format import text
 
 _GZIP_LEVEL = 5  # near level 9's size for a third of its CPU on exposition text
 
@@ -63,15 +62,13 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
     """The exposition for the latest poll. Broker series come only from a snapshot the last poll produced:
     after a failed poll /metrics says so (ackscope_up 0) instead of repeating stale numbers, while
     /api/snapshot keeps the last good snapshot, marked stale, for the UI."""
-    registry = CollectorRegistry(auto_describe=False)
     shaped = shape(snapshot, limits) if snapshot is not None and status.up else None
-    registry.register(SelfCollector(status, shaped))
+    collectors = [SelfCollector(status, shaped)]
     if shaped is not None:
-        for collector in (OverviewCollector(snapshot), NodeCollector(snapshot), ConnectionCollector(snapshot),
-                          ChannelCollector(shaped), ConsumerCollector(shaped), QueueCollector(shaped),
-                          FindingCollector(diagnosis)):
-            registry.register(collector)
-    metrics = generate_latest(registry)
+        collectors += [OverviewCollector(snapshot), NodeCollector(snapshot), ConnectionCollector(snapshot),
+                       ChannelCollector(shaped), ConsumerCollector(shaped), QueueCollector(shaped),
+                       FindingCollector(diagnosis)]
+    metrics = text(collectors)
     return Exposition(
         metrics=metrics,
         metrics_gz=gzip.compress(metrics, _GZIP_LEVEL),
@@ -84,10 +81,8 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
 def probe_metrics(stats: ProbeStats, gzipped: bool = False) -> bytes:
     """The probes' families, rendered per scrape: a few hundred series take well under a millisecond. A
     gzip stream may hold several members, so this may follow the pre-rendered body as one more."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ProbeCollector(stats))
-    text = generate_latest(registry)
-    return gzip.compress(text, _GZIP_LEVEL) if gzipped else text
+    body = text([ProbeCollector(stats)])
+    return gzip.compress(body, _GZIP_LEVEL) if gzipped else body
 
 
 def findings_json(diagnosis: Diagnosis, snapshot: Snapshot | None, status: PollStatus) -> bytes:

@@ -1,0 +1,42 @@
+"""The Prometheus text format (0.0.4) of our collectors' families, byte for byte what prometheus_client's
+generate_latest writes for them, in half its time.
+
+generate_latest checks and escapes every label name of every sample, for names that may be UTF-8; ours
+are fixed identifiers. At 5,000 queues and 600 channels (38,000 samples) it took 344 ms of each poll's
+render, this 166 ms (docs/benchmarks.md); the tests hold the two to the same bytes. It writes the family
+types the collectors make (gauge, counter, info, histogram), never OpenMetrics-only samples (_created).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client.utils import floatToGoString
+
+# A family's type as the text format names it, and the suffix its samples carry beyond its name.
+_TYPE = {"counter": ("counter", "_total"), "info": ("gauge", "_info"), "gauge": ("gauge", ""),
+         "histogram": ("histogram", "")}
+
+
+def _escape(value: str) -> str:
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
+
+
+def text(collectors: Iterable) -> bytes:
+    """Every family of every collector's collect(), in order, as exposition text."""
+    out: list[str] = []
+    for collector in collectors:
+        for family in collector.collect():
+            kind, suffix = _TYPE[family.type]
+            name = family.name + suffix
+            doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+            out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
+            for s in family.samples:
+                if s.labels:
+                    labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
+                    out.append(f"{s.name}{{{labels}}} {floatToGoString(s.value)}\n")
+                else:
+                    out.append(f"{s.name} {floatToGoString(s.value)}\n")
+    return "".join(out).encode()
