@@ -62,6 +62,11 @@ class PrometheusPluginSource:
         self._queue_list: QueueList | None = None
         self.cli = cli
 
+    @property
+    def queue_list_read_at(self) -> float | None:
+        """When (monotonic) the queue list was last read; None before the first."""
+        return self._queue_list.read_at if self._queue_list is not None else None
+
     def read(self) -> Snapshot:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline
         listed = self._queue_list
@@ -127,7 +132,7 @@ class PrometheusPluginSource:
         return answers, errors
 
     def _read_queue_list(self, deadline: float, reported: frozenset[tuple[str, str]] = frozenset()) -> QueueList:
-        raw = self.management.fetch("queues", deadline, columns=QUEUE_COLUMNS, paginate=False)
+        raw = self.management.fetch("queues", deadline, columns=QUEUE_COLUMNS, paginate=False, statistics=False)
         try:
             queues = [management_normalise.queue(q) for q in management_normalise.objects(raw, "queues")]
         except management_normalise.MalformedResponse as e:
