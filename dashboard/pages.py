@@ -56,7 +56,11 @@ def _banner(data: Live) -> None:
     if data.snapshot:
         updated = datetime.fromtimestamp(data.fetched_at, UTC).strftime("%H:%M:%S UTC") if data.fetched_at else "-"
         st.caption(f"Updated {updated} · broker snapshot taken {_ago(data.snapshot['taken_at'])} ago · exporter "
-                   f"{_settings().exporter_url}")
+                   f"{_settings().exporter_url} · {views.source_said(data.source)}")
+        unread = data.snapshot.get("unread") or []
+        if unread and not data.stale:
+            st.warning("Partial: " + "; ".join(u["message"] for u in unread) + ". The rest is shown; the rules "
+                       "that need what is missing are not evaluated.")
 
 
 def _refresh_every() -> float:
@@ -100,6 +104,14 @@ def _findings_section(data: Live, min_severity: str = "warning") -> None:
                         f"{_md(f['evidence'])}  \n*Remedy:* {_md(f['remedy'])}")
     with st.expander(f"All {len(found)} findings", expanded=len(found) > CARDS):
         _table(found)
+
+
+def _not_evaluated_section(data: Live) -> None:
+    """The rules this source cannot feed: named, so their silence is not read as health."""
+    if data.not_evaluated:
+        st.info("Not evaluated, the source does not report what they need: "
+                + "; ".join(f"**{_md(n['rule'])}** (needs {_md(', '.join(n['needs']))})"
+                            for n in data.not_evaluated))
 
 
 def _prefetch_section(data: Live, search: str = "", top: int = 15) -> None:
@@ -151,6 +163,7 @@ def overview() -> None:
 
     def render(data: Live) -> None:
         _findings_section(data)
+        _not_evaluated_section(data)
         _prefetch_section(data)
         left, right = st.columns(2)
         with left:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import requests
@@ -27,6 +27,8 @@ class Live:
     fetched_at: float | None = None
     error: str | None = None
     exporter_error: str | None = None  # the exporter is up but cannot poll the broker
+    source: str | None = None  # where the exporter reads the broker: management, prometheus
+    not_evaluated: list[dict[str, Any]] = field(default_factory=list)  # rules the source cannot feed
 
     @property
     def stale(self) -> bool:
@@ -58,8 +60,7 @@ class ExporterSource:
             try:
                 docs = {name: self._get(name) for name in DOCUMENTS}
             except FetchFailed as e:
-                self._last = Live(self._last.snapshot, self._last.previous, self._last.findings, self._last.probes,
-                                  self._last.fetched_at, str(e))
+                self._last = replace(self._last, error=str(e))
                 return self._last
             snapshot = docs["snapshot"].get("snapshot")
             previous = self._last.snapshot
@@ -68,7 +69,8 @@ class ExporterSource:
             poll_error = None if docs["snapshot"].get("up") else (docs["snapshot"].get("last_error")
                                                                    or "the exporter's last poll failed")
             self._last = Live(snapshot, previous, docs["findings"].get("findings", []),
-                              docs["probes"].get("probes", []), time.time(), None, poll_error)
+                              docs["probes"].get("probes", []), time.time(), None, poll_error,
+                              docs["snapshot"].get("source"), docs["findings"].get("not_evaluated", []))
             return self._last
 
     def _get(self, name: str) -> dict:

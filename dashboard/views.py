@@ -33,6 +33,16 @@ def findings(items: list[dict[str, Any]], min_severity: str = "info", now: float
     return df.sort_values("severity", key=lambda s: s.map(SEVERITY_ORDER), kind="stable").reset_index(drop=True)
 
 
+SOURCES = {"management": "read from the management API",
+           "prometheus": "read from the broker's Prometheus plugin (management statistics off): channels are "
+                         "named by process id"}
+
+
+def source_said(source: str | None) -> str:
+    """Where the exporter reads the broker, for the page's caption."""
+    return SOURCES.get(source or "", "source not known yet")
+
+
 def prefetch(snapshot: dict[str, Any] | None, search: str = "", top: int = 50) -> tuple[pd.DataFrame, int]:
     """Consuming channels, fullest first: client, unacked against the prefetch limit, and marks for the
     dangerous settings (auto-ack, prefetch 0). Returns the top rows and how many matched in all."""

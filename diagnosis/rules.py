@@ -167,6 +167,16 @@ def _requeue_loop(ctx: Context, rule: Rule) -> Iterator[Finding]:
 
 
 # -- publishers ------------------------------------------------------------------------------------------
+def _touching(ch: Channel, **evidence) -> dict:
+    """A channel finding's evidence, with the queues and exchanges the channel touched where the source
+    says: they name a channel known only by its process id (the Prometheus plugin's)."""
+    if ch.queues:
+        evidence["queues"] = list(ch.queues)
+    if ch.exchanges:
+        evidence["exchanges"] = list(ch.exchanges)
+    return evidence
+
+
 def _publishing(ch: Channel) -> bool:
     return _n(ch.message_stats.publish) > 0
 
@@ -175,7 +185,7 @@ def _without_confirms(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
         if _publishing(ch) and ch.confirm is False and ch.transactional is False:
             yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
-                               {"published": ch.message_stats.publish, "confirm": False},
+                               _touching(ch, published=ch.message_stats.publish, confirm=False),
                                f"the channel has published {ch.message_stats.publish} messages without publisher "
                                "confirms: nothing tells it whether the broker took them (at-most-once).")
 
@@ -184,7 +194,7 @@ def _transactional(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
         if _publishing(ch) and ch.transactional is True:
             yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
-                               {"published": ch.message_stats.publish, "transactional": True},
+                               _touching(ch, published=ch.message_stats.publish, transactional=True),
                                "the channel publishes in AMQP transactions, which cost a round trip (and on "
                                "slow disks an fsync) per commit: the guide puts them at about 250x slower than "
                                "confirms ('ackscope bench confirms' measures it on this broker).")
@@ -206,8 +216,8 @@ def _nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
         if nacked is not None and nacked > 0 and before is not None and (_inferred_nacks(before) or 0) > 0:
             s = ch.message_stats
             yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
-                               {"published": s.publish, "confirmed": s.confirm,
-                                "unconfirmed": ch.messages_unconfirmed, "inferred_nacked": nacked},
+                               _touching(ch, published=s.publish, confirmed=s.confirm,
+                                         unconfirmed=ch.messages_unconfirmed, inferred_nacked=nacked),
                                f"about {nacked} publishes were neither confirmed nor are still awaiting a confirm: "
                                "the broker refused responsibility for them with basic.nack (for example a full "
                                "queue with x-overflow reject-publish). The broker has no nack counter; ackscope "
@@ -226,7 +236,7 @@ def _unconfirmed_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
         grew = growth >= t.unconfirmed_growth and before is not None and _n(before.messages_unconfirmed) > 0
         if ch.messages_unconfirmed >= t.unconfirmed_backlog or grew:
             yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
-                               {"unconfirmed": ch.messages_unconfirmed, "growth": growth},
+                               _touching(ch, unconfirmed=ch.messages_unconfirmed, growth=growth),
                                f"{ch.messages_unconfirmed} published messages await their confirm: the broker is "
                                "slow to take responsibility (disk, a blocked queue, a quorum queue without its "
                                "majority), and a crash now would leave the publisher to republish them.")
@@ -241,7 +251,7 @@ def _unroutable(stat: str, what: str):
             before = ctx.previous_channel(ch.name)
             rate = ctx.rate(count, getattr(before.message_stats, stat)) if before else None
             yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
-                               {stat: count, "rate": _round(rate)},
+                               _touching(ch, **{stat: count, "rate": _round(rate)}),
                                f"the channel published {count} messages that matched no queue and were {what}.")
     return check
 

@@ -83,6 +83,11 @@ class Channel:
     consumer_count: int | None
     state: str | None
     message_stats: MessageStats
+    # What the channel touched, where the source says (the Prometheus plugin's per-queue and per-exchange
+    # counters): the queues it consumed from or published into, the exchanges it published to. A channel
+    # known only by its process id is named by them.
+    queues: tuple[str, ...] = ()
+    exchanges: tuple[str, ...] = ()
 
     @property
     def prefetch_limit(self) -> int | None:

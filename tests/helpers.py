@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ackscope.apps.exporter import OPTIONS, Exporter
 from ackscope.core.processes import stop_process
-from ackscope.workloads.private_broker import LocalBroker, free_port
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
 
 # -- reading what the exporter says --------------------------------------------------------------------
 Samples = dict[str, list[tuple[dict[str, str], float]]]
@@ -163,3 +163,18 @@ def scenarios_running(broker: LocalBroker, vhost: str, *names: str) -> Iterator:
     finally:
         scenarios.stop()
     assert not scenarios.errors, scenarios.errors
+
+
+@contextmanager
+def suspended_queue(broker, vhost: str, queue: str):
+    """Suspend a classic queue's process, so publishes into it wait for their confirms."""
+    lookup = (f'{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"{vhost}">>, queue, <<"{queue}">>)), '
+              "P = amqqueue:get_pid(Q), ")
+    wait_for(lambda: requests.get(f"{broker.management_url}/api/queues/{vhost}/{queue}",
+                                  auth=(ADMIN_USER, ADMIN_PASSWORD), timeout=5).status_code == 200,
+             what=f"queue {queue}")
+    broker.ctl("eval", lookup + "sys:suspend(P).")
+    try:
+        yield
+    finally:
+        broker.ctl("eval", lookup + "sys:resume(P).")

@@ -8,11 +8,10 @@ import os
 import re
 import subprocess
 import sys
-from contextlib import contextmanager
 
 import pytest
 import requests
-from helpers import parse, polls_seen, scenarios_running, value, wait_for
+from helpers import parse, polls_seen, scenarios_running, suspended_queue, value, wait_for
 
 from ackscope.diagnosis.rules import RULES
 from ackscope.diagnosis.thresholds import Thresholds
@@ -34,21 +33,6 @@ def watching(broker, vhost, start_exporter):
 
 def _findings(exporter) -> list[dict]:
     return requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]
-
-
-@contextmanager
-def suspended_queue(broker, vhost: str, queue: str):
-    """Suspend a classic queue's process, so publishes into it wait for their confirms."""
-    lookup = (f'{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"{vhost}">>, queue, <<"{queue}">>)), '
-              "P = amqqueue:get_pid(Q), ")
-    wait_for(lambda: requests.get(f"{broker.management_url}/api/queues/{vhost}/{queue}",
-                                  auth=("guest", ADMIN_PASSWORD), timeout=5).status_code == 200,
-             what=f"queue {queue}")
-    broker.ctl("eval", lookup + "sys:suspend(P).")
-    try:
-        yield
-    finally:
-        broker.ctl("eval", lookup + "sys:resume(P).")
 
 
 SCENARIO_RULES = [s for s in SCENARIOS if s.rule and s.rule != "connection-blocked"]

@@ -104,3 +104,20 @@ def test_text_that_is_not_an_exposition_is_a_malformed_answer(text):
     with pytest.raises(FetchError) as failed:
         plugin.parse(text, "metrics/detailed")
     assert failed.value.reason == "malformed" and "not a Prometheus exposition" in str(failed.value)
+
+
+def test_a_channel_is_named_by_the_queues_and_exchanges_it_touched(snapshot):
+    by_name = {c.name: c for c in snapshot.channels}
+    assert by_name["<0.813.0>"].queues == ("audit", "invoices")  # consumed invoices, published into both
+    assert by_name["<0.823.0>"].queues == ("invoices",) and by_name["<0.823.0>"].exchanges == ("",)
+    assert by_name["<0.838.0>"].exchanges == ("amq.direct",)  # its one message matched no queue
+
+
+def test_queues_count_the_publishes_of_live_channels_into_them(snapshot):
+    published = {q.name: q.message_stats.publish for q in snapshot.queues}
+    assert published == {"invoices": 35, "audit": 30}
+
+
+def test_publisher_findings_name_the_exchanges_and_queues_of_a_channel_known_by_its_process_id(snapshot):
+    dropped = next(f for f in evaluate(Context(snapshot)) if f.rule == "unroutable-dropped")
+    assert dropped.object == "channel <0.838.0>" and dropped.evidence["exchanges"] == ["amq.direct"]

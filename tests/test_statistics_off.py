@@ -14,12 +14,13 @@ import uuid
 import pytest
 import requests
 from faults import FaultProxy
-from helpers import polls_seen, scenarios_running, scrape, value, wait_for, wait_for_sample
+from helpers import polls_seen, scenarios_running, scrape, suspended_queue, value, wait_for, wait_for_sample
 from probe_helpers import captured_log
 
+from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, RABBITMQ_SBIN
-from ackscope.workloads.scenarios import PREFIX
+from ackscope.workloads.scenarios import PREFIX, SCENARIOS
 
 
 @pytest.fixture
@@ -30,6 +31,57 @@ def off_vhost(statsoff_broker):
                                                                          "read": ".*"})
     yield name
     statsoff_broker.api("DELETE", f"/vhosts/{name}")
+
+
+def cli_beside(broker) -> list[str]:
+    """rabbitmqctl beside the node, with its Erlang cookie (in the node's HOME), as a sidecar would run it."""
+    return ["env", f"HOME={broker.base_dir}/home", str(RABBITMQ_SBIN / "rabbitmqctl"), "-n", broker.nodename]
+
+
+# Every scenario of a rule (the blocked publisher needs an alarm: the alarm test below), all at once.
+SCENARIO_RULES = [s for s in SCENARIOS if s.rule and s.rule != "connection-blocked"]
+# What the plugin alone cannot give these rules; with --cli only the persistent counts stay out of reach.
+NEED_THE_CLI = {"publisher-without-confirms", "transactional-publisher", "heartbeat-disabled"}
+NOT_AVAILABLE = {"transient-in-durable-queue"}
+
+
+@pytest.mark.parametrize("with_cli", [False, True], ids=["plugin", "plugin-and-cli"])
+def test_every_rule_the_data_allows_fires_on_its_culprit_named_by_what_it_touches(statsoff_broker, off_vhost,
+                                                                                  start_exporter, with_cli):
+    exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url,
+                              cli=cli_beside(statsoff_broker) if with_cli else None, interval=0.5, timeout=5.0,
+                              thresholds=Thresholds(unconfirmed_backlog=250),
+                              selection=Selection(include_vhosts=re.compile(re.escape(off_vhost))))
+    expected = {s.rule for s in SCENARIO_RULES} - NOT_AVAILABLE - (set() if with_cli else NEED_THE_CLI)
+
+    def on_its_culprit(f: dict) -> bool:
+        """The finding names its scenario's queue or exchange (plugin), or its client (CLI)."""
+        scenario = next(s for s in SCENARIO_RULES if s.rule == f["rule"])
+        touched = f"{PREFIX}{scenario.name}"
+        return (f["object"] == f"queue {touched}" or touched in json.dumps(f["evidence"])
+                or (with_cli and f["connection_name"] == f"ackscope-scenario {scenario.name}"))
+
+    def fired():
+        doc = requests.get(exporter.url + "/api/findings", timeout=5).json()
+        found = {f["rule"] for f in doc["findings"] if f["rule"] in expected and on_its_culprit(f)}
+        return doc if found == expected else None
+
+    last: dict = {}
+
+    def missing() -> str:
+        doc = requests.get(exporter.url + "/api/findings", timeout=5).json()
+        last["seen"] = sorted((f["rule"], f["object"], json.dumps(f["evidence"])) for f in doc["findings"])
+        return f"{sorted(expected)} on their culprits; seen: {last['seen']}"
+
+    with scenarios_running(statsoff_broker, off_vhost, *(s.name for s in SCENARIO_RULES)):
+        with suspended_queue(statsoff_broker, off_vhost, f"{PREFIX}unconfirmed-backlog"):
+            doc = wait_for(fired, timeout=90, what=missing)
+    not_evaluated = {n["rule"] for n in doc["not_evaluated"]}
+    assert not_evaluated == NOT_AVAILABLE | (set() if with_cli else NEED_THE_CLI | {"connection-blocked"})
+    if not with_cli:  # channels are known by process id, and named by the queues and exchanges they touch
+        channel_findings = [f for f in doc["findings"] if f["object"].startswith("channel <")]
+        assert channel_findings and all(f["evidence"].get("queues") or f["evidence"].get("exchanges")
+                                        or f["evidence"].get("queue") for f in channel_findings)
 
 
 def test_the_management_api_refuses_channels_with_its_reason_when_statistics_are_off(statsoff_broker):
@@ -163,9 +215,7 @@ def test_a_broker_with_only_the_prometheus_plugin_is_read_from_the_plugin_alone(
 
 def test_with_the_cli_the_culprit_is_named_and_publishers_without_confirms_are_found(statsoff_broker, off_vhost,
                                                                                        start_exporter):
-    # Beside the node, with its Erlang cookie (in the node's HOME), as a sidecar would run it.
-    cli = ["env", f"HOME={statsoff_broker.base_dir}/home", str(RABBITMQ_SBIN / "rabbitmqctl"), "-n",
-           statsoff_broker.nodename]
+    cli = cli_beside(statsoff_broker)
     exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url, cli=cli,
                               interval=1.0, timeout=5.0,
                               selection=Selection(include_vhosts=re.compile(re.escape(off_vhost))))
@@ -218,3 +268,31 @@ def test_the_queue_list_is_read_once_then_for_new_queues_and_a_deleted_queue_lea
         statsoff_broker.api("DELETE", f"/queues/%2F/{second}")
         requests.delete(f"{statsoff_broker.management_url}/api/queues/%2F/{first}", timeout=5,
                         auth=(ADMIN_USER, ADMIN_PASSWORD))
+
+
+def _run_overview() -> None:
+    from ackscope.dashboard.pages import one
+    one("overview")
+
+
+def test_the_dashboard_names_its_source_the_rules_it_cannot_run_and_channels_by_process_id(
+        statsoff_broker, off_vhost, start_exporter, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url,
+                              selection=Selection(include_vhosts=re.compile(re.escape(off_vhost))))
+    with scenarios_running(statsoff_broker, off_vhost, "prefetch-saturated"):
+        wait_for(lambda: "prefetch-saturated" in {f["rule"] for f in requests.get(
+            exporter.url + "/api/findings", timeout=5).json()["findings"]}, timeout=40,
+            what="the saturated consumer, from the plugin")
+        monkeypatch.setenv("ACKSCOPE_EXPORTER_URL", exporter.url)
+        app = AppTest.from_function(_run_overview, default_timeout=30)
+        app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert any("read from the broker's Prometheus plugin (management statistics off)" in c.value
+               for c in app.caption), [c.value for c in app.caption]
+    said = " ".join(i.value for i in app.info)
+    assert "publisher-without-confirms" in said and "transactional flag" in said, said
+    prefetch = app.dataframe[1].value
+    saturated = prefetch[prefetch["queues"] == f"{PREFIX}prefetch-saturated"].iloc[0]
+    assert saturated["channel"].startswith("<0.") and saturated["unacked"] == saturated["prefetch_limit"] == 10

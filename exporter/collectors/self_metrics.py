@@ -19,9 +19,9 @@ class SelfCollector:
 
     def collect(self):
         status = self._status
-        yield GaugeMetricFamily("ackscope_up", "1 when the last poll read the broker; a partial read (an endpoint failed, the "
-                                "rest exported) counts, and ackscope_poll_errors_total says what failed.",
-                                value=int(status.up))
+        yield GaugeMetricFamily("ackscope_up", "1 when the last poll read the broker; a partial read (an endpoint "
+                                "failed, the rest exported) counts, and ackscope_poll_errors_total says what "
+                                "failed.", value=int(status.up))
         duration = GaugeMetricFamily("ackscope_poll_duration_seconds", "Duration of the last complete poll.")
         if status.last_duration is not None:
             duration.add_metric([], status.last_duration)

@@ -23,7 +23,7 @@ from .exposition import MalformedExposition, Samples, read_samples
 
 # /metrics/detailed?family=…: only what the model, the collectors and the rules read.
 FAMILIES = ("queue_coarse_metrics", "queue_consumer_count", "channel_metrics", "channel_queue_metrics",
-            "channel_exchange_metrics")
+            "channel_exchange_metrics", "channel_queue_exchange_metrics")
 PREFIX = "rabbitmq_detailed_"
 CHANNEL_GAUGES = ("channel_consumers", "channel_messages_unacked", "channel_messages_unconfirmed",
                   "channel_messages_uncommitted", "channel_acks_uncommitted", "consumer_prefetch", "channel_prefetch")
@@ -33,8 +33,10 @@ PER_QUEUE = (*DELIVERED, "channel_messages_acked_total", "channel_messages_redel
 PER_EXCHANGE = ("channel_messages_published_total", "channel_messages_confirmed_total",
                 "channel_messages_unroutable_returned_total", "channel_messages_unroutable_dropped_total")
 QUEUE_GAUGES = ("queue_messages_ready", "queue_messages_unacked", "queue_consumers")
+PUBLISHED_INTO = "queue_messages_published_total"  # per channel, queue and exchange
 # The samples each endpoint's answer is read for; the rest of its lines are checked, not parsed.
-DETAILED_SAMPLES = frozenset(PREFIX + n for n in (*CHANNEL_GAUGES, *PER_QUEUE, *PER_EXCHANGE, *QUEUE_GAUGES))
+DETAILED_SAMPLES = frozenset(PREFIX + n for n in (*CHANNEL_GAUGES, *PER_QUEUE, *PER_EXCHANGE, *QUEUE_GAUGES,
+                                                  PUBLISHED_INTO))
 NODE_SAMPLES = frozenset({
     "rabbitmq_build_info", "rabbitmq_identity_info", "rabbitmq_process_resident_memory_bytes",
     "rabbitmq_resident_memory_limit_bytes", "rabbitmq_alarms_memory_used_watermark",
@@ -82,6 +84,16 @@ def channels_and_consumers(s: Samples) -> tuple[list[Channel], list[Consumer]]:
     for name in ("channel_messages_delivered_ack_total", "channel_messages_delivered_total"):
         for ch, vhost, queue in per_queue[name]:
             queues_of[ch].add((vhost, queue))
+    touched: dict[str, set[str]] = defaultdict(set)  # channel: every queue it consumed from or published into
+    for series in per_queue.values():
+        for ch, _, queue in series:
+            touched[ch].add(queue)
+    for ch, queue in _by(s, PUBLISHED_INTO, "channel", "queue"):
+        touched[ch].add(queue)
+    exchanges: dict[str, set[str]] = defaultdict(set)
+    for series in per_exchange.values():
+        for ch, _, exchange in series:
+            exchanges[ch].add(exchange)
 
     def total(*names: str, ch: str) -> int:
         return int(sum(totals.get((n, ch), 0.0) for n in names))
@@ -107,7 +119,8 @@ def channels_and_consumers(s: Samples) -> tuple[list[Channel], list[Consumer]]:
             confirm=confirm,
             transactional=True if gauge["channel_messages_uncommitted"].get((ch,)) or
             gauge["channel_acks_uncommitted"].get((ch,)) else None,
-            consumer_count=consumer_count, state=None, message_stats=stats))
+            consumer_count=consumer_count, state=None, message_stats=stats, queues=tuple(sorted(touched[ch])),
+            exchanges=tuple(sorted(exchanges[ch]))))
         if not consumer_count:
             continue
         for vhost, queue in sorted(queues_of[ch]):
@@ -122,30 +135,29 @@ def channels_and_consumers(s: Samples) -> tuple[list[Channel], list[Consumer]]:
 
 def queue_counts(s: Samples, queues: Iterable[Queue]) -> list[Queue]:
     """The management API's queue list (type, durability, state) with the plugin's depths, consumers and,
-    summed over the channels that touched each queue, deliveries, acks and redeliveries."""
+    summed over the channels that touched each queue, publishes, deliveries, acks and redeliveries."""
     ready = _by(s, "queue_messages_ready", "vhost", "queue")
     unacked = _by(s, "queue_messages_unacked", "vhost", "queue")
     consumers = _by(s, "queue_consumers", "vhost", "queue")
 
-    def per_queue(*names: str) -> dict[tuple[str, str], float]:
+    def per_queue(*names: str, vhost_label: str = "vhost") -> dict[tuple[str, str], float]:
         out: dict[tuple[str, str], float] = defaultdict(float)
         for name in names:
-            for (_, vhost, queue), v in _by(s, name, "channel", "vhost", "queue").items():
+            for (_, vhost, queue), v in _by(s, name, "channel", vhost_label, "queue").items():
                 out[(vhost, queue)] += v
         return out
 
+    published = per_queue(PUBLISHED_INTO, vhost_label="queue_vhost")  # its labels name two vhosts
     delivered = per_queue(*DELIVERED)
     acked = per_queue("channel_messages_acked_total")
     redelivered = per_queue("channel_messages_redelivered_total")
-    out = []
-    for q in queues:
-        key = (q.vhost, q.name)
-        out.append(replace(q, messages_ready=_int(ready.get(key)), messages_unacked=_int(unacked.get(key)),
-                           consumers=_int(consumers.get(key)),
-                           message_stats=MessageStats(deliver_get=_int(delivered.get(key, 0.0)),
-                                                      ack=_int(acked.get(key, 0.0)),
-                                                      redeliver=_int(redelivered.get(key, 0.0)))))
-    return out
+    # Built directly, not with dataclasses.replace: five times faster, and this runs for every queue each poll.
+    return [Queue(q.vhost, q.name, q.type, q.durable, q.auto_delete, q.exclusive, q.state, q.node,
+                  _int(ready.get(key)), _int(unacked.get(key)), q.messages_persistent, _int(consumers.get(key)),
+                  q.consumer_utilisation,
+                  MessageStats(publish=_int(published.get(key, 0.0)), deliver_get=_int(delivered.get(key, 0.0)),
+                               ack=_int(acked.get(key, 0.0)), redeliver=_int(redelivered.get(key, 0.0))))
+            for q in queues for key in ((q.vhost, q.name),)]
 
 
 def node_from_metrics(s: Samples, nodes: Iterable[Node]) -> list[Node]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
 from ackscope.core.secret import Secret
@@ -24,9 +24,10 @@ from . import normalise
 log = logging.getLogger("ackscope.sources")
 
 LISTS = ("nodes", "vhosts", "connections")  # what the management API lists without statistics, every poll
-# The queue list is read for what the plugin does not say (type, durability, arguments), which a queue keeps
-# for life: at start, when the plugin reports a queue the list does not have, and at least this often, in one
-# answer (10 pages cost the broker 5x the CPU of one at 5,000 queues: docs/benchmarks.md).
+# The queue list is read for what the plugin does not say (type, durability), which a queue keeps for life:
+# at start and when the plugin reports a queue the list does not have, within the poll; and every this many
+# seconds in the background, for the next poll to use (so no poll waits for it). In one answer: 10 pages cost
+# the broker 5x the CPU of one at 5,000 queues (docs/benchmarks.md).
 QUEUE_LIST_MAX_AGE = 60.0
 QUEUE_COLUMNS = ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node")
 PLUGIN = ("metrics/detailed", "metrics")
@@ -35,6 +36,12 @@ FATAL = frozenset({"unauthorized", "forbidden", "tls"})
 # What a poll misses when one plugin endpoint fails: the rules that need it say "not evaluated".
 MISSED_WITHOUT = {"metrics/detailed": frozenset({facts.CHANNELS, facts.QUEUE_COUNTS}),
                   "metrics": frozenset({facts.NODE_ALARMS})}
+
+
+def as_fetch_error(endpoint: str, error: BaseException) -> FetchError:
+    """A read's failure as a FetchError; anything else is a bug, said in one line all the same."""
+    return error if isinstance(error, FetchError) else FetchError(endpoint, "internal",
+                                                                  f"{type(error).__name__}: {error}")
 
 
 @dataclass(frozen=True)
@@ -49,8 +56,10 @@ class PrometheusPluginSource:
 
     def __init__(self, management_url: str, prometheus_url: str, username: str, password: Secret, *,
                  timeout: float = 5.0, deadline: float = 10.0, verify: bool | str = True,
-                 selection: Selection = Selection(), cli: CliEnricher | None = None):
-        """ValueError when a URL is not an http(s) URL without credentials. `cli` enriches each poll."""
+                 selection: Selection = Selection(), cli: CliEnricher | None = None,
+                 queue_list_every: float = QUEUE_LIST_MAX_AGE):
+        """ValueError when a URL is not an http(s) URL without credentials. `cli` enriches each poll; the
+        queue list is read again in the background every `queue_list_every` seconds."""
         self.management = ManagementClient(management_url, username, password, timeout=timeout, verify=verify)
         self.plugin = HttpReader(prometheus_url, username, password, timeout=timeout, verify=verify,
                                  what="Prometheus plugin")
@@ -60,6 +69,8 @@ class PrometheusPluginSource:
         self._pool = ThreadPoolExecutor(max_workers=len(LISTS) + 4, thread_name_prefix="ackscope-fetch")
         self._alone = False  # the last read found no management API, only the plugin
         self._queue_list: QueueList | None = None
+        self._queue_list_refresh: Future | None = None  # the background read, until a poll takes its result
+        self.queue_list_every = queue_list_every
         self.cli = cli
 
     @property
@@ -76,8 +87,10 @@ class PrometheusPluginSource:
                     "metrics/detailed", "/metrics/detailed", [("family", f) for f in normalise.FAMILIES], deadline,
                     "text/plain"),
                 "metrics": lambda: self.plugin.get("metrics", "/metrics", {}, deadline, "text/plain")}
-        if listed is None or time.monotonic() - listed.read_at >= QUEUE_LIST_MAX_AGE:
+        if listed is None:
             jobs["queues"] = lambda: self._read_queue_list(deadline)
+        elif self._queue_list_refresh is None and time.monotonic() - listed.read_at >= self.queue_list_every:
+            self._queue_list_refresh = self._pool.submit(self._read_queue_list, deadline)
         futures = {self._pool.submit(job): name for name, job in jobs.items()}
         enrichment = self._pool.submit(self.cli.read, deadline) if self.cli is not None else None
         answers, errors = self._gather(futures, deadline)
@@ -125,8 +138,7 @@ class PrometheusPluginSource:
             if error is None:
                 answers[futures[future]] = future.result()
             else:
-                errors.append(error if isinstance(error, FetchError) else
-                              FetchError(futures[future], "internal", f"{type(error).__name__}: {error}"))
+                errors.append(as_fetch_error(futures[future], error))
         errors += [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s poll "
                               "deadline") for f in pending]
         return answers, errors
@@ -146,6 +158,13 @@ class PrometheusPluginSource:
         """The management API's statistics-free snapshot, with the queue list as last read (read again now
         if the plugin reports a queue it lacks); the plugin's own view where the API did not answer."""
         reported = normalise.reported_queues(detailed or {}, self.selection)
+        refresh = self._queue_list_refresh
+        if refresh is not None and refresh.done():  # read in the background since an earlier poll
+            self._queue_list_refresh = None
+            if refresh.exception() is None:
+                answers["queues"] = refresh.result()
+            else:
+                errors.append(as_fetch_error("queues", refresh.exception()))
         if "queues" in answers:
             fresh = answers.pop("queues")
             self._queue_list = replace(fresh, unlisted=frozenset(reported - fresh.queues.keys()))

@@ -22,6 +22,7 @@ from ackscope.sources.management.source import LISTS
 from ackscope.sources.prometheus_plugin import PrometheusPluginSource
 from ackscope.sources.prometheus_plugin.normalise import FAMILIES
 from ackscope.sources.prometheus_plugin.source import LISTS as PLUGIN_LISTS
+from ackscope.sources.prometheus_plugin.source import QUEUE_COLUMNS
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 
 
@@ -116,6 +117,8 @@ def record_statistics_off(broker: LocalBroker) -> Path:
     out.mkdir(exist_ok=True)
     for name in ("overview", *PLUGIN_LISTS):
         (out / f"{name}.json").write_text(json.dumps(source.management.fetch(name, deadline), indent=1) + "\n")
+    queues = source.management.fetch("queues", deadline, columns=QUEUE_COLUMNS, paginate=False, statistics=False)
+    (out / "queues.json").write_text(json.dumps(queues, indent=1) + "\n")
     (out / "detailed.prom").write_bytes(source.plugin.get("detailed", "/metrics/detailed",
                                                           [("family", f) for f in FAMILIES], deadline, "text/plain"))
     (out / "metrics.prom").write_bytes(source.plugin.get("metrics", "/metrics", {}, deadline, "text/plain"))
