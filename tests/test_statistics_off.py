@@ -291,8 +291,30 @@ def test_the_dashboard_names_its_source_the_rules_it_cannot_run_and_channels_by_
     assert not app.exception, [e.value for e in app.exception]
     assert any("read from the broker's Prometheus plugin (management statistics off)" in c.value
                for c in app.caption), [c.value for c in app.caption]
-    said = " ".join(i.value for i in app.info)
+    said = " ".join(i.value for i in app.info).replace("\\", "")  # without markdown's escapes
     assert "publisher-without-confirms" in said and "transactional flag" in said, said
     prefetch = app.dataframe[1].value
     saturated = prefetch[prefetch["queues"] == f"{PREFIX}prefetch-saturated"].iloc[0]
     assert saturated["channel"].startswith("<0.") and saturated["unacked"] == saturated["prefetch_limit"] == 10
+
+
+def test_a_memory_alarm_is_critical_and_with_the_cli_the_blocked_publisher_is_named(statsoff_broker, off_vhost):
+    cli = " ".join(cli_beside(statsoff_broker))
+    with scenarios_running(statsoff_broker, off_vhost, "blocked-publisher"):
+        statsoff_broker.ctl("set_vm_memory_high_watermark", "0.000001")
+        try:
+            def blocked():
+                done = subprocess.run(
+                    [sys.executable, "-m", "ackscope", "diagnose", "--management-url", statsoff_broker.management_url,
+                     "--prometheus-url", statsoff_broker.prometheus_url, "--cli", cli, "--include-vhosts",
+                     re.escape(off_vhost), "--window", "1s", "--format", "json"], capture_output=True, text=True,
+                    timeout=120, env=dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD))
+                report = json.loads(done.stdout)
+                found = {(f["rule"], f["severity"], f["connection_name"]) for f in report["findings"]}
+                return (done.returncode, found) if ("connection-blocked", "warning",
+                                                    "ackscope-scenario blocked-publisher") in found else None
+            code, found = wait_for(blocked, timeout=60, what="the scenario's publisher, blocked, named by the CLI")
+        finally:
+            statsoff_broker.ctl("set_vm_memory_high_watermark", "0.4")
+    assert code == 2  # critical: the node's alarm, from its Prometheus plugin
+    assert any(rule == "memory-alarm" and severity == "critical" for rule, severity, _ in found)
