@@ -22,10 +22,12 @@ RULES_END = "<!-- end of rules reference -->"
 
 def rules_markdown() -> str:
     scenario_of = {s.rule: s.name for s in SCENARIOS if s.rule}
-    lines = [RULES_BEGIN, "", "| rule | meaning | what to do | scenario |", "|---|---|---|---|"]
+    lines = [RULES_BEGIN, "", "| rule | meaning | what to do | scenario | not evaluated without |",
+             "|---|---|---|---|---|"]
     for r in RULES:
         scenario = f"`{scenario_of[r.id]}`" if r.id in scenario_of else "—"
-        lines.append(f"| `{r.id}` | {r.meaning} | {r.remedy} | {scenario} |")
+        needs = "; ".join(r.needs) or "—"
+        lines.append(f"| `{r.id}` | {r.meaning} | {r.remedy} | {scenario} | {needs} |")
     lines += ["", "Thresholds (TOML table `[diagnosis]`):", "", "| threshold | default |", "|---|---:|"]
     defaults = Thresholds()
     lines += [f"| `{f.name}` | {getattr(defaults, f.name):g} |" for f in fields(Thresholds)]

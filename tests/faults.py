@@ -1,7 +1,8 @@
 """A proxy in front of the real management API that breaks one endpoint on demand.
 
 The broker's answers stay real; only the fault is injected: an API that hangs, trickles, answers with
-malformed or truncated JSON, an HTML error page, or a 500.
+malformed or truncated JSON, an HTML error page, a 500, or (for the Prometheus plugin) an answer without
+some series, as a version that does not know their family gives it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ class FaultProxy:
                 upstream = requests.get(proxy.upstream + self.path, headers={"Authorization":
                                         self.headers.get("Authorization", "")}, timeout=30)
                 body = upstream.content
-                if fault == "malformed":
+                if fault is not None and fault.startswith("without:"):  # a plugin that does not know a family: none of its lines
+                    cut = fault.removeprefix("without:").encode()
+                    body = b"\n".join(line for line in body.split(b"\n") if cut not in line)
+                elif fault == "malformed":
                     body = b"{'this': is not json,"
                 elif fault == "truncated":
                     body = body[: len(body) // 2]

@@ -121,3 +121,24 @@ def test_queues_count_the_publishes_of_live_channels_into_them(snapshot):
 def test_publisher_findings_name_the_exchanges_and_queues_of_a_channel_known_by_its_process_id(snapshot):
     dropped = next(f for f in evaluate(Context(snapshot)) if f.rule == "unroutable-dropped")
     assert dropped.object == "channel <0.838.0>" and dropped.evidence["exchanges"] == ["amq.direct"]
+
+
+def without_family(text: str, series_prefix: str) -> str:
+    """The recorded answer as a plugin that does not know a family gives it: without its lines at all."""
+    return "\n".join(line for line in text.splitlines() if series_prefix not in line) + "\n"
+
+
+def test_a_family_the_plugin_leaves_out_is_named_and_its_figures_stay_unknown():
+    raw = {name: json.loads((DATA / f"{name}.json").read_text())
+           for name in ("overview", "nodes", "vhosts", "connections", "queues")}
+    base = management.snapshot({**raw, "channels": [], "consumers": []}, 1000.0)
+    text = without_family((DATA / "detailed.prom").read_text(), "rabbitmq_detailed_queue_messages_published")
+    assert plugin.missing_families((DATA / "detailed.prom").read_text()) == ()
+    absent = plugin.missing_families(text)
+    assert absent == ("channel_queue_exchange_metrics",)
+    s = plugin.snapshot(base, plugin.parse(text, "metrics/detailed"), None, absent=absent)
+    assert {q.message_stats.publish for q in s.queues} == {None}  # unknown, not zero
+    assert {q.message_stats.deliver_get for q in s.queues} != {None}  # the families that answered still count
+    text = without_family(text, "rabbitmq_detailed_channel_")
+    s = plugin.snapshot(base, plugin.parse(text, "metrics/detailed"), None, absent=plugin.missing_families(text))
+    assert s.channels == () and s.consumers == ()  # none rather than half known

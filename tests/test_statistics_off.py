@@ -174,13 +174,15 @@ def test_a_broken_plugin_endpoint_costs_only_its_part_is_counted_said_once_and_r
         del proxy.faults["/" + endpoint]
         wait_for(lambda: value(scrape(exporter), "ackscope_rule_not_evaluated", rule=waiting_rule) is None,
                  what=f"{waiting_rule} evaluated again")
+        # Read before the proxy closes: the exporter keeps polling until the fixture stops it.
+        records = list(caplog.records)
     finally:
         proxy.close()
         statsoff_broker.api("DELETE", f"/queues/%2F/{queue}")
-    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("poll partial")]
+    said = [r.getMessage() for r in records if r.getMessage().startswith("poll partial")]
     assert len(said) == 1 and endpoint in said[0], said  # once, not once per poll
-    assert any(r.getMessage() == "every endpoint answers again" for r in caplog.records)
-    assert not any(r.exc_info for r in caplog.records), "no traceback in the log"
+    assert any(r.getMessage() == "every endpoint answers again" for r in records)
+    assert not any(r.exc_info for r in records), "no traceback in the log"
 
 
 def test_without_either_plugin_endpoint_the_poll_fails_and_says_why(statsoff_broker, start_exporter):
@@ -318,3 +320,22 @@ def test_a_memory_alarm_is_critical_and_with_the_cli_the_blocked_publisher_is_na
             statsoff_broker.ctl("set_vm_memory_high_watermark", "0.4")
     assert code == 2  # critical: the node's alarm, from its Prometheus plugin
     assert any(rule == "memory-alarm" and severity == "critical" for rule, severity, _ in found)
+
+
+def test_a_family_the_plugin_does_not_answer_is_counted_and_its_rules_wait(statsoff_broker, start_exporter, caplog):
+    caplog.set_level(logging.INFO, logger="ackscope")
+    proxy = FaultProxy(statsoff_broker.prometheus_url)
+    try:
+        # As a version without per-channel families answers: not a word about them, only their absence.
+        proxy.faults["/metrics/detailed"] = "without:rabbitmq_detailed_channel_"
+        exporter = start_exporter(statsoff_broker.management_url, prometheus_url=proxy.url, source="prometheus")
+        s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="metrics/detailed",
+                            reason="incomplete")
+        assert value(s, "ackscope_up") == 1
+        assert value(s, "ackscope_rule_not_evaluated", rule="prefetch-saturated") == 1
+        assert value(s, "ackscope_rule_not_evaluated", rule="memory-alarm") is None  # /metrics still answers
+        records = list(caplog.records)  # before the proxy closes under the still polling exporter
+    finally:
+        proxy.close()
+    said = [r.getMessage() for r in records if r.getMessage().startswith("poll partial")]
+    assert len(said) == 1 and "channel_metrics" in said[0], said

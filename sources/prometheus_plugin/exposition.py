@@ -23,6 +23,7 @@ _LINE = re.compile(rf"({_NAME})[ \t]*(?:\{{(.*)\}})?[ \t]*([^ \t{{}}]+)(?:[ \t]+
 _LABELS = re.compile(rf"(?:{_PAIR}(?:,{_PAIR})*,?[ \t]*)?")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"')
 _ESCAPE = re.compile(r"\\(.)")
+_TYPE = re.compile(r"^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*)", re.MULTILINE)
 
 
 class MalformedExposition(ValueError):
@@ -59,3 +60,9 @@ def read_samples(text: str, names: Collection[str] | None = None) -> Samples:
         else:
             samples[name].append(({}, value))
     return samples
+
+
+def declared(text: str) -> frozenset[str]:
+    """The names the exposition declares with # TYPE, samples or not: a family the server knows but has
+    nothing in is declared all the same, one it does not know is not."""
+    return frozenset(_TYPE.findall(text))

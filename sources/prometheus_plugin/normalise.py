@@ -10,7 +10,7 @@ Its confirm mode is inferred: only a channel in confirm mode counts confirms or 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import replace
 
 from ackscope.model import snapshot as facts
@@ -19,7 +19,7 @@ from ackscope.model.source import FetchError
 
 from ..cli import Enrichment, pid_key
 from ..selection import Selection
-from .exposition import MalformedExposition, Samples, read_samples
+from .exposition import MalformedExposition, Samples, declared, read_samples
 
 # /metrics/detailed?family=…: only what the model, the collectors and the rules read.
 FAMILIES = ("queue_coarse_metrics", "queue_consumer_count", "channel_metrics", "channel_queue_metrics",
@@ -34,6 +34,13 @@ PER_EXCHANGE = ("channel_messages_published_total", "channel_messages_confirmed_
                 "channel_messages_unroutable_returned_total", "channel_messages_unroutable_dropped_total")
 QUEUE_GAUGES = ("queue_messages_ready", "queue_messages_unacked", "queue_consumers")
 PUBLISHED_INTO = "queue_messages_published_total"  # per channel, queue and exchange
+# A series each family declares (# TYPE) even when it has no samples, and what the model misses without it.
+DECLARES = {"queue_coarse_metrics": ("queue_messages_ready", facts.QUEUE_COUNTS),
+            "queue_consumer_count": ("queue_consumers", facts.QUEUE_COUNTS),
+            "channel_metrics": ("channel_consumers", facts.CHANNELS),
+            "channel_queue_metrics": ("channel_messages_delivered_ack_total", facts.CHANNELS),
+            "channel_exchange_metrics": ("channel_messages_published_total", facts.CHANNELS),
+            "channel_queue_exchange_metrics": ("queue_messages_published_total", facts.QUEUE_COUNTS)}
 # The samples each endpoint's answer is read for; the rest of its lines are checked, not parsed.
 DETAILED_SAMPLES = frozenset(PREFIX + n for n in (*CHANNEL_GAUGES, *PER_QUEUE, *PER_EXCHANGE, *QUEUE_GAUGES,
                                                   PUBLISHED_INTO))
@@ -53,6 +60,13 @@ def parse(text: str, endpoint: str, names: frozenset[str] | None = None) -> Samp
         return read_samples(text, names)
     except MalformedExposition as e:
         raise FetchError(endpoint, "malformed", f"answer is not a Prometheus exposition ({e})") from None
+
+
+def missing_families(text: str) -> tuple[str, ...]:
+    """The families asked of /metrics/detailed that its answer does not declare: an older RabbitMQ, or a
+    family name the plugin does not know (it leaves those out without a word)."""
+    names = declared(text)
+    return tuple(f for f in FAMILIES if PREFIX + DECLARES[f][0] not in names)
 
 
 def _by(samples: Samples, name: str, *keys: str) -> dict[tuple[str, ...], float]:
@@ -133,9 +147,10 @@ def channels_and_consumers(s: Samples) -> tuple[list[Channel], list[Consumer]]:
     return channels, consumers
 
 
-def queue_counts(s: Samples, queues: Iterable[Queue]) -> list[Queue]:
+def queue_counts(s: Samples, queues: Iterable[Queue], absent: Collection[str] = ()) -> list[Queue]:
     """The management API's queue list (type, durability, state) with the plugin's depths, consumers and,
-    summed over the channels that touched each queue, publishes, deliveries, acks and redeliveries."""
+    summed over the channels that touched each queue, publishes, deliveries, acks and redeliveries; what an
+    `absent` family would give stays None."""
     ready = _by(s, "queue_messages_ready", "vhost", "queue")
     unacked = _by(s, "queue_messages_unacked", "vhost", "queue")
     consumers = _by(s, "queue_consumers", "vhost", "queue")
@@ -151,12 +166,20 @@ def queue_counts(s: Samples, queues: Iterable[Queue]) -> list[Queue]:
     delivered = per_queue(*DELIVERED)
     acked = per_queue("channel_messages_acked_total")
     redelivered = per_queue("channel_messages_redelivered_total")
+    no_publishes = "channel_queue_exchange_metrics" in absent
+    no_deliveries = "channel_queue_metrics" in absent
+
+    def counted(table: dict, key: tuple[str, str], known: bool) -> int | None:
+        return _int(table.get(key, 0.0)) if known else None
+
     # Built directly, not with dataclasses.replace: five times faster, and this runs for every queue each poll.
     return [Queue(q.vhost, q.name, q.type, q.durable, q.auto_delete, q.exclusive, q.state, q.node,
                   _int(ready.get(key)), _int(unacked.get(key)), q.messages_persistent, _int(consumers.get(key)),
                   q.consumer_utilisation,
-                  MessageStats(publish=_int(published.get(key, 0.0)), deliver_get=_int(delivered.get(key, 0.0)),
-                               ack=_int(acked.get(key, 0.0)), redeliver=_int(redelivered.get(key, 0.0))))
+                  MessageStats(publish=counted(published, key, not no_publishes),
+                               deliver_get=counted(delivered, key, not no_deliveries),
+                               ack=counted(acked, key, not no_deliveries),
+                               redeliver=counted(redelivered, key, not no_deliveries)))
             for q in queues for key in ((q.vhost, q.name),)]
 
 
@@ -227,16 +250,18 @@ def plugin_only_base(detailed: Samples | None, metrics: Samples | None, taken_at
 
 
 def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
-             selection: Selection = Selection()) -> Snapshot:
+             selection: Selection = Selection(), absent: Collection[str] = ()) -> Snapshot:
     """`base` (the management API's snapshot without statistics) completed from the plugin's answers; an
-    answer that is None was not read, and what it would give stays unknown."""
-    channels, consumers = channels_and_consumers(detailed) if detailed is not None else ([], [])
+    answer that is None was not read, and what it would give stays unknown, as does what the `absent`
+    families of /metrics/detailed would give (no channels at all rather than channels half known)."""
+    channels_known = detailed is not None and not any(DECLARES[f][1] == facts.CHANNELS for f in absent)
+    channels, consumers = channels_and_consumers(detailed) if channels_known else ([], [])
     return replace(
         base,
         nodes=tuple(node_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes,
         channels=tuple(c for c in channels if selection.vhost(c.vhost)),
         consumers=tuple(c for c in consumers if selection.vhost(c.vhost) and selection.queue(c.queue)),
-        queues=tuple(queue_counts(detailed, base.queues)) if detailed is not None else base.queues,
+        queues=tuple(queue_counts(detailed, base.queues, absent)) if detailed is not None else base.queues,
         notes=tuple(n for n in base.notes if "statistics are disabled" not in n) + (
             "management statistics are disabled on the broker: counts come from its Prometheus plugin, where "
             "a channel is known by its process id (docs/polling.md)",),

@@ -94,13 +94,22 @@ class PrometheusPluginSource:
         futures = {self._pool.submit(job): name for name, job in jobs.items()}
         enrichment = self._pool.submit(self.cli.read, deadline) if self.cli is not None else None
         answers, errors = self._gather(futures, deadline)
-        samples = {}
+        samples, missed, absent = {}, set(), ()
         for endpoint in PLUGIN:
             if endpoint in answers:
+                text = answers.pop(endpoint).decode("utf-8", "replace")
                 try:
-                    samples[endpoint] = normalise.parse(answers.pop(endpoint).decode("utf-8", "replace"), endpoint)
+                    samples[endpoint] = normalise.parse(text, endpoint)
                 except FetchError as e:
                     errors.append(e)
+                    continue
+                if endpoint == "metrics/detailed":
+                    absent = normalise.missing_families(text)
+                if endpoint == "metrics/detailed" and absent:
+                    errors.append(FetchError(endpoint, "incomplete", "the plugin's answer lacks famil"
+                                             f"{'ies' if len(absent) > 1 else 'y'} {', '.join(absent)} (an older "
+                                             "RabbitMQ?): what they give is not reported"))
+                    missed |= {normalise.DECLARES[f][1] for f in absent}
         # The plugin is where every count comes from: without it there is nothing to say.
         if not samples or any(e.reason in FATAL for e in errors):
             raise SourceFailed(errors)
@@ -120,8 +129,9 @@ class PrometheusPluginSource:
             base = normalise.plugin_only_base(detailed, metrics, taken_at, self.selection)
         else:
             base, errors = self._management_base(answers, errors, detailed, metrics, taken_at, deadline)
-        snapshot = normalise.snapshot(base, detailed, metrics, self.selection)
-        missed = frozenset().union(*(MISSED_WITHOUT.get(e.endpoint, ()) for e in errors))
+        snapshot = normalise.snapshot(base, detailed, metrics, self.selection, absent)
+        missed |= frozenset().union(*(MISSED_WITHOUT.get(e.endpoint, ()) for e in errors
+                                      if e.reason != "incomplete"))
         if errors:
             snapshot = replace(snapshot, unreported=snapshot.unreported | missed,
                                unread=tuple(Unread(e.endpoint, e.reason, str(e)) for e in
