@@ -76,6 +76,14 @@ def test_every_rule_the_data_allows_fires_on_its_culprit_named_by_what_it_touche
     with scenarios_running(statsoff_broker, off_vhost, *(s.name for s in SCENARIO_RULES)):
         with suspended_queue(statsoff_broker, off_vhost, f"{PREFIX}unconfirmed-backlog"):
             doc = wait_for(fired, timeout=90, what=missing)
+            s = scrape(exporter)
+    # The series the rules read are exported too: depths, and per channel prefetch, unacked, unconfirmed.
+    assert value(s, "ackscope_queue_messages_ready", vhost=off_vhost, queue=f"{PREFIX}no-consumers-backlog") == 150
+    in_vhost = {name.removeprefix("ackscope_channel_"): [v for lbl, v in s.get(name, []) if lbl["vhost"] == off_vhost]
+                for name in ("ackscope_channel_messages_unconfirmed", "ackscope_channel_messages_unacked",
+                             "ackscope_channel_prefetch_count")}
+    assert max(in_vhost["messages_unconfirmed"]) >= 250
+    assert 10 in in_vhost["prefetch_count"] and max(in_vhost["messages_unacked"]) >= 50
     not_evaluated = {n["rule"] for n in doc["not_evaluated"]}
     assert not_evaluated == NOT_AVAILABLE | (set() if with_cli else NEED_THE_CLI | {"connection-blocked"})
     if not with_cli:  # channels are known by process id, and named by the queues and exchanges they touch
@@ -339,3 +347,21 @@ def test_a_family_the_plugin_does_not_answer_is_counted_and_its_rules_wait(stats
         proxy.close()
     said = [r.getMessage() for r in records if r.getMessage().startswith("poll partial")]
     assert len(said) == 1 and "channel_metrics" in said[0], said
+
+
+def test_a_detailed_answer_cut_short_is_counted_never_read_as_whole(statsoff_broker, start_exporter):
+    proxy = FaultProxy(statsoff_broker.prometheus_url)
+    try:
+        proxy.faults["/metrics/detailed"] = "truncated"  # half the body, with a Content-Length to match
+        exporter = start_exporter(statsoff_broker.management_url, prometheus_url=proxy.url, source="prometheus")
+
+        def counted():
+            samples = scrape(exporter)
+            # Cut mid-line it is malformed; cut between lines, the families after the cut are missing.
+            return samples if any(lbl["endpoint"] == "metrics/detailed" and lbl["reason"] in ("malformed",
+                                                                                             "incomplete")
+                                  for lbl, _ in samples.get("ackscope_poll_errors_total", [])) else None
+        s = wait_for(counted, what="the cut answer counted as malformed or incomplete")
+        assert value(s, "ackscope_rule_not_evaluated", rule="prefetch-saturated") == 1
+    finally:
+        proxy.close()

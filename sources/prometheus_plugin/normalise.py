@@ -62,10 +62,17 @@ def parse(text: str, endpoint: str, names: frozenset[str] | None = None) -> Samp
         raise FetchError(endpoint, "malformed", f"answer is not a Prometheus exposition ({e})") from None
 
 
-def missing_families(text: str) -> tuple[str, ...]:
-    """The families asked of /metrics/detailed that its answer does not declare: an older RabbitMQ, or a
-    family name the plugin does not know (it leaves those out without a word)."""
+# What the node's /metrics must declare for its alarms to be known: a cut answer may end before them.
+NODE_DECLARES = ("rabbitmq_alarms_memory_used_watermark", "rabbitmq_alarms_free_disk_space_watermark")
+
+
+def missing_families(text: str, endpoint: str = "metrics/detailed") -> tuple[str, ...]:
+    """What the answer should declare and does not: of /metrics/detailed, the families asked for (an older
+    RabbitMQ, or a family name the plugin does not know: it leaves those out without a word, or an answer
+    cut short); of /metrics, the alarms."""
     names = declared(text)
+    if endpoint == "metrics":
+        return tuple(n for n in NODE_DECLARES if n not in names)
     return tuple(f for f in FAMILIES if PREFIX + DECLARES[f][0] not in names)
 
 

@@ -94,22 +94,8 @@ class PrometheusPluginSource:
         futures = {self._pool.submit(job): name for name, job in jobs.items()}
         enrichment = self._pool.submit(self.cli.read, deadline) if self.cli is not None else None
         answers, errors = self._gather(futures, deadline)
-        samples, missed, absent = {}, set(), ()
-        for endpoint in PLUGIN:
-            if endpoint in answers:
-                text = answers.pop(endpoint).decode("utf-8", "replace")
-                try:
-                    samples[endpoint] = normalise.parse(text, endpoint)
-                except FetchError as e:
-                    errors.append(e)
-                    continue
-                if endpoint == "metrics/detailed":
-                    absent = normalise.missing_families(text)
-                if endpoint == "metrics/detailed" and absent:
-                    errors.append(FetchError(endpoint, "incomplete", "the plugin's answer lacks famil"
-                                             f"{'ies' if len(absent) > 1 else 'y'} {', '.join(absent)} (an older "
-                                             "RabbitMQ?): what they give is not reported"))
-                    missed |= {normalise.DECLARES[f][1] for f in absent}
+        samples, absent = self._plugin_samples(answers, errors)
+        missed = {normalise.DECLARES[f][1] for f in absent}
         # The plugin is where every count comes from: without it there is nothing to say.
         if not samples or any(e.reason in FATAL for e in errors):
             raise SourceFailed(errors)
@@ -131,7 +117,7 @@ class PrometheusPluginSource:
             base, errors = self._management_base(answers, errors, detailed, metrics, taken_at, deadline)
         snapshot = normalise.snapshot(base, detailed, metrics, self.selection, absent)
         missed |= frozenset().union(*(MISSED_WITHOUT.get(e.endpoint, ()) for e in errors
-                                      if e.reason != "incomplete"))
+                                      if e.reason != "incomplete" or e.endpoint == "metrics"))  # its alarms
         if errors:
             snapshot = replace(snapshot, unreported=snapshot.unreported | missed,
                                unread=tuple(Unread(e.endpoint, e.reason, str(e)) for e in
@@ -139,6 +125,30 @@ class PrometheusPluginSource:
         # The CLI's own read is bounded by the same deadline, and gives None rather than failing the poll.
         extra = enrichment.result() if enrichment is not None else None
         return normalise.enrich(snapshot, extra) if extra is not None else snapshot
+
+    @staticmethod
+    def _plugin_samples(answers: dict, errors: list[FetchError]) -> tuple[dict, tuple[str, ...]]:
+        """The plugin's answers read ({endpoint: samples}), and the families /metrics/detailed left out;
+        what could not be read is added to `errors`."""
+        samples, absent = {}, ()
+        for endpoint in PLUGIN:
+            if endpoint not in answers:
+                continue
+            text = answers.pop(endpoint).decode("utf-8", "replace")
+            try:
+                read = normalise.parse(text, endpoint)
+            except FetchError as e:
+                errors.append(e)
+                continue
+            lacking = normalise.missing_families(text, endpoint)
+            if lacking:
+                errors.append(FetchError(endpoint, "incomplete", f"the plugin's answer lacks {', '.join(lacking)} "
+                                         "(an older RabbitMQ, or an answer cut short): what they give is not "
+                                         "reported"))
+            samples[endpoint] = read
+            if endpoint == "metrics/detailed":
+                absent = lacking
+        return samples, absent
 
     def _gather(self, futures: dict, deadline: float) -> tuple[dict, list[FetchError]]:
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
