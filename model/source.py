@@ -29,7 +29,8 @@ class SourceFailed(Exception):
 
 
 class Source(Protocol):
-    """Where snapshots come from (the management API today)."""
+    """Where snapshots come from: the management API, or the broker's Prometheus plugin. A read may be
+    partial (Snapshot.unread) when one endpoint fails and the rest stands."""
 
     name: str  # "management", "prometheus": ackscope_source_info says it
     base_url: str  # where it reads, for log lines
