@@ -71,6 +71,35 @@ def test_demo_brings_everything_up_and_ctrl_c_takes_it_all_down(rabbitmq_server,
     shutil.rmtree(data_dir)
 
 
+def test_demo_with_statistics_off_reads_the_plugin_finds_the_culprits_and_stops_clean(rabbitmq_server,
+                                                                                     prometheus):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "ackscope", "demo", "--stats-off", "--listen", f"127.0.0.1:{port}",
+                             "--interval", "1", "--scenarios", "prefetch-saturated,requeue-loop",
+                             "--dashboard-port", str(free_port()), "--prometheus-port", str(free_port())],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in proc.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: _printed(proc, lines, "Ctrl-C stops everything."), timeout=120, what="the demo's URLs")
+        base_dir = Path(re.search(r"private RabbitMQ node in (\S+) \.\.\.", "\n".join(lines)).group(1))
+        data_dir = Path(next(line.split()[1] for line in lines if line.startswith("data ")))
+        wait_for(lambda: value(parse(requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text),
+                               "ackscope_source_info", source="prometheus") == 1, what="the plugin as the source")
+        wait_for(lambda: {"prefetch-saturated", "requeue-loop"} <= {
+            f["rule"] for f in requests.get(f"http://127.0.0.1:{port}/api/findings", timeout=5).json()["findings"]},
+            timeout=60, what="the scenarios' findings, from the plugin")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=90)
+        reader.join(timeout=10)
+    out = "\n".join(lines)
+    assert proc.returncode == 0 and "Traceback" not in out, out
+    assert not base_dir.exists()
+    shutil.rmtree(data_dir)
+
+
 def _answers(url: str) -> bool:
     try:
         return requests.get(url, timeout=2).status_code == 200
