@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -163,7 +164,9 @@ def test_without_java_the_command_says_what_to_install(tmp_path):
 
 def test_bad_options_are_usage_errors_before_spark_starts(capsys):
     assert main(["pipeline", "--data-dir", "d", "--out", "o", "--window", "fortnight"]) == 2
-    assert main(["pipeline", "--data-dir", "d", "--out", "o", "--since", "2026-11-22", "--until", "1d"]) == 2
+    # A --since after --until, whatever the day the suite runs: tomorrow against a day ago.
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
+    assert main(["pipeline", "--data-dir", "d", "--out", "o", "--since", tomorrow, "--until", "1d"]) == 2
     assert main(["pipeline", "--data-dir", "d"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == ["ackscope pipeline: --window: must be a duration such as 500ms, 5s, 1m, 6h or 2d, not 'fortnight'",
