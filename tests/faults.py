@@ -53,7 +53,8 @@ class FaultProxy:
                 upstream = requests.get(proxy.upstream + self.path, headers={"Authorization":
                                         self.headers.get("Authorization", "")}, timeout=30)
                 body = upstream.content
-                if fault is not None and fault.startswith("without:"):  # a plugin that does not know a family: none of its lines
+                # "without:TEXT": a plugin that does not know a family gives none of its lines.
+                if fault is not None and fault.startswith("without:"):
                     cut = fault.removeprefix("without:").encode()
                     body = b"\n".join(line for line in body.split(b"\n") if cut not in line)
                 elif fault == "malformed":

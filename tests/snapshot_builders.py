@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 from ackscope.model.snapshot import Channel, Connection, Consumer, MessageStats, Node, Overview, Queue, Snapshot
 
@@ -49,3 +51,18 @@ def node(name: str = "rabbit@test", **kw) -> Node:
 
 def snapshot(taken_at: float = 1000.0, **parts) -> Snapshot:
     return Snapshot(taken_at=taken_at, overview=OVERVIEW, **{k: tuple(v) for k, v in parts.items()})
+
+
+STATS_OFF = Path(__file__).parent / "data" / "rabbitmq-3.10.8-stats-off"
+
+
+def recorded_plugin_snapshot() -> Snapshot:
+    """The Prometheus-plugin source's snapshot of the answers recorded from a real node with statistics off
+    (python tests/data/record.py --statistics-off)."""
+    from ackscope.sources.management import normalise as management
+    from ackscope.sources.prometheus_plugin import normalise as plugin
+    raw = {name: json.loads((STATS_OFF / f"{name}.json").read_text())
+           for name in ("overview", "nodes", "vhosts", "connections", "queues")}
+    base = management.snapshot({**raw, "channels": [], "consumers": []}, 1000.0)
+    return plugin.snapshot(base, plugin.parse((STATS_OFF / "detailed.prom").read_text(), "metrics/detailed"),
+                           plugin.parse((STATS_OFF / "metrics.prom").read_text(), "metrics"))

@@ -8,10 +8,8 @@ import math
 from pathlib import Path
 
 import pytest
+from generated_families import Fixed, families, written_by_library
 from hypothesis import given, settings
-from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from ackscope.sources.prometheus_plugin.exposition import MalformedExposition, read_samples
@@ -28,39 +26,10 @@ def by_library(text: str) -> dict:
     return out
 
 
-names = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True)
-label_values = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)  # queue names may hold anything
-values = st.floats(allow_nan=True, allow_infinity=True) | st.integers(-2**53, 2**53).map(float)
-
-
-@st.composite
-def families(draw):
-    out = []
-    for name in draw(st.lists(names, min_size=1, max_size=4, unique=True)):
-        labels = draw(st.lists(names.filter(lambda n: not n.startswith("__")), max_size=3, unique=True))
-        kind = draw(st.sampled_from((GaugeMetricFamily, CounterMetricFamily)))
-        family = kind(name, "help with \\ and\nnewline", labels=labels)
-        for _ in range(draw(st.integers(0, 4))):
-            family.add_metric([draw(label_values) for _ in labels], draw(values))
-        out.append(family)
-    return out
-
-
-class Fixed:
-    def __init__(self, families):
-        self.families = families
-
-    def collect(self):
-        return self.families
-
-
 @settings(max_examples=300, deadline=None)
 @given(families())
 def test_reads_what_prometheus_clients_parser_reads_on_any_exposition_it_writes(fams):
-    registry = CollectorRegistry(auto_describe=False)
-    # Two families of one name would be refused by the registry; the generator draws unique names.
-    registry.register(Fixed(fams))
-    text = generate_latest(registry).decode()
+    text = written_by_library([Fixed(fams)]).decode()
     assert dict(read_samples(text)) == by_library(text)
 
 

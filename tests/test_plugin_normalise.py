@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from snapshot_builders import recorded_plugin_snapshot
 
 from ackscope.diagnosis.rules import Context, diagnose, evaluate
 from ackscope.model.source import FetchError
@@ -21,11 +22,7 @@ DATA = Path(__file__).parent / "data" / "rabbitmq-3.10.8-stats-off"
 
 @pytest.fixture(scope="module")
 def snapshot():
-    raw = {name: json.loads((DATA / f"{name}.json").read_text())
-           for name in ("overview", "nodes", "vhosts", "connections", "queues")}
-    base = management.snapshot({**raw, "channels": [], "consumers": []}, 1000.0)
-    return plugin.snapshot(base, plugin.parse((DATA / "detailed.prom").read_text(), "metrics/detailed"),
-                           plugin.parse((DATA / "metrics.prom").read_text(), "metrics"))
+    return recorded_plugin_snapshot()
 
 
 def test_channels_carry_prefetch_unacked_counters_and_inferred_confirm_mode(snapshot):

@@ -73,11 +73,6 @@ class PrometheusPluginSource:
         self.queue_list_every = queue_list_every
         self.cli = cli
 
-    @property
-    def queue_list_read_at(self) -> float | None:
-        """When (monotonic) the queue list was last read; None before the first."""
-        return self._queue_list.read_at if self._queue_list is not None else None
-
     def read(self) -> Snapshot:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline
         listed = self._queue_list
