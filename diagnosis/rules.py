@@ -207,13 +207,22 @@ def _inferred_nacks(ch) -> int | None:
     return s.publish - s.confirm - ch.messages_unconfirmed
 
 
+def _sampled_anew(ch: Channel, before: Channel) -> bool:
+    """Whether the broker sampled the channel's confirm counters again since `before`."""
+    now, then = ch.message_stats, before.message_stats
+    return (now.publish, now.confirm, ch.messages_unconfirmed) != (then.publish, then.confirm,
+                                                                   before.messages_unconfirmed)
+
+
 def _nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
         nacked = _inferred_nacks(ch)
         before = ctx.previous_channel(ch.name)
         # The broker samples these counters at slightly different moments, so one poll can show a gap that
-        # the next closes; nacks are cumulative and stay. Only a gap seen at two polls in a row counts.
-        if nacked is not None and nacked > 0 and before is not None and (_inferred_nacks(before) or 0) > 0:
+        # the next closes; nacks are cumulative and stay. Only a gap seen in two samples in a row counts: two
+        # polls that read the same sample (the management API refreshes it every few seconds) are one.
+        if nacked is not None and nacked > 0 and before is not None and (_inferred_nacks(before) or 0) > 0 \
+                and _sampled_anew(ch, before):
             s = ch.message_stats
             yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
                                _touching(ch, published=s.publish, confirmed=s.confirm,

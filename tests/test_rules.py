@@ -110,6 +110,7 @@ def test_publisher_nacks_are_inferred_from_publish_minus_confirm_minus_unconfirm
     assert _only(Context(nacked, balanced), "publisher-nacked") == []  # a gap one poll shows may be sampling
     assert _only(Context(nacked), "publisher-nacked") == []
     assert _only(Context(balanced, nacked), "publisher-nacked") == []
+    assert _only(Context(nacked, nacked), "publisher-nacked") == []  # one sample read by two polls is one
 
 
 def test_unconfirmed_backlog_fires_when_large_or_growing():
