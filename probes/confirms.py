@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Outstanding:
-    """A publish awaiting its confirm: the probe's own sequence number and when its frame went out."""
+    """A publish awaiting its confirm: the probe's own sequence number and when its frame went out (when
+    it was made, until the socket says)."""
 
     seq: int
     published_ns: int
@@ -41,6 +42,12 @@ class ConfirmTracker:
         self._next_tag += 1
         self._outstanding[tag] = Outstanding(seq, published_ns)
         return tag
+
+    def sent(self, tag: int, at_ns: int) -> None:
+        """The publish's frame left at `at_ns`: its latency runs from there."""
+        entry = self._outstanding.get(tag)
+        if entry is not None:
+            self._outstanding[tag] = Outstanding(entry.seq, at_ns)  # the key stays where it was: order kept
 
     def settle(self, tag: int, multiple: bool, now_ns: int) -> list[Settled]:
         """The publishes one basic.ack or basic.nack frame answers (all tags up to `tag` when multiple)."""

@@ -29,12 +29,14 @@ from .events import Event, EventLog, now_us
 from .message import CONTENT_TYPE, ProbeMessage
 from .statistics import ProbeStatistics
 from .targets import EXCHANGE, Target
+from .wire import TimedConnection, WireClock
 
 log = logging.getLogger("ackscope.probes")
 
 BACKOFF_MIN, BACKOFF_MAX = 1.0, 30.0
 MAX_IN_FLIGHT = 5_000  # unconfirmed publishes per target; beyond it the publisher waits (bounded memory)
 HOUSEKEEPING_S = 1.0
+BURST_SLICE = 2  # publishes made per turn of the I/O loop in a burst (chosen by measurement: docs/benchmarks.md)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class _TargetProbe:
         self.republish: list[Outstanding] = []
         self.returned: set[int] = set()  # returned before their ack: routed nowhere, so nothing to deliver
         self.requeued_at: dict[int, int] = {}
+        self.sent_at: dict[int, int] = {}  # seq -> when its publish left, until its first delivery
+        self.pub_wire: WireClock | None = None
         self.unacked = 0
         self.ever_opened = {"publisher": False, "consumer": False}
         self.last_error: str | None = None
@@ -103,6 +107,7 @@ class _TargetProbe:
 
     def _publisher_ready(self, channel) -> None:
         self.pub_channel = channel
+        self.pub_wire = channel.connection.wire
         if self.ever_opened["publisher"]:
             self.count("reconnects")
         self.ever_opened["publisher"] = True
@@ -138,7 +143,7 @@ class _TargetProbe:
         self._schedule_tick()
 
     def publish_some(self, n: int) -> None:
-        if self.pub_channel is None:
+        if self.pub_channel is None or not self.pub_channel.is_open:  # a burst's slices outlive a closing channel
             return
         if self.r.blocked:  # an alarm: publishing now would only pile up in the broker's socket buffer
             self.count("held_back", n)
@@ -155,8 +160,9 @@ class _TargetProbe:
         body = ProbeMessage(self.r.run_id, t.name, seq, published_ns).encode(t.message_size)
         props = pika.BasicProperties(delivery_mode=2 if t.persistent else 1, content_type=CONTENT_TYPE,
                                      message_id=f"{self.r.run_id}:{seq}")
-        self.confirms.published(seq, published_ns)
+        tag = self.confirms.published(seq, published_ns)
         self.pub_channel.basic_publish(EXCHANGE, t.queue, body, props, mandatory=True)
+        self.pub_wire.when_sent(lambda at_ns: self._left(tag, seq, at_ns))
         self.count("published")
         if republish:
             self.count("republished")
@@ -164,9 +170,14 @@ class _TargetProbe:
         else:
             self.event("published", seq)
 
+    def _left(self, tag: int, seq: int, at_ns: int) -> None:
+        """The publish's last byte went to the kernel: its confirm and delivery clocks start now."""
+        self.confirms.sent(tag, at_ns)
+        self.sent_at[seq] = at_ns
+
     def _on_confirm(self, frame) -> None:
         method = frame.method
-        now = time.monotonic_ns()
+        now = self.pub_wire.read_ns  # when the ack frame was read, not when pika came round to dispatch it
         settled = self.confirms.settle(method.delivery_tag, method.multiple, now)
         if not settled:
             return
@@ -229,7 +240,7 @@ class _TargetProbe:
             self.r.later(BACKOFF_MAX, lambda: self.r.reopen(self, "consumer", channel.connection))
 
     def _on_delivery(self, channel, method, _props, body) -> None:
-        now = time.monotonic_ns()
+        now = channel.connection.wire.read_ns
         msg = ProbeMessage.decode(body)
         if msg is None or msg.run_id != self.r.run_id or msg.target != self.t.name:
             channel.basic_ack(method.delivery_tag)  # another run's leftovers: not ours to audit
@@ -244,14 +255,17 @@ class _TargetProbe:
         if duplicate:
             self.count("duplicates")
         requeued_at = self.requeued_at.pop(seq, None)
+        # From when the publish left (the message's own stamp, taken as it was made, when this process no
+        # longer knows: a second delivery of it).
+        latency_s = (now - self.sent_at.pop(seq, msg.published_ns)) / 1e9
         if requeued_at is not None:
             self.r.stats.observe(self.t, "redelivery_latency_seconds", (now - requeued_at) / 1e9)
         else:
-            self.r.stats.observe(self.t, "delivery_latency_seconds", (now - msg.published_ns) / 1e9)
-        self.event("delivered", seq, latency_s=(now - msg.published_ns) / 1e9, redelivered=method.redelivered)
+            self.r.stats.observe(self.t, "delivery_latency_seconds", latency_s)
+        self.event("delivered", seq, latency_s=latency_s, redelivered=method.redelivered)
         if requeue:
-            self.requeued_at[seq] = now
             channel.basic_nack(method.delivery_tag, requeue=True)
+            channel.connection.wire.when_sent(lambda at_ns: self.requeued_at.__setitem__(seq, at_ns))
             self.count("requeued")
             self.event("requeued", seq)
             return
@@ -282,6 +296,8 @@ class _TargetProbe:
         horizon = now - int(self.r.settings.loss_deadline * 1e9)
         for seq in [s for s, at in self.requeued_at.items() if at < horizon]:
             del self.requeued_at[seq]
+        while self.sent_at and next(iter(self.sent_at.values())) < horizon:  # in the order they left
+            del self.sent_at[next(iter(self.sent_at))]
         self.r.stats.set_gauge(self.t, "consumer_unacked", self.unacked)
         self.r.stats.set_gauge(self.t, "awaiting_delivery", self.audit.awaiting)
         oldest = self.audit.oldest_awaiting_ns()
@@ -308,7 +324,7 @@ class ProbeRunner:
         self.stopping = False
         self.probes = [_TargetProbe(self, t) for t in targets]
         self.ioloop = IOLoop()
-        self._connections: dict[str, pika.SelectConnection | None] = {"publisher": None, "consumer": None}
+        self._connections: dict[str, TimedConnection | None] = {"publisher": None, "consumer": None}
         self._backoff = {"publisher": BACKOFF_MIN, "consumer": BACKOFF_MIN}
         self._errors: dict[str, str | None] = {"publisher": None, "consumer": None}
         self._thread: threading.Thread | None = None
@@ -358,7 +374,7 @@ class ProbeRunner:
             return
         params = self.params
         params.client_properties = {"connection_name": f"ackscope-probe {role}"}
-        self._connections[role] = pika.SelectConnection(
+        self._connections[role] = TimedConnection(
             params, on_open_callback=lambda c: self._opened(role, c),
             on_open_error_callback=lambda c, e: self._lost(role, e),
             on_close_callback=lambda c, e: self._lost(role, e), custom_ioloop=self.ioloop)
@@ -408,8 +424,16 @@ class ProbeRunner:
 
     # -- timers --------------------------------------------------------------------------------------------
     def _burst(self, probe: _TargetProbe) -> None:
-        probe.publish_some(probe.t.burst_size)
+        self._burst_slice(probe, probe.t.burst_size)
         self.later(probe.t.burst_interval, lambda: self._burst(probe))
+
+    def _burst_slice(self, probe: _TargetProbe, left: int) -> None:
+        """A burst goes out BURST_SLICE publishes per turn of the loop: each slice is written before the
+        next is made, and the acks that arrived meanwhile are read in between, so the burst loads the
+        broker, not the probe's own buffers."""
+        probe.publish_some(min(left, BURST_SLICE))
+        if left > BURST_SLICE:
+            self.later(0, lambda: self._burst_slice(probe, left - BURST_SLICE))
 
     def _housekeeping(self) -> None:
         for p in self.probes:

@@ -142,3 +142,13 @@ def test_toml_targets_take_shared_settings_unless_they_set_their_own():
 def test_bad_target_settings_are_refused_with_the_reason(rows, message):
     with pytest.raises(ValueError, match=message):
         targets_from_config(rows, {}, reject_publish=False)
+
+
+def test_a_publish_confirm_clock_restarts_when_its_frame_leaves():
+    tracker = ConfirmTracker()
+    tag = tracker.published(1, 0)
+    tracker.sent(tag, 3 * MS)  # made at 0, written at 3 ms
+    [settled] = tracker.settle(tag, False, 5 * MS)
+    assert settled.latency_s == pytest.approx(0.002)
+    tracker.sent(tag, 9 * MS)  # settled already: nothing to restart
+    assert len(tracker) == 0
