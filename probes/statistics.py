@@ -1,7 +1,8 @@
 """The probes' statistics, kept as data: the runner counts and observes here, from its I/O thread; readers
 (the rules, /metrics, /api/probes) take an immutable ackscope.model.probes.ProbeStats at any moment.
 
-Buckets are fine enough to tell a 0.5 ms confirm from a 5 ms one, and reach past 5 s.
+Latency buckets are fine enough that a percentile interpolated within them is within 10 % of the exact one
+between 0.5 ms and 5 s, and reach 30 s.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from ackscope.model.probes import Histogram, ProbeStats, TargetStats
 
 from .targets import Target
 
-LATENCY_BUCKETS = (0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025,
-                   0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
+# The E12 series (twelve steps a decade, each about 1.2 times the last) from 0.1 ms to 10 s, and 30 s: the
+# bucket-interpolated p50 and p99 fall within 10 % of the exact per-message percentiles (measured against
+# the event log in bench/probe_truth.py; a coarser 1-1.5-2-3-5 ladder was off by up to 42 % at p99).
+E12 = (1.0, 1.2, 1.5, 1.8, 2.2, 2.7, 3.3, 3.9, 4.7, 5.6, 6.8, 8.2)
+LATENCY_BUCKETS = (*(round(m * 10.0 ** e, 6) for e in range(-4, 1) for m in E12), 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
 HISTOGRAMS = {"confirm_latency_seconds": LATENCY_BUCKETS, "confirm_batch_size": BATCH_BUCKETS,
               "delivery_latency_seconds": LATENCY_BUCKETS, "redelivery_latency_seconds": LATENCY_BUCKETS}
@@ -27,7 +31,7 @@ GAUGES = ("consumer_unacked", "consumer_prefetch", "awaiting_delivery", "oldest_
 ROLES = ("publisher", "consumer")
 
 
-class _Bucketed:
+class Bucketed:
     """One histogram's per-bucket (not cumulative) counts, the last one +Inf, and its sum."""
 
     __slots__ = ("bounds", "counts", "sum")
@@ -57,7 +61,7 @@ class _Target:
         self.up = False
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.gauges = {**dict.fromkeys(GAUGES, 0), "consumer_prefetch": target.prefetch}
-        self.histograms = {name: _Bucketed(bounds) for name, bounds in HISTOGRAMS.items()}
+        self.histograms = {name: Bucketed(bounds) for name, bounds in HISTOGRAMS.items()}
 
 
 class ProbeStatistics:
