@@ -6,6 +6,8 @@ each basic.publish on the wire is paired with the basic.ack or basic.nack that s
 and channel, counting delivery tags from 1, `multiple` honoured), the k-th publish of a target's channel
 with its k-th `published` event in the probe's event log, and ackscope's latency with the wire's:
   - counts (wire, event log), and batch sizes frame for frame;
+  - delivery latency (publish to first delivery) the same way;
+  - how far the bucket-interpolated p50 and p99 (what /metrics gives) are from the exact ones;
   - ackscope minus wire per message, p50 / p99 / max, steady traffic and bursts apart (a publish is in a
     burst when more than 25 of its channel's publishes fall within half a second of it);
   - the probe's CPU and RSS over the run.
@@ -14,69 +16,62 @@ sizes identical.
 
 Needs tshark (Debian: apt install tshark) and root, for the capture.
 
-    python bench/probe_truth.py [--seconds 60] [--rate 10] [--burst-interval 25]
+    python bench/probe_truth.py [--seconds 60] [--rate 10] [--burst-interval 25] [--keep DIR] [--chart PNG]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
+import plotly.graph_objects as go
 import psutil
 import pyarrow.dataset as ds
+from plotly.subplots import make_subplots
 
 from ackscope.core.processes import stop_process
+from ackscope.core.quantile import histogram_quantile
+from ackscope.probes.statistics import LATENCY_BUCKETS, Bucketed
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, LocalBroker, free_port
+from ackscope.workloads.wire_capture import Capture, compare, percentile, read_capture
 
-BURST_NEIGHBOURS = 25  # publishes of one channel within ±0.5 s above which a publish counts as in a burst
-
-
-def wire_confirms(capture: Path, port: int) -> dict[str, list[tuple[float, float | None, int | None]]]:
-    """{routing key: [(publish time, settling frame's time, its batch size) by delivery tag]}."""
-    # --no-duplicate-keys: a packet carrying many AMQP frames would otherwise repeat the "amqp" key, and a
-    # JSON reader keeps only the last one (a burst's publishes went missing that way).
-    out = subprocess.run(["tshark", "-r", str(capture), "-d", f"tcp.port=={port},amqp", "-Y", "amqp.method.class == 60",
-                          "-T", "json", "--no-duplicate-keys", "-J", "frame tcp amqp"],
-                         capture_output=True, check=True).stdout
-    publishes: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
-    settles: dict[tuple[str, str], list[tuple[float, int, bool]]] = defaultdict(list)
-    for packet in json.loads(out):
-        layers = packet["_source"]["layers"]
-        t, stream = float(layers["frame"]["frame.time_epoch"]), layers["tcp"]["tcp.stream"]
-        to_broker = layers["tcp"]["tcp.dstport"] == str(port)
-        frames = layers["amqp"] if isinstance(layers["amqp"], list) else [layers["amqp"]]
-        for f in frames:
-            method, args = f.get("amqp.method.method"), f.get("amqp.method.arguments", {})
-            if f.get("amqp.method.class") != "60":
-                continue
-            if method == "40" and to_broker:
-                publishes[(stream, f["amqp.channel"])].append((t, args.get("amqp.method.arguments.routing_key")))
-            elif method in ("80", "120") and not to_broker:  # basic.ack, basic.nack
-                settles[(stream, f["amqp.channel"])].append(
-                    (t, int(args["amqp.method.arguments.delivery_tag"]), args["amqp.method.arguments.multiple"] == "1"))
-    result = {}
-    for key, sent in publishes.items():
-        settled: dict[int, tuple[float, int]] = {}
-        for t, tag, multiple in settles.get(key, []):
-            tags = [x for x in (range(1, tag + 1) if multiple else (tag,)) if x not in settled]
-            for x in tags:
-                settled[x] = (t, len(tags))
-        result[sent[0][1]] = [(p[0], *settled.get(i + 1, (None, None))) for i, p in enumerate(sent)]
-    return result
+BUCKET_QUANTILES = (0.5, 0.99)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+def bucketed(values_s: list[float]):
+    """The cumulative buckets /metrics would show for these latencies (the probes' own histogram)."""
+    histogram = Bucketed(LATENCY_BUCKETS)
+    for v in values_s:
+        histogram.observe(v)
+    return histogram.frozen().buckets
+
+
+def chart(results, path: Path) -> None:
+    """Both confirm latency distributions per target (empirical CDFs, log scale), as a PNG drawn by chromium."""
+    fig = make_subplots(rows=1, cols=len(results), subplot_titles=[c.target for c in results], shared_yaxes=True)
+    for col, c in enumerate(results, start=1):
+        for label, values, colour in (("wire (tshark)", c.confirm_wire, "#1f77b4"),
+                                      ("ackscope event log", c.confirm_ours, "#d62728")):
+            ordered = sorted(values)
+            fig.add_trace(go.Scatter(x=ordered, y=[(i + 1) / len(ordered) for i in range(len(ordered))],
+                                     mode="lines", line={"shape": "hv", "color": colour}, name=label,
+                                     showlegend=col == 1), row=1, col=col)
+        fig.update_xaxes(type="log", title_text="confirm latency, ms", row=1, col=col)
+    fig.update_yaxes(title_text="share of messages", row=1, col=1)
+    fig.update_layout(width=1200, height=420, margin={"l": 60, "r": 20, "t": 40, "b": 50},
+                      legend={"orientation": "h", "y": -0.25})
+    with tempfile.TemporaryDirectory() as tmp:
+        html = Path(tmp) / "chart.html"
+        fig.write_html(html, include_plotlyjs=True, full_html=True, config={"displayModeBar": False})
+        subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={path.resolve()}",
+                        "--window-size=1240,440", "--hide-scrollbars", "--virtual-time-budget=5000", html.as_uri()],
+                       check=True, capture_output=True)
 
 
 def main() -> int:
@@ -84,71 +79,71 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rate", type=float, default=10.0)
     ap.add_argument("--burst-interval", type=float, default=25.0)
+    ap.add_argument("--keep", type=Path, help="keep the capture and the event log in this directory")
+    ap.add_argument("--chart", type=Path, help="draw both confirm latency distributions into this PNG")
     args = ap.parse_args()
     if shutil.which("tshark") is None:
         print("probe_truth: tshark is not installed (Debian: apt install tshark)", file=sys.stderr)
         return 2
-    workdir = Path(tempfile.mkdtemp(prefix="ackscope-truth-"))
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="ackscope-truth-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     broker = LocalBroker(name="ackscope-truth")
     broker.start()
     try:
         port = int(broker.amqp_url().rsplit(":", 1)[1].split("/")[0])
         capture = workdir / "amqp.pcapng"
-        # A 64 MiB capture buffer: a burst of 200 publishes per target must not be dropped.
-        tshark = subprocess.Popen(["tshark", "-q", "-B", "64", "-i", "lo", "-f", f"tcp port {port}", "-w",
-                                   str(capture)], stderr=subprocess.DEVNULL)
-        time.sleep(2)  # the capture is running before the first connection
-        url = broker.amqp_url().replace(f":{ADMIN_PASSWORD}@", "@")
-        probe = subprocess.Popen(
-            [sys.executable, "-m", "ackscope", "--log-level", "warning", "probe", "--amqp-url", url, "--listen",
-             f"127.0.0.1:{free_port()}", "--rate", str(args.rate), "--burst-interval", str(args.burst_interval),
-             "--data-dir", str(workdir / "data")], env=dict(os.environ, ACKSCOPE_AMQP_PASSWORD=ADMIN_PASSWORD))
-        process = psutil.Process(probe.pid)
-        started, cpu0 = time.monotonic(), process.cpu_times()
-        time.sleep(args.seconds)
-        cpu1, rss = process.cpu_times(), process.memory_info().rss
-        elapsed = time.monotonic() - started
-        stop_process(probe, timeout=30)
-        time.sleep(1)
-        tshark.send_signal(signal.SIGINT)
-        tshark.wait(timeout=30)
+        with Capture(capture, port):
+            url = broker.amqp_url().replace(f":{ADMIN_PASSWORD}@", "@")
+            probe = subprocess.Popen(
+                [sys.executable, "-m", "ackscope", "--log-level", "warning", "probe", "--amqp-url", url, "--listen",
+                 f"127.0.0.1:{free_port()}", "--rate", str(args.rate), "--burst-interval", str(args.burst_interval),
+                 "--data-dir", str(workdir / "data")], env=dict(os.environ, ACKSCOPE_AMQP_PASSWORD=ADMIN_PASSWORD))
+            process = psutil.Process(probe.pid)
+            started, cpu0 = time.monotonic(), process.cpu_times()
+            time.sleep(args.seconds)
+            cpu1, rss = process.cpu_times(), process.memory_info().rss
+            elapsed = time.monotonic() - started
+            stop_process(probe, timeout=30)
+            time.sleep(1)  # the last frames of the closing handshake
 
-        wire = wire_confirms(capture, port)
         events = ds.dataset(workdir / "data" / "events", partitioning="hive").to_table().to_pandas()
+        results = compare(read_capture(capture, port), events)
         cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / elapsed
         print(f"\n{args.seconds:g} s at {args.rate:g} msg/s per target, a burst every {args.burst_interval:g} s; "
               f"probe CPU {cpu * 100:.1f} % of a core, RSS {rss / 2**20:.0f} MiB")
-        print(f"{'target':26s} {'confirms wire/log':>18s} {'batches equal':>14s}  "
-              f"{'ackscope - wire, ms: p50 / p99 / max':>40s}   {'wire p50/p99':>13s} {'ackscope p50/p99':>17s}")
-        for key, messages in sorted(wire.items()):
-            name = key.removeprefix("ackscope.probe.")
-            mine = events[events.probe == name]
-            published = mine[mine.kind == "published"].sort_values("seq")
-            confirmed = mine[mine.kind == "confirmed"].set_index("seq")
-            times = [m[0] for m in messages]
-            diffs: dict[str, list[float]] = {"steady": [], "burst": []}
-            wire_ms, ours_ms, equal, paired = [], [], 0, 0
-            for i, (seq, (sent, settled, batch)) in enumerate(zip(published.seq, messages)):
-                if settled is None or seq not in confirmed.index:
-                    continue
-                paired += 1
-                theirs, ours = (settled - sent) * 1000, confirmed.loc[seq, "latency_s"] * 1000
-                near = sum(1 for x in times[max(0, i - 100):i + 100] if abs(x - sent) <= 0.5)
-                diffs["burst" if near > BURST_NEIGHBOURS else "steady"].append(ours - theirs)
-                wire_ms.append(theirs)
-                ours_ms.append(ours)
-                equal += int(confirmed.loc[seq, "batch_size"] == batch)
-            counts = f"{sum(1 for m in messages if m[1] is not None)}/{len(confirmed)}"
-            for part, values in diffs.items():
+        print("\nConfirm latency, ackscope minus wire, ms (p50 / p99 / max), per message:")
+        print(f"{'target':26s} {'confirms wire/log':>18s} {'batches equal':>14s} {'p50 / p99 / max':>26s}"
+              f"   {'wire p50/p99':>13s} {'ackscope p50/p99':>17s}")
+        for c in results:
+            for part, values in c.confirm_diff.items():
                 if values:
                     spread = f"{percentile(values, .5):.3f} / {percentile(values, .99):.3f} / {max(values):.3f}"
-                    print(f"{name + ' ' + part:26s} {counts:>18s} {f'{equal}/{paired}':>14s}  {spread:>40s}   "
-                          f"{percentile(wire_ms, .5):6.2f}/{percentile(wire_ms, .99):6.2f} "
-                          f"{percentile(ours_ms, .5):8.2f}/{percentile(ours_ms, .99):8.2f}")
+                    print(f"{c.target + ' ' + part:26s} {f'{c.wire_confirms}/{c.logged_confirms}':>18s} "
+                          f"{f'{c.batches_equal}/{c.paired}':>14s} {spread:>26s}   "
+                          f"{percentile(c.confirm_wire, .5):6.2f}/{percentile(c.confirm_wire, .99):6.2f} "
+                          f"{percentile(c.confirm_ours, .5):8.2f}/{percentile(c.confirm_ours, .99):8.2f}")
+        print("\nDelivery latency (publish -> first delivery), ackscope minus wire, ms (p50 / p99 / max):")
+        for c in results:
+            d = c.delivery_diff
+            print(f"{c.target:26s} {len(d):6d} messages  {percentile(d, .5):.3f} / {percentile(d, .99):.3f} / "
+                  f"{max(d):.3f}")
+        print("\nHistogram precision: the bucket-interpolated percentile against the exact one, event log latencies:")
+        for kind in ("confirmed", "delivered"):
+            for target, group in events[events.kind == kind].groupby("probe"):
+                values = group.latency_s.tolist()
+                buckets = bucketed(values)
+                errors = "  ".join(f"p{q * 100:g} {percentile(values, q) * 1000:7.2f} ms exact, "
+                                   f"{(histogram_quantile(buckets, q) / percentile(values, q) - 1) * 100:+5.1f} %"
+                                   for q in BUCKET_QUANTILES)
+                print(f"{kind:10s} {target:22s} {errors}")
+        if args.chart:
+            chart(results, args.chart)
+            print(f"\nchart: {args.chart}")
     finally:
         broker.stop()
         broker.remove()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep is None:
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

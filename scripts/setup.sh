@@ -25,6 +25,8 @@ if [ "${1:-}" = "--test" ]; then
   command -v promtool >/dev/null && command -v prometheus >/dev/null || need+=(prometheus)
   # The dashboard's real-browser test drives Debian's chromium (never a browser download).
   [ -x /usr/bin/chromium ] || need+=(chromium)
+  # The probes' wire test captures their AMQP connection with tshark (as root: no setuid dumpcap needed).
+  command -v tshark >/dev/null || need+=(tshark)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -33,6 +35,8 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
   echo "setup: installing ${need[*]} ..."
   export DEBIAN_FRONTEND=noninteractive
+  # wireshark-common asks whether non-root users may capture; the answer is no, and must not be asked.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   # A policy-rc.d keeps apt from starting the packages' own services (ackscope starts its own nodes);
   # one made here is removed again, one the machine had is left alone.
   made_policy=
