@@ -9,11 +9,19 @@ bytes to the kernel and take them from it, and a frame's time is when the socket
 
 from __future__ import annotations
 
+import socket
+import ssl
+import struct
 import time
 from collections import deque
 from collections.abc import Callable
 
 import pika
+
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python names it from 3.12 on (35 before)
+_TIMESPEC = struct.Struct("@qq")  # struct timespec: seconds, nanoseconds (realtime clock)
+_STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
 
 
 class WireClock:
@@ -44,10 +52,18 @@ class WireClock:
 
 class _TimedSocket:
     """The transport's socket, seen through: every send and recv tells the clock. Everything else is the
-    socket's own."""
+    socket's own.
+
+    A read is timed by when its bytes arrived, not when the loop came round to read them: on a plain TCP
+    socket the kernel stamps what it receives (SO_TIMESTAMPNS). The kernel merges segments that wait in
+    the socket together and keeps the newest stamp, so a merged read is timed by its last arrival: never
+    later than the read itself, which is the time taken where there is no stamp (TLS)."""
 
     def __init__(self, sock, clock: WireClock):
         self._sock, self._clock = sock, clock
+        self._stamped = isinstance(sock, socket.socket) and not isinstance(sock, ssl.SSLSocket)
+        if self._stamped:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
 
     def send(self, data) -> int:
         at = time.monotonic_ns()  # handed to the kernel now; on loopback the frame is on the wire within the call
@@ -56,8 +72,18 @@ class _TimedSocket:
         return n
 
     def recv(self, size: int) -> bytes:
-        data = self._sock.recv(size)
-        self._clock.read(time.monotonic_ns())  # before pika parses a byte of it
+        if not self._stamped:
+            data = self._sock.recv(size)
+            self._clock.read(time.monotonic_ns())  # before pika parses a byte of it
+            return data
+        data, ancillary, _flags, _address = self._sock.recvmsg(size, _STAMP_SPACE)
+        now, wall = time.monotonic_ns(), time.time_ns()
+        arrived = now
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= _TIMESPEC.size:
+                seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
+                arrived = min(now, now - (wall - (seconds * 1_000_000_000 + nanoseconds)))
+        self._clock.read(arrived)
         return data
 
     def __getattr__(self, name: str):
@@ -67,8 +93,8 @@ class _TimedSocket:
 class TimedConnection(pika.SelectConnection):
     """A SelectConnection whose `wire` says when its frames left and when what it dispatches arrived.
 
-    It reaches into pika in two places that pika 1.3 keeps stable: the transport's socket (`_sock`) and
-    the connection's single exit for marshaled frames (`_adapter_emit_data`). The probe's capture test
+    It reaches into pika in three places that pika 1.3 keeps stable: the transport's socket (`_sock`), the
+    connection's exits for marshaled frames (`_output_marshaled_frames`, `_adapter_emit_data`). The probe's capture test
     (tests/test_probe_wire.py) fails if either moves.
     """
 
@@ -76,9 +102,27 @@ class TimedConnection(pika.SelectConnection):
         self.wire = WireClock()
         super().__init__(*args, **kwargs)
 
+    def read_now(self) -> None:
+        """Read and dispatch whatever the socket holds, without waiting for the loop to come round (another
+        connection's dispatch may be long); nothing when it holds nothing."""
+        if self._transport is not None:
+            self._transport._on_socket_readable()
+
+    def _output_marshaled_frames(self, marshaled_frames) -> None:
+        # A publish's method, header and body frames in one write, not three: on loopback each send runs the
+        # receiver's TCP stack too, and a third of the writes left the burst's acks waiting less.
+        if len(marshaled_frames) > 1:
+            marshaled_frames = [b"".join(marshaled_frames)]
+        super()._output_marshaled_frames(marshaled_frames)
+
     def _adapter_emit_data(self, data: bytes) -> None:
         self.wire.emitted(len(data))
-        super()._adapter_emit_data(data)
+        pending = getattr(self._transport, "_tx_buffers", None)
+        if pending:  # frames already wait for the socket: go with them, one write and one segment for all
+            pending[-1] += data
+            self._transport._tx_buffered_byte_count += len(data)
+        else:
+            super()._adapter_emit_data(data)
 
     def _proto_connection_made(self, transport) -> None:
         transport._sock = _TimedSocket(transport._sock, self.wire)
