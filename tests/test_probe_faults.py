@@ -11,7 +11,7 @@ import time
 import pika
 import pytest
 import requests
-from helpers import private_broker, value, wait_for, wait_for_sample
+from helpers import private_broker, suspended_queue, value, wait_for, wait_for_sample
 from probe_helpers import (
     captured_log,
     connection_failures,
@@ -176,9 +176,12 @@ def test_unconfirmed_messages_are_republished_when_the_connection_is_closed_unde
             return next((c["name"] for c in conns
                          if c.get("client_properties", {}).get("connection_name") == "ackscope-probe publisher"), None)
         name = wait_for(publisher_name, what="the probe's publishing connection")
-        wait_for(lambda: len(probes.runner.probes[0].confirms) > 100, timeout=10, what="a burst in flight")
-        broker.api("DELETE", f"/connections/{requests.utils.quote(name, safe='')}")
-        closed = time.monotonic()
+        # The queue cannot confirm while suspended: publishes are certainly unconfirmed when the connection goes.
+        with suspended_queue(broker, vhost, target.queue):
+            wait_for(lambda: len(probes.runner.probes[0].confirms) > 100, timeout=10,
+                     what="publishes awaiting confirms")
+            broker.api("DELETE", f"/connections/{requests.utils.quote(name, safe='')}")
+            closed = time.monotonic()
         republished = wait_probe(probes, "ackscope_probe_republished_total", target.name, 1)
         wait_probe(probes, "ackscope_probe_reconnects_total", target.name, 1)
         wait_for(lambda: settled_since(probes, closed), timeout=30, what="every confirm before the close to be settled")
