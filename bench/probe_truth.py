@@ -122,6 +122,13 @@ def main() -> int:
                           f"{f'{c.batches_equal}/{c.paired}':>14s} {spread:>26s}   "
                           f"{percentile(c.confirm_wire, .5):6.2f}/{percentile(c.confirm_wire, .99):6.2f} "
                           f"{percentile(c.confirm_ours, .5):8.2f}/{percentile(c.confirm_ours, .99):8.2f}")
+        print("\nWhen a publish left: the wire's time minus the event log's (the socket's write), ms "
+              "(p50 / p99 / max):")
+        for c in results:
+            for part, values in c.send_diff.items():
+                if values:
+                    print(f"{c.target + ' ' + part:26s} {percentile(values, .5):.3f} / {percentile(values, .99):.3f} / "
+                          f"{max(values):.3f}")
         print("\nDelivery latency (publish -> first delivery), ackscope minus wire, ms (p50 / p99 / max):")
         for c in results:
             d = c.delivery_diff

@@ -105,6 +105,7 @@ class Comparison:
     confirm_wire: list[float] = field(default_factory=list)
     confirm_ours: list[float] = field(default_factory=list)
     delivery_diff: list[float] = field(default_factory=list)
+    send_diff: dict[str, list[float]] = field(default_factory=lambda: {"steady": [], "burst": []})
 
 
 def compare(wire: dict[str, list[WireMessage]], events: pd.DataFrame,
@@ -114,7 +115,9 @@ def compare(wire: dict[str, list[WireMessage]], events: pd.DataFrame,
     for key, messages in sorted(wire.items()):
         name = key.removeprefix(prefix)
         mine = events[events.probe == name]
-        published = mine[mine.kind == "published"].sort_values("seq").seq.tolist()
+        published_events = mine[mine.kind == "published"].sort_values("seq")
+        published = published_events.seq.tolist()
+        left_us = published_events.ts.tolist()
         confirmed = mine[mine.kind == "confirmed"].set_index("seq")
         first = mine[(mine.kind == "delivered") & ~mine.redelivered.eq(True)]
         delivered = first.drop_duplicates("seq").set_index("seq")
@@ -128,12 +131,18 @@ def compare(wire: dict[str, list[WireMessage]], events: pd.DataFrame,
             c.paired += 1
             theirs, ours = (m.settled - m.published) * 1000, confirmed.loc[seq, "latency_s"] * 1000
             near = sum(1 for x in times[max(0, i - 100):i + 100] if abs(x - m.published) <= 0.5)
-            c.confirm_diff["burst" if near > BURST_NEIGHBOURS else "steady"].append(ours - theirs)
+            part = "burst" if near > BURST_NEIGHBOURS else "steady"
+            c.confirm_diff[part].append(ours - theirs)
+            c.send_diff[part].append(m.published * 1000 - _epoch_ms(left_us[i]))
             c.confirm_wire.append(theirs)
             c.confirm_ours.append(ours)
             c.batches_equal += int(confirmed.loc[seq, "batch_size"] == m.batch_size)
         out.append(c)
     return out
+
+
+def _epoch_ms(ts) -> float:
+    return ts.timestamp() * 1000 if hasattr(ts, "timestamp") else ts / 1000
 
 
 def percentile(values: list[float], q: float) -> float:
