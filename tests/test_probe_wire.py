@@ -30,8 +30,10 @@ def test_probe_confirm_and_delivery_latencies_match_a_capture_of_their_own_conne
     assert abs(wire.logged_confirms - wire.wire_confirms) <= 0.01 * wire.wire_confirms
     assert wire.batches_equal == wire.paired >= 0.99 * wire.wire_confirms
     assert len(wire.confirm_diff["burst"]) >= BURST  # the burst is there, and told apart
-    # Per message, ackscope minus the wire: the timer runs from the frame's write to the ack's read.
+    # Per message, ackscope minus the wire: the timer runs from the frame's write to the ack's arrival.
     # Before issue 14 the steady p50 was +0.5 ms and the burst's +25 ms.
     assert percentile(wire.confirm_diff["steady"], 0.5) <= 0.3
-    assert percentile(wire.confirm_diff["burst"], 0.5) <= 3.0
-    assert percentile(wire.delivery_diff, 0.5) <= 0.5
+    assert percentile(wire.confirm_diff["burst"], 0.5) <= 0.3
+    assert percentile(wire.delivery_diff, 0.5) <= 0.3
+    # The published event is stamped as the frame is written: within a millisecond of the capture.
+    assert abs(percentile(wire.send_diff["steady"] + wire.send_diff["burst"], 0.5)) <= 1.0
