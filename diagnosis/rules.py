@@ -23,6 +23,7 @@ from ackscope.model.snapshot import (
     Channel,
     Queue,
     Snapshot,
+    binding_limit,
 )
 
 from .thresholds import Thresholds
@@ -125,21 +126,41 @@ def _prefetch_saturated(ctx: Context, rule: Rule) -> Iterator[Finding]:
         ch, q = ctx.channel(con.channel), ctx.queue(con.vhost, con.queue)
         if ch is None or q is None or con.ack_required is not True or (ch.name, q.name) in seen:
             continue
-        limit = ch.prefetch_limit
-        if limit is None or _n(ch.messages_unacked) < limit or _n(q.messages_ready) == 0:
-            continue
         seen.add((ch.name, q.name))
+        if _n(q.messages_ready) == 0:
+            continue
+        full = next(((unacked, limit) for unacked, limit in _held_against(ctx, ch, q)
+                     if limit is not None and unacked >= limit), None)
+        if full is None:
+            continue
+        unacked, limit = full
         yield rule.finding("warning", con.vhost, f"channel {ch.name}", con.connection_name,
-                           {"queue": q.name, "unacked": ch.messages_unacked, "prefetch_limit": limit,
+                           {"queue": q.name, "unacked": unacked, "prefetch_limit": limit,
                             "ready": q.messages_ready},
-                           f"the consumer holds {ch.messages_unacked} unacked, its whole prefetch of {limit}, "
+                           f"the consumer holds {unacked} unacked, its whole prefetch of {limit}, "
                            f"while {q.messages_ready} messages wait in {q.name}: the consumer is the bottleneck.")
+
+
+def _held_against(ctx: Context, ch: Channel, q: Queue) -> list[tuple[int, int | None]]:
+    """Unacked deliveries and the limit that binds them: the whole channel's against the channel's limit;
+    and, where the channel's consumers of the queue are all of the queue's consumers, the queue's unacked
+    against their own prefetch (capped by the channel-wide one): one consumer of a channel can be full
+    while the channel, with room for its other consumers, is not."""
+    held = [(_n(ch.messages_unacked), ch.prefetch_limit)]
+    mine = [c.prefetch_count for c in ctx.snapshot.consumers if c.channel == ch.name and c.queue == q.name]
+    if mine and len(mine) == _n(q.consumers) and q.messages_unacked is not None and None not in mine:
+        held.append((q.messages_unacked, binding_limit(mine, ch.global_prefetch_count)))
+    return held
 
 
 def _prefetch_one(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for con in ctx.snapshot.consumers:
         q = ctx.queue(con.vhost, con.queue)
-        if con.ack_required is not True or con.prefetch_count != 1 or q is None:
+        ch = ctx.channel(con.channel)
+        # Prefetch 1 as it binds: the consumer's own, or a channel-wide 1 (Celery's acks_late with
+        # worker_prefetch_multiplier=1 sets global QoS 1 and leaves the consumer's at 0).
+        limit = ch.limit_for(con.prefetch_count) if ch is not None else con.prefetch_count
+        if con.ack_required is not True or limit != 1 or q is None:
             continue
         if _n(q.messages_ready) < ctx.thresholds.prefetch_one_backlog:
             continue

@@ -6,6 +6,7 @@ object too new to have stats): the collectors then emit no series, never a made-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -88,14 +89,34 @@ class Channel:
     # known only by its process id is named by them.
     queues: tuple[str, ...] = ()
     exchanges: tuple[str, ...] = ()
+    # The prefetch each of the channel's consumers got when it subscribed (0: none), where the source lists
+    # consumers with their own prefetch; None where it does not (then prefetch_count stands for each).
+    consumer_prefetch: tuple[int, ...] | None = None
 
     @property
     def prefetch_limit(self) -> int | None:
-        """How many unacked deliveries the channel may hold: per-consumer prefetch times its consumers,
-        capped by the channel-wide (global) prefetch; None when nothing limits it."""
-        per_consumer = (self.prefetch_count or 0) * max(self.consumer_count or 0, 1)
-        limits = [n for n in (per_consumer, self.global_prefetch_count or 0) if n > 0]
-        return min(limits) if limits else None
+        """How many unacked deliveries the channel may hold, as RabbitMQ applies basic.qos; None when
+        nothing limits it (see binding_limit)."""
+        own = self.consumer_prefetch
+        if own is None:
+            own = (self.prefetch_count or 0,) * max(self.consumer_count or 0, 1)
+        return binding_limit(own, self.global_prefetch_count)
+
+    def limit_for(self, consumer_prefetch: int | None) -> int | None:
+        """The limit that binds one consumer of this channel: its own prefetch, capped by the channel-wide
+        one it shares; None when neither limits it."""
+        return binding_limit((consumer_prefetch or 0,), self.global_prefetch_count)
+
+
+def binding_limit(consumer_prefetch: Sequence[int | None], global_prefetch: int | None) -> int | None:
+    """The unacked deliveries some consumers of one channel may hold together, as RabbitMQ (3.3+) applies
+    basic.qos: each consumer is held to the per-consumer prefetch (global=false) the channel had when it
+    subscribed, so a qos set after basic.consume binds only later consumers; all of them together are held
+    to the channel-wide prefetch (global=true). 0 means no limit. None when nothing binds: no consumer, or
+    one without a prefetch of its own and no channel-wide one."""
+    own = None if not consumer_prefetch or not all(consumer_prefetch) else sum(consumer_prefetch)
+    limits = [n for n in (own, global_prefetch) if n]
+    return min(limits) if limits else None
 
 
 @dataclass(frozen=True, slots=True)

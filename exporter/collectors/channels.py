@@ -30,8 +30,9 @@ GAUGES = (
      lambda c: c.global_prefetch_count),
     ("confirm_mode", "1 when the channel is in publisher-confirm mode.", lambda c: flag(c.confirm)),
     ("transactional", "1 when the channel is in transaction mode (tx.select).", lambda c: flag(c.transactional)),
-    ("prefetch_utilisation", "Unacked deliveries over the channel's prefetch limit (per-consumer prefetch "
-     "times consumers, capped by the global prefetch); absent when unlimited.", _utilisation),
+    ("prefetch_utilisation", "Unacked deliveries over the channel's prefetch limit as the broker applies it "
+     "(the prefetch each consumer got when it subscribed, summed, capped by the global prefetch); absent when "
+     "no limit binds.", _utilisation),
 )
 # Gauges and counters that also have a folded per-vhost total: (name, doc, kind, of channel, of folded).
 SUMMABLE = (

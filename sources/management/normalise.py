@@ -8,6 +8,8 @@ becomes None, an empty stats object may come as `[]`, and nothing here raises on
 from __future__ import annotations
 
 import math
+from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from ackscope.model.snapshot import Channel, Connection, Consumer, MessageStats, Node, Overview, Queue, Snapshot
@@ -195,6 +197,17 @@ def queue(raw: dict) -> Queue:
     )
 
 
+def with_consumer_prefetch(channels: list[Channel], consumers: list[Consumer]) -> list[Channel]:
+    """Each channel with the prefetch its consumers got when they subscribed: what binds them, whatever
+    the channel's qos says now (a qos after basic.consume binds only later consumers)."""
+    own: dict[str, list[int | None]] = defaultdict(list)
+    for c in consumers:
+        own[c.channel].append(c.prefetch_count)
+    return [replace(ch, consumer_prefetch=tuple(own[ch.name]))
+            if all(p is not None for p in own[ch.name]) and len(own[ch.name]) == (ch.consumer_count or 0) else ch
+            for ch in channels]
+
+
 def objects(raw: Any, endpoint: str) -> list[dict]:
     if not isinstance(raw, list) or not all(isinstance(item, dict) for item in raw):
         raise MalformedResponse(endpoint, "answer is not a JSON list of objects")
@@ -212,6 +225,7 @@ def snapshot(raw: dict[str, Any], taken_at: float, selection: Selection = Select
     # empty): leave it to the next poll rather than export a series that would lose its culprit.
     consumers = [consumer(c, names) for c in objects(raw["consumers"], "consumers")
                  if _dict(c.get("channel_details")).get("name")]
+    channels = with_consumer_prefetch(channels, consumers)
     queues = [queue(q) for q in objects(raw["queues"], "queues")]
     notes = []
     if ov.statistics_disabled:
