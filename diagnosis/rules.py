@@ -86,6 +86,19 @@ def _n(v) -> int:
     return v or 0
 
 
+MAX_NAMED = 3  # consumers a queue finding names before it counts the rest
+
+
+def _consumers_of(ctx: Context, q: Queue) -> str:
+    """Who consumes from a queue, for a queue finding's culprit: its consumers' connection names, the
+    first few and a count of the rest ("" when nobody consumes)."""
+    names = sorted({c.connection_name or f"channel {c.channel}" for c in ctx.snapshot.consumers
+                    if c.vhost == q.vhost and c.queue == q.name})
+    if len(names) <= MAX_NAMED:
+        return ", ".join(names)
+    return f"{', '.join(names[:MAX_NAMED])} and {len(names) - MAX_NAMED} more"
+
+
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
@@ -179,7 +192,7 @@ def _requeue_loop(ctx: Context, rule: Rule) -> Iterator[Finding]:
         if redeliver < t.requeue_ratio * deliver:
             continue
         critical = deliver > 0 and redeliver >= 0.9 * deliver
-        yield rule.finding("critical" if critical else "warning", q.vhost, f"queue {q.name}", "",
+        yield rule.finding("critical" if critical else "warning", q.vhost, f"queue {q.name}", _consumers_of(ctx, q),
                            {"redeliver_rate": _round(redeliver), "deliver_rate": _round(deliver),
                             "consumers": q.consumers},
                            f"{redeliver:.1f} of {deliver:.1f} deliveries per second on {q.name} are redeliveries: "
@@ -294,7 +307,7 @@ def _transient_in_durable(ctx: Context, rule: Rule) -> Iterator[Finding]:
         total = _n(q.messages_ready) + _n(q.messages_unacked)
         transient = total - q.messages_persistent
         if transient > 0:
-            yield rule.finding("warning", q.vhost, f"queue {q.name}", "",
+            yield rule.finding("warning", q.vhost, f"queue {q.name}", _consumers_of(ctx, q),
                                {"messages": total, "persistent": q.messages_persistent, "transient": transient},
                                f"durable queue {q.name} holds {transient} transient messages: the queue survives "
                                "a broker restart, they do not.")
@@ -304,7 +317,7 @@ def _non_durable_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for q in ctx.snapshot.queues:
         total = _n(q.messages_ready) + _n(q.messages_unacked)
         if q.durable is False and total >= ctx.thresholds.non_durable_backlog:
-            yield rule.finding("warning", q.vhost, f"queue {q.name}", "",
+            yield rule.finding("warning", q.vhost, f"queue {q.name}", _consumers_of(ctx, q),
                                {"messages": total, "durable": False, "exclusive": q.exclusive},
                                f"non-durable queue {q.name} holds {total} messages: a broker restart deletes the "
                                "queue and all of them.")

@@ -93,6 +93,20 @@ def test_requeue_loop_needs_redeliveries_comparable_to_deliveries_and_a_minimum_
     assert _only(Context(snapshot(queues=[queue(message_stats=stats(redeliver=10**6))])), "requeue-loop") == []
 
 
+def test_queue_findings_name_the_clients_that_consume_from_the_queue():
+    def looping(*consumers):
+        before = snapshot(1000.0, queues=[queue(message_stats=stats(deliver_get=0, redeliver=0))])
+        after = snapshot(1010.0, queues=[queue(message_stats=stats(deliver_get=100, redeliver=90))],
+                         consumers=list(consumers))
+        [f] = _only(Context(after, before), "requeue-loop")
+        return f.connection_name
+    assert looping(consumer(connection_name="billing")) == "billing"
+    assert looping(consumer(connection_name=""), consumer(connection_name="billing")) == "billing, channel ch 1"
+    many = [consumer(connection_name=f"worker-{i}") for i in range(5)]
+    assert looping(*many) == "worker-0, worker-1, worker-2 and 2 more"
+    assert looping() == ""  # nobody consumes now
+
+
 def test_publishers_without_confirms_and_transactional_ones_are_told_apart():
     s = snapshot(channels=[channel("plain", confirm=False, message_stats=stats(publish=3), connection_name="p1"),
                            channel("tx", confirm=False, transactional=True, message_stats=stats(publish=3)),
