@@ -93,9 +93,11 @@ class _TimedSocket:
 class TimedConnection(pika.SelectConnection):
     """A SelectConnection whose `wire` says when its frames left and when what it dispatches arrived.
 
-    It reaches into pika in three places that pika 1.3 keeps stable: the transport's socket (`_sock`), the
-    connection's exits for marshaled frames (`_output_marshaled_frames`, `_adapter_emit_data`). The probe's capture test
-    (tests/test_probe_wire.py) fails if either moves.
+    It reaches into pika 1.3 where it has no public hook: the connection's one exit for frames
+    (`_adapter_emit_data`), the moment it gets its transport (`_proto_connection_made`), the transport's
+    socket and write buffer (`_sock`, `_tx_buffers`, `_tx_buffered_byte_count`) and its read handler
+    (`_on_socket_readable`). The capture test
+    (tests/test_probe_wire.py) fails if any of them moves.
     """
 
     def __init__(self, *args, **kwargs):
@@ -108,17 +110,13 @@ class TimedConnection(pika.SelectConnection):
         if self._transport is not None:
             self._transport._on_socket_readable()
 
-    def _output_marshaled_frames(self, marshaled_frames) -> None:
-        # A publish's method, header and body frames in one write, not three: on loopback each send runs the
-        # receiver's TCP stack too, and a third of the writes left the burst's acks waiting less.
-        if len(marshaled_frames) > 1:
-            marshaled_frames = [b"".join(marshaled_frames)]
-        super()._output_marshaled_frames(marshaled_frames)
-
     def _adapter_emit_data(self, data: bytes) -> None:
         self.wire.emitted(len(data))
         pending = getattr(self._transport, "_tx_buffers", None)
-        if pending:  # frames already wait for the socket: go with them, one write and one segment for all
+        # Frames already wait for the socket: go with them. A loop turn's frames (a publish's method, header
+        # and body; a burst slice) leave in one write and one segment: single-frame segments were held by
+        # the kernel up to 3 ms behind its congestion window in a burst, and each write costs a syscall.
+        if pending:
             pending[-1] += data
             self._transport._tx_buffered_byte_count += len(data)
         else:
