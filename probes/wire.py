@@ -93,7 +93,7 @@ class _TimedSocket:
 class TimedConnection(pika.SelectConnection):
     """A SelectConnection whose `wire` says when its frames left and when what it dispatches arrived.
 
-    It reaches into pika 1.3 where it has no public hook: the connection's one exit for frames
+    It reaches into pika 1.4 where it has no public hook: the connection's one exit for frames
     (`_adapter_emit_data`), the moment it gets its transport (`_proto_connection_made`), the transport's
     socket and write buffer (`_sock`, `_tx_buffers`, `_tx_buffered_byte_count`) and its read handler
     (`_on_socket_readable`). The capture test
