@@ -36,10 +36,10 @@ import pyarrow.dataset as ds
 from plotly.subplots import make_subplots
 
 from ackscope.core.processes import stop_process
-from ackscope.core.quantile import histogram_quantile
+from ackscope.core.quantile import histogram_quantile, sample_quantile
 from ackscope.probes.statistics import LATENCY_BUCKETS, Bucketed
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, LocalBroker, free_port
-from ackscope.workloads.wire_capture import Capture, compare, percentile, read_capture
+from ackscope.workloads.wire_capture import Capture, compare, read_capture
 
 BUCKET_QUANTILES = (0.5, 0.99)
 
@@ -50,6 +50,11 @@ def bucketed(values_s: list[float]):
     for v in values_s:
         histogram.observe(v)
     return histogram.frozen().buckets
+
+
+def spread(values: list[float]) -> str:
+    """p50 / p99 / max of per-message differences, ms."""
+    return f"{sample_quantile(values, .5):.3f} / {sample_quantile(values, .99):.3f} / {max(values):.3f}"
 
 
 def chart(results, path: Path) -> None:
@@ -117,30 +122,26 @@ def main() -> int:
         for c in results:
             for part, values in c.confirm_diff.items():
                 if values:
-                    spread = f"{percentile(values, .5):.3f} / {percentile(values, .99):.3f} / {max(values):.3f}"
                     print(f"{c.target + ' ' + part:26s} {f'{c.wire_confirms}/{c.logged_confirms}':>18s} "
-                          f"{f'{c.batches_equal}/{c.paired}':>14s} {spread:>26s}   "
-                          f"{percentile(c.confirm_wire, .5):6.2f}/{percentile(c.confirm_wire, .99):6.2f} "
-                          f"{percentile(c.confirm_ours, .5):8.2f}/{percentile(c.confirm_ours, .99):8.2f}")
+                          f"{f'{c.batches_equal}/{c.paired}':>14s} {spread(values):>26s}   "
+                          f"{sample_quantile(c.confirm_wire, .5):6.2f}/{sample_quantile(c.confirm_wire, .99):6.2f} "
+                          f"{sample_quantile(c.confirm_ours, .5):8.2f}/{sample_quantile(c.confirm_ours, .99):8.2f}")
         print("\nWhen a publish left: the wire's time minus the event log's (the socket's write), ms "
               "(p50 / p99 / max):")
         for c in results:
             for part, values in c.send_diff.items():
                 if values:
-                    print(f"{c.target + ' ' + part:26s} {percentile(values, .5):.3f} / {percentile(values, .99):.3f} / "
-                          f"{max(values):.3f}")
+                    print(f"{c.target + ' ' + part:26s} {spread(values)}")
         print("\nDelivery latency (publish -> first delivery), ackscope minus wire, ms (p50 / p99 / max):")
         for c in results:
-            d = c.delivery_diff
-            print(f"{c.target:26s} {len(d):6d} messages  {percentile(d, .5):.3f} / {percentile(d, .99):.3f} / "
-                  f"{max(d):.3f}")
+            print(f"{c.target:26s} {len(c.delivery_diff):6d} messages  {spread(c.delivery_diff)}")
         print("\nHistogram precision: the bucket-interpolated percentile against the exact one, event log latencies:")
         for kind in ("confirmed", "delivered"):
             for target, group in events[events.kind == kind].groupby("probe"):
                 values = group.latency_s.tolist()
                 buckets = bucketed(values)
-                errors = "  ".join(f"p{q * 100:g} {percentile(values, q) * 1000:7.2f} ms exact, "
-                                   f"{(histogram_quantile(buckets, q) / percentile(values, q) - 1) * 100:+5.1f} %"
+                errors = "  ".join(f"p{q * 100:g} {sample_quantile(values, q) * 1000:7.2f} ms exact, "
+                                   f"{(histogram_quantile(buckets, q) / sample_quantile(values, q) - 1) * 100:+5.1f} %"
                                    for q in BUCKET_QUANTILES)
                 print(f"{kind:10s} {target:22s} {errors}")
         if args.chart:

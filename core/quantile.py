@@ -32,6 +32,18 @@ def histogram_quantile(buckets: Buckets, q: float) -> float | None:
     return None
 
 
+def sample_quantile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile of every value in a sample, exact: linear between the two nearest ranks (Python's
+    statistics.quantiles, method "inclusive"); None for an empty sample."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    position = q * (len(ordered) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+
 def beyond_largest_bucket(buckets: Buckets, q: float) -> bool:
     """True when quantile q lies in the +Inf bucket: above the largest finite bound, by an unknown amount."""
     bounds = _bounds(buckets)

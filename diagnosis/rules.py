@@ -21,6 +21,7 @@ from ackscope.model.snapshot import (
     QUEUE_DURABILITY,
     QUEUE_PERSISTENT_COUNTS,
     Channel,
+    Consumer,
     Queue,
     Snapshot,
     binding_limit,
@@ -43,6 +44,10 @@ class Context:
         s = self.snapshot
         object.__setattr__(self, "_queues", {(q.vhost, q.name): q for q in s.queues})
         object.__setattr__(self, "_channels", {c.name: c for c in s.channels})
+        by_queue: dict[tuple[str, str], list[Consumer]] = {}
+        for c in s.consumers:
+            by_queue.setdefault((c.vhost, c.queue), []).append(c)
+        object.__setattr__(self, "_consumers", by_queue)
         prev = self.previous
         object.__setattr__(self, "_prev_queues", {(q.vhost, q.name): q for q in prev.queues} if prev else {})
         object.__setattr__(self, "_prev_channels", {c.name: c for c in prev.channels} if prev else {})
@@ -52,6 +57,9 @@ class Context:
 
     def channel(self, name: str) -> Channel | None:
         return self._channels.get(name)
+
+    def consumers_of(self, q: Queue) -> list[Consumer]:
+        return self._consumers.get((q.vhost, q.name), [])
 
     def rate(self, now: int | None, before: int | None) -> float | None:
         """Per second between the two samples; None without a previous sample or a counter."""
@@ -92,8 +100,7 @@ MAX_NAMED = 3  # consumers a queue finding names before it counts the rest
 def _consumers_of(ctx: Context, q: Queue) -> str:
     """Who consumes from a queue, for a queue finding's culprit: its consumers' connection names, the
     first few and a count of the rest ("" when nobody consumes)."""
-    names = sorted({c.connection_name or f"channel {c.channel}" for c in ctx.snapshot.consumers
-                    if c.vhost == q.vhost and c.queue == q.name})
+    names = sorted({c.connection_name or f"channel {c.channel}" for c in ctx.consumers_of(q)})
     if len(names) <= MAX_NAMED:
         return ", ".join(names)
     return f"{', '.join(names[:MAX_NAMED])} and {len(names) - MAX_NAMED} more"
@@ -160,7 +167,7 @@ def _held_against(ctx: Context, ch: Channel, q: Queue) -> list[tuple[int, int | 
     against their own prefetch (capped by the channel-wide one): one consumer of a channel can be full
     while the channel, with room for its other consumers, is not."""
     held = [(_n(ch.messages_unacked), ch.prefetch_limit)]
-    mine = [c.prefetch_count for c in ctx.snapshot.consumers if c.channel == ch.name and c.queue == q.name]
+    mine = [c.prefetch_count for c in ctx.consumers_of(q) if c.channel == ch.name]
     if mine and len(mine) == _n(q.consumers) and q.messages_unacked is not None and None not in mine:
         held.append((q.messages_unacked, binding_limit(mine, ch.global_prefetch_count)))
     return held

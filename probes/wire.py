@@ -18,7 +18,6 @@ from collections.abc import Callable
 
 import pika
 
-
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python names it from 3.12 on (35 before)
 _TIMESPEC = struct.Struct("@qq")  # struct timespec: seconds, nanoseconds (realtime clock)
 _STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
@@ -32,7 +31,7 @@ class WireClock:
         self._emitted = 0  # bytes handed to the transport, in order
         self._sent = 0  # of those, bytes the kernel took
         self._waiting: deque[tuple[int, Callable[[int], None]]] = deque()  # (end offset, callback), ascending
-        self.read_ns = 0  # when the latest read returned: frames dispatched now arrived then
+        self.read_ns = 0  # when the bytes of the latest read arrived: the frames dispatched now arrived then
 
     def emitted(self, n: int) -> None:
         self._emitted += n
@@ -96,8 +95,7 @@ class TimedConnection(pika.SelectConnection):
     It reaches into pika 1.4 where it has no public hook: the connection's one exit for frames
     (`_adapter_emit_data`), the moment it gets its transport (`_proto_connection_made`), the transport's
     socket and write buffer (`_sock`, `_tx_buffers`, `_tx_buffered_byte_count`) and its read handler
-    (`_on_socket_readable`). The capture test
-    (tests/test_probe_wire.py) fails if any of them moves.
+    (`_on_socket_readable`). The capture test (tests/test_probe_wire.py) fails if any of them moves.
     """
 
     def __init__(self, *args, **kwargs):

@@ -4,10 +4,11 @@ fine enough that interpolated percentiles stay near the exact ones."""
 from __future__ import annotations
 
 import random
+import statistics
 
 import pytest
 
-from ackscope.core.quantile import histogram_quantile
+from ackscope.core.quantile import histogram_quantile, sample_quantile
 from ackscope.probes.statistics import LATENCY_BUCKETS, Bucketed
 from ackscope.probes.wire import WireClock
 
@@ -52,3 +53,11 @@ def test_interpolated_percentiles_stay_within_ten_percent_of_the_exact_ones(medi
     for q in (0.5, 0.99):
         exact = values[int(q * len(values))]
         assert histogram_quantile(histogram.frozen().buckets, q) == pytest.approx(exact, rel=0.10)
+
+
+def test_the_exact_sample_quantile_is_pythons_inclusive_one():
+    values = [random.Random(7).expovariate(1000) for _ in range(501)]
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    for q in (0.5, 0.9, 0.99):
+        assert sample_quantile(values, q) == pytest.approx(cuts[round(q * 100) - 1])
+    assert sample_quantile([3.0], 0.99) == 3.0 and sample_quantile([], 0.5) is None

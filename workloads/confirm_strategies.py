@@ -9,7 +9,6 @@ self-expiring) and reports messages per second and the latency from publish to t
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import pika.exceptions
 from pika.adapters.select_connection import IOLoop
 
 from ackscope.core.config import ConfigError
+from ackscope.core.quantile import sample_quantile
 from ackscope.model.probes import NAMESPACE
 
 log = logging.getLogger("ackscope.bench")
@@ -43,10 +43,8 @@ class Result:
         return self.messages / self.seconds if self.seconds else 0.0
 
     def percentile(self, q: float) -> float | None:
-        """The q-quantile of the latencies (q in hundredths: 0.5, 0.99), exact over every message."""
-        if len(self.latencies) < 2:
-            return self.latencies[0] if self.latencies else None
-        return statistics.quantiles(self.latencies, n=100, method="inclusive")[round(q * 100) - 1]
+        """The q-quantile of the latencies, exact over every message."""
+        return sample_quantile(self.latencies, q)
 
 
 def _queue(queue_type: str) -> str:

@@ -117,7 +117,7 @@ def compare(wire: dict[str, list[WireMessage]], events: pd.DataFrame,
         mine = events[events.probe == name]
         published_events = mine[mine.kind == "published"].sort_values("seq")
         published = published_events.seq.tolist()
-        left_us = published_events.ts.tolist()
+        left_at = published_events.ts.tolist()  # pandas Timestamps, UTC
         confirmed = mine[mine.kind == "confirmed"].set_index("seq")
         first = mine[(mine.kind == "delivered") & ~mine.redelivered.eq(True)]
         delivered = first.drop_duplicates("seq").set_index("seq")
@@ -133,7 +133,7 @@ def compare(wire: dict[str, list[WireMessage]], events: pd.DataFrame,
             near = sum(1 for x in times[max(0, i - 100):i + 100] if abs(x - m.published) <= 0.5)
             part = "burst" if near > BURST_NEIGHBOURS else "steady"
             c.confirm_diff[part].append(ours - theirs)
-            c.send_diff[part].append(m.published * 1000 - _epoch_ms(left_us[i]))
+            c.send_diff[part].append(m.published * 1000 - left_at[i].timestamp() * 1000)
             c.confirm_wire.append(theirs)
             c.confirm_ours.append(ours)
             c.batches_equal += int(confirmed.loc[seq, "batch_size"] == m.batch_size)
@@ -141,11 +141,3 @@ def compare(wire: dict[str, list[WireMessage]], events: pd.DataFrame,
     return out
 
 
-def _epoch_ms(ts) -> float:
-    return ts.timestamp() * 1000 if hasattr(ts, "timestamp") else ts / 1000
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The exact percentile of a sample: the value at rank q (nearest rank)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
