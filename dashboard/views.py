@@ -22,7 +22,8 @@ def findings(items: list[dict[str, Any]], min_severity: str = "info", now: float
     now = time.time() if now is None else now
     keep = [f for f in items if SEVERITY_ORDER.get(f["severity"], 3) <= SEVERITY_ORDER[min_severity]]
     rows = [{"severity": f["severity"], "rule": f["rule"],
-             "culprit": f"{f['connection_name']} · {f['object']}" if f.get("connection_name") else f["object"],
+             "culprit": f"{who} · {f['object']}" if (who := f.get("client") or f.get("connection_name"))
+             else f["object"],
              "since": None if f.get("since") is None else
              datetime.fromtimestamp(f["since"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
              "for": None if f.get("since") is None else describe(now - f["since"]),
@@ -64,7 +65,8 @@ def prefetch(snapshot: dict[str, Any] | None, search: str = "", top: int = 50) -
             marks.append("auto-ack")
         if not limit and any(c.get("ack_required") is not False for c in consumers):
             marks.append("prefetch 0")
-        rows.append({"client": ch.get("connection_name") or "(unnamed)", "channel": ch["name"], "vhost": ch["vhost"],
+        rows.append({"client": ch.get("identity") or ch.get("connection_name") or "(unnamed)", "channel": ch["name"],
+                     "vhost": ch["vhost"],
                      "user": ch.get("user", ""), "unacked": unacked, "prefetch_limit": limit,
                      "fill": (unacked / limit) if limit else math.inf if unacked else 0.0,
                      "mark": ", ".join(marks), "queues": ", ".join(sorted({c["queue"] for c in consumers}))})
@@ -155,7 +157,8 @@ def nodes(snapshot: dict[str, Any] | None) -> pd.DataFrame:
 
 def blocked_connections(snapshot: dict[str, Any] | None) -> pd.DataFrame:
     """Connections whose publishers the broker holds back (blocked, blocking, or in flow control)."""
-    rows = [{"client": c.get("connection_name") or "(unnamed)", "connection": c["name"], "vhost": c["vhost"],
+    rows = [{"client": c.get("identity") or c.get("connection_name") or "(unnamed)", "connection": c["name"],
+             "vhost": c["vhost"],
              "user": c.get("user"), "state": c.get("state")}
             for c in (snapshot or {}).get("connections", []) if c.get("blocked")]
     return pd.DataFrame(rows, columns=["client", "connection", "vhost", "user", "state"])

@@ -6,11 +6,11 @@ from RULES (python -m ackscope.apps.reference rules), so it cannot drift from th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ackscope.core.quantile import beyond_largest_bucket, histogram_quantile
 from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, worst_first
-from ackscope.model.probes import TargetStats
+from ackscope.model.probes import NAMESPACE, TargetStats, is_probe_connection
 from ackscope.model.snapshot import (
     CHANNEL_TRANSACTIONAL,
     CHANNELS,
@@ -21,6 +21,7 @@ from ackscope.model.snapshot import (
     QUEUE_DURABILITY,
     QUEUE_PERSISTENT_COUNTS,
     Channel,
+    Connection,
     Consumer,
     Queue,
     Snapshot,
@@ -85,9 +86,14 @@ class Rule:
     check: Callable[[Context, Rule], Iterable[Finding]]
     needs: tuple[str, ...] = ()  # facts a source may not report (ackscope.model.snapshot's constants)
 
-    def finding(self, severity: str, vhost: str, obj: str, connection_name: str, evidence: dict,
-                explanation: str) -> Finding:
-        return Finding(self.id, severity, vhost, obj, connection_name, evidence, explanation, self.remedy)
+    def finding(self, severity: str, vhost: str, obj: str, who: Connection | Channel | Consumer | str,
+                evidence: dict, explanation: str) -> Finding:
+        """`who` is the record whose client is the culprit, or a queue's consumers already named."""
+        if isinstance(who, str):
+            name = client = who
+        else:
+            name, client = who.connection_name, who.identity or who.connection_name
+        return Finding(self.id, severity, vhost, obj, name, evidence, explanation, self.remedy, client=client)
 
 
 def _n(v) -> int:
@@ -98,9 +104,9 @@ MAX_NAMED = 3  # consumers a queue finding names before it counts the rest
 
 
 def _consumers_of(ctx: Context, q: Queue) -> str:
-    """Who consumes from a queue, for a queue finding's culprit: its consumers' connection names, the
-    first few and a count of the rest ("" when nobody consumes)."""
-    names = sorted({c.connection_name or f"channel {c.channel}" for c in ctx.consumers_of(q)})
+    """Who consumes from a queue, for a queue finding's culprit: its consumers' clients (Connection.identity),
+    the first few and a count of the rest ("" when nobody consumes)."""
+    names = sorted({c.identity or c.connection_name or f"channel {c.channel}" for c in ctx.consumers_of(q)})
     if len(names) <= MAX_NAMED:
         return ", ".join(names)
     return f"{', '.join(names[:MAX_NAMED])} and {len(names) - MAX_NAMED} more"
@@ -119,7 +125,7 @@ def _prefetch_unlimited(ctx: Context, rule: Rule) -> Iterator[Finding]:
         unacked = _n(ch.messages_unacked)
         critical = unacked >= ctx.thresholds.unlimited_prefetch_unacked_critical
         yield rule.finding("critical" if critical else "warning", con.vhost, f"channel {con.channel}",
-                           con.connection_name, {"queue": con.queue, "prefetch": 0, "unacked": unacked},
+                           con, {"queue": con.queue, "prefetch": 0, "unacked": unacked},
                            f"consumer {con.consumer_tag} on queue {con.queue} acks manually with no prefetch "
                            f"limit: the broker pushes it every message it can; it holds {unacked} unacked.")
 
@@ -133,7 +139,7 @@ def _auto_ack(ctx: Context, rule: Rule) -> Iterator[Finding]:
         ready = _n(q.messages_ready) if q else 0
         rate = ctx.queue_rate(q, "deliver_get") if q else None
         busy = ready >= t.auto_ack_backlog or (rate or 0) >= t.auto_ack_delivery_rate
-        yield rule.finding("warning" if busy else "info", con.vhost, f"channel {con.channel}", con.connection_name,
+        yield rule.finding("warning" if busy else "info", con.vhost, f"channel {con.channel}", con,
                            {"queue": con.queue, "ready": ready, "delivery_rate": _round(rate)},
                            f"consumer {con.consumer_tag} on queue {con.queue} uses automatic acknowledgement: a "
                            "message counts as delivered once written to the socket and is lost if the "
@@ -154,7 +160,7 @@ def _prefetch_saturated(ctx: Context, rule: Rule) -> Iterator[Finding]:
         if full is None:
             continue
         unacked, limit = full
-        yield rule.finding("warning", con.vhost, f"channel {ch.name}", con.connection_name,
+        yield rule.finding("warning", con.vhost, f"channel {ch.name}", ch,
                            {"queue": q.name, "unacked": unacked, "prefetch_limit": limit,
                             "ready": q.messages_ready},
                            f"the consumer holds {unacked} unacked, its whole prefetch of {limit}, "
@@ -184,7 +190,7 @@ def _prefetch_one(ctx: Context, rule: Rule) -> Iterator[Finding]:
             continue
         if _n(q.messages_ready) < ctx.thresholds.prefetch_one_backlog:
             continue
-        yield rule.finding("warning", con.vhost, f"channel {con.channel}", con.connection_name,
+        yield rule.finding("warning", con.vhost, f"channel {con.channel}", con,
                            {"queue": q.name, "prefetch": 1, "ready": q.messages_ready},
                            f"a consumer with prefetch 1 drains {q.name}, which holds {q.messages_ready} ready "
                            "messages: every delivery waits for the previous ack's round trip.")
@@ -225,7 +231,7 @@ def _publishing(ch: Channel) -> bool:
 def _without_confirms(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
         if _publishing(ch) and ch.confirm is False and ch.transactional is False:
-            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
                                _touching(ch, published=ch.message_stats.publish, confirm=False),
                                f"the channel has published {ch.message_stats.publish} messages without publisher "
                                "confirms: nothing tells it whether the broker took them (at-most-once).")
@@ -234,7 +240,7 @@ def _without_confirms(ctx: Context, rule: Rule) -> Iterator[Finding]:
 def _transactional(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
         if _publishing(ch) and ch.transactional is True:
-            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
                                _touching(ch, published=ch.message_stats.publish, transactional=True),
                                "the channel publishes in AMQP transactions, which cost a round trip (and on "
                                "slow disks an fsync) per commit: the guide puts them at about 250x slower than "
@@ -265,7 +271,7 @@ def _nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
         if nacked is not None and nacked > 0 and before is not None and (_inferred_nacks(before) or 0) > 0 \
                 and _sampled_anew(ch, before):
             s = ch.message_stats
-            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
                                _touching(ch, published=s.publish, confirmed=s.confirm,
                                          unconfirmed=ch.messages_unconfirmed, inferred_nacked=nacked),
                                f"about {nacked} publishes were neither confirmed nor are still awaiting a confirm: "
@@ -285,7 +291,7 @@ def _unconfirmed_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
         # caught in flight by one poll, is confirmed a few milliseconds later.
         grew = growth >= t.unconfirmed_growth and before is not None and _n(before.messages_unconfirmed) > 0
         if ch.messages_unconfirmed >= t.unconfirmed_backlog or grew:
-            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
                                _touching(ch, unconfirmed=ch.messages_unconfirmed, growth=growth),
                                f"{ch.messages_unconfirmed} published messages await their confirm: the broker is "
                                "slow to take responsibility (disk, a blocked queue, a quorum queue without its "
@@ -300,7 +306,7 @@ def _unroutable(stat: str, what: str):
                 continue
             before = ctx.previous_channel(ch.name)
             rate = ctx.rate(count, getattr(before.message_stats, stat)) if before else None
-            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch.connection_name,
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
                                _touching(ch, **{stat: count, "rate": _round(rate)}),
                                f"the channel published {count} messages that matched no queue and were {what}.")
     return check
@@ -342,7 +348,7 @@ def _no_consumers(ctx: Context, rule: Rule) -> Iterator[Finding]:
 def _heartbeat_disabled(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for c in ctx.snapshot.connections:
         if c.heartbeat_seconds == 0:
-            yield rule.finding("warning", c.vhost, f"connection {c.name}", c.connection_name,
+            yield rule.finding("warning", c.vhost, f"connection {c.name}", c,
                                {"heartbeat_seconds": 0, "client": c.client},
                                "the connection negotiated no heartbeat: if the network fails silently, neither "
                                "side notices for minutes (about 11 with Linux defaults), and its unacked "
@@ -353,7 +359,7 @@ def _blocked(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for c in ctx.snapshot.connections:
         if c.blocked:
             yield rule.finding("info" if c.state == "flow" else "warning", c.vhost, f"connection {c.name}",
-                               c.connection_name, {"state": c.state},
+                               c, {"state": c.state},
                                "the broker holds back this connection's publishes" + (
                                    " with credit flow control: it publishes faster than queues absorb."
                                    if c.state == "flow" else ": a resource alarm (memory or disk) blocks every "
@@ -523,8 +529,20 @@ def evaluate(ctx: Context) -> list[Finding]:
     return list(diagnose(ctx).findings)
 
 
+def _without_probes(s: Snapshot | None) -> Snapshot | None:
+    """The snapshot without the probes' own connections, channels, consumers and queues: the probe rules
+    judge what the probes measure; the client rules never judge the client the probes are."""
+    if s is None:
+        return None
+    return replace(s, connections=tuple(c for c in s.connections if not is_probe_connection(c.connection_name)),
+                   channels=tuple(c for c in s.channels if not is_probe_connection(c.connection_name)),
+                   consumers=tuple(c for c in s.consumers if not is_probe_connection(c.connection_name)),
+                   queues=tuple(q for q in s.queues if not q.name.startswith(NAMESPACE)))
+
+
 def diagnose(ctx: Context) -> Diagnosis:
     """Every rule whose needs the snapshot meets, run; the others named, with what they need."""
+    ctx = replace(ctx, snapshot=_without_probes(ctx.snapshot), previous=_without_probes(ctx.previous))
     findings: list[Finding] = []
     skipped = []
     for rule in RULES:

@@ -132,7 +132,7 @@ def _plain(snapshot: Snapshot) -> dict:
         "unreported": sorted(snapshot.unreported),
         "unread": [_record(u) for u in snapshot.unread],
         "nodes": [_record(n) for n in snapshot.nodes],
-        "connections": [dict(_record(c), blocked=c.blocked) for c in snapshot.connections],
+        "connections": [dict(_record(c), blocked=c.blocked, identity=c.identity) for c in snapshot.connections],
         # Derived facts the UI needs and should not recompute.
         "channels": [dict(_record(c), prefetch_limit=c.prefetch_limit) for c in snapshot.channels],
         "consumers": [_record(c) for c in snapshot.consumers],

@@ -19,6 +19,9 @@ class Finding:
     explanation: str = ""
     remedy: str = ""
     since: float | None = None  # unix time it was first seen, in an unbroken run of polls (see Onset)
+    # Who the culprit is for a human: the connection name, or, for a client that gives none, what it runs,
+    # from where and as whom (Connection.identity); for a queue, its consumers' clients.
+    client: str = ""
 
     @property
     def rank(self) -> int:
@@ -27,7 +30,8 @@ class Finding:
     @property
     def culprit(self) -> str:
         """How a human names it: the object, and the client that owns it when there is one."""
-        return f"{self.object} ({self.connection_name})" if self.connection_name else self.object
+        who = self.client or self.connection_name
+        return f"{self.object} ({who})" if who else self.object
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -15,6 +15,13 @@ _EMPTY: Mapping = MappingProxyType({})
 # Every resource the probes (and the confirms benchmark) touch is named ackscope.probe.<...>, so a user
 # whose permissions match only ^ackscope\\.probe\\. can run them, and nothing else is ever touched.
 NAMESPACE = "ackscope.probe."
+# The probes' connections name themselves "ackscope-probe <role>": the rules never judge the client the probes
+# are (a probe consumer is slow on purpose on some targets), and the alerts leave them out.
+CONNECTION_PREFIX = "ackscope-probe"
+
+
+def is_probe_connection(connection_name: str) -> bool:
+    return connection_name == CONNECTION_PREFIX or connection_name.startswith(CONNECTION_PREFIX + " ")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ object too new to have stats): the collectors then emit no series, never a made-
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +60,17 @@ class Connection:
     node: str | None
     peer_host: str | None
     client: str | None  # client library and version, e.g. "Pika Python Client Library 1.4.4"
+    peer_port: int | None = None
+    platform: str | None = None  # what the client says it runs on, e.g. "Python 3.11.7", "Node.JS v20.20.2"
+
+    @property
+    def identity(self) -> str:
+        """Who this client is, for a human: its connection name; failing that, what it runs, from where and
+        as whom, e.g. "py-amqp 5.4.2 from 10.0.3.7:51234 as celery" (stable for the connection's life)."""
+        if self.connection_name:
+            return self.connection_name
+        peer = f"{self.peer_host}:{self.peer_port}" if self.peer_host and self.peer_port else self.peer_host
+        return f"{self.client or 'unnamed client'} from {peer or self.name} as {self.user}"
 
     @property
     def blocked(self) -> bool | None:
@@ -92,6 +103,8 @@ class Channel:
     # The prefetch each of the channel's consumers got when it subscribed (0: none), where the source lists
     # consumers with their own prefetch; None where it does not (then prefetch_count stands for each).
     consumer_prefetch: tuple[int, ...] | None = None
+    client: str | None = None  # its connection's client library and version (Connection.client)
+    identity: str = ""  # its connection's Connection.identity, "" where the connection is unknown
 
     @property
     def prefetch_limit(self) -> int | None:
@@ -132,6 +145,8 @@ class Consumer:
     ack_required: bool | None
     exclusive: bool | None
     active: bool | None
+    client: str | None = None  # as Channel.client
+    identity: str = ""  # as Channel.identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,3 +204,17 @@ class Snapshot:
     notes: tuple[str, ...] = field(default=())  # what the broker did not report, said once for humans
     unreported: frozenset[str] = frozenset()  # facts this source cannot report at all (the constants above)
     unread: tuple[Unread, ...] = ()  # a partial poll: what failed (the facts it would give are in `unreported`)
+
+
+def attributed(s: Snapshot) -> Snapshot:
+    """`s` with each channel and consumer carrying its connection's client and identity, the one place a
+    source's records learn who their client is."""
+    by_name = {c.name: c for c in s.connections}
+
+    def who(record):
+        conn = by_name.get(record.connection)
+        if conn is None:
+            return replace(record, identity=record.connection_name)
+        return replace(record, client=conn.client, identity=conn.identity)
+
+    return replace(s, channels=tuple(who(c) for c in s.channels), consumers=tuple(who(c) for c in s.consumers))

@@ -22,6 +22,7 @@ import pika.exceptions
 from pika.adapters.select_connection import IOLoop
 
 from ackscope.core.amqp import describe_close
+from ackscope.model.probes import CONNECTION_PREFIX
 
 from .audit import DeliveryAudit
 from .confirms import ConfirmTracker, Outstanding
@@ -373,7 +374,7 @@ class ProbeRunner:
         if self.stopping:
             return
         params = self.params
-        params.client_properties = {"connection_name": f"ackscope-probe {role}"}
+        params.client_properties = {"connection_name": f"{CONNECTION_PREFIX} {role}"}
         self._connections[role] = TimedConnection(
             params, on_open_callback=lambda c: self._opened(role, c),
             on_open_error_callback=lambda c, e: self._lost(role, e),

@@ -14,6 +14,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from . import client_properties
+
 log = logging.getLogger("ackscope.sources")
 
 _PID = re.compile(r"[.<](\d+)\.(\d+)>$")
@@ -65,9 +67,8 @@ def parse(channels_json: str, connections_json: str) -> Enrichment:
     conns, by_pid = {}, {}
     for c in json.loads(connections_json or "[]"):
         props = _properties(c.get("client_properties"))
-        product, version = props.get("product"), props.get("version") or props.get("product_version")
-        info = ConnectionInfo(str(c.get("name", "")), str(c.get("user", "")), str(props.get("connection_name") or ""),
-                              " ".join(str(p) for p in (product, version) if p) or None,
+        info = ConnectionInfo(str(c.get("name", "")), str(c.get("user", "")),
+                              client_properties.connection_name(props), client_properties.client(props),
                               c.get("timeout") if isinstance(c.get("timeout"), int) else None,
                               c.get("state") if isinstance(c.get("state"), str) else None)
         conns[info.name] = info

@@ -43,7 +43,7 @@ SNAPSHOT = {
 
 def test_findings_come_worst_first_with_the_client_named_in_the_culprit():
     items = [{"rule": "prefetch-one", "severity": "info", "vhost": "/", "object": "channel c4", "connection_name": "",
-              "evidence": {}, "remedy": "raise it"},
+              "client": "amqplib 0.10.9 from 10.0.3.7:51234 as app", "evidence": {}, "remedy": "raise it"},
              {"rule": "probe-message-lost", "severity": "critical", "vhost": "/", "object": "probe quorum",
               "connection_name": "", "evidence": {"lost": 3}, "remedy": "check the disk", "since": 1_795_000_000},
              {"rule": "prefetch-unlimited", "severity": "warning", "vhost": "/", "object": "channel c2",
@@ -53,6 +53,7 @@ def test_findings_come_worst_first_with_the_client_named_in_the_culprit():
     assert (df.loc[0, "since"], df.loc[0, "for"]) == ("2026-11-18 11:06:40 UTC", "2 h 5 min")
     assert df.loc[1, "since"] is None
     assert df.loc[1, "culprit"] == "hoarder · channel c2"
+    assert df.loc[2, "culprit"] == "amqplib 0.10.9 from 10.0.3.7:51234 as app · channel c4"  # an unnamed client
     assert df.loc[1, "evidence"] == "share=0.1235, unacked=500"
     assert list(views.findings(items, "warning")["severity"]) == ["critical", "warning"]
 

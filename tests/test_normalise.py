@@ -119,3 +119,19 @@ def test_columns_cover_every_field_the_parsers_read(raw):
     orders = next(q for q in snap.queues if q.name == "orders")
     assert None not in (orders.durable, orders.auto_delete, orders.exclusive, orders.state, orders.node,
                         orders.consumers, orders.message_stats.publish)
+
+
+def test_an_unnamed_client_gets_an_identity_from_its_properties_and_peer(raw):
+    conn = copy.deepcopy(raw["connections"][0])
+    conn["client_properties"] = {"product": "py-amqp", "product_version": "5.4.2", "platform": "CPython 3.11.7"}
+    conn.pop("user_provided_name", None)
+    conn.update(peer_host="10.0.3.7", peer_port=51234, user="celery")
+    raw["connections"][0] = conn
+    snap = normalise.snapshot(raw, taken_at=1.0)
+    c = next(c for c in snap.connections if c.name == conn["name"])
+    assert (c.connection_name, c.client, c.platform) == ("", "py-amqp 5.4.2", "CPython 3.11.7")
+    assert c.identity == "py-amqp 5.4.2 from 10.0.3.7:51234 as celery"
+    # Its channels and consumers carry the same identity and client: findings and labels name it.
+    mine = [ch for ch in snap.channels if ch.connection == c.name] + \
+        [co for co in snap.consumers if co.connection == c.name]
+    assert mine and {(r.identity, r.client) for r in mine} == {(c.identity, "py-amqp 5.4.2")}

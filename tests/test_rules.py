@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from snapshot_builders import channel, connection, consumer, node, queue, snapshot, stats
@@ -12,6 +13,7 @@ from ackscope.diagnosis.rules import RULES, Context, evaluate
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.model.findings import worst_first
 from ackscope.model.probes import Histogram, TargetStats
+from ackscope.model.snapshot import attributed
 
 
 def _rules(ctx: Context) -> list[tuple[str, str, str]]:
@@ -243,3 +245,29 @@ def test_a_finding_keeps_the_time_it_was_first_seen_until_a_poll_no_longer_finds
     assert [f.since for f in onset.stamp([other], 120.0)] == [110.0]  # the loop stopped
     assert [f.since for f in onset.stamp([loop, other], 130.0)] == [130.0, 110.0]  # and started again
     assert onset.stamp([loop], 140.0)[0].to_json()["since"] == 130.0
+
+
+def test_the_probes_own_consumer_and_queue_are_never_judged():
+    probe = "ackscope-probe consumer"
+    q = queue("ackscope.probe.reject-publish", messages_ready=500, consumers=1, messages_unacked=1)
+    s = snapshot(queues=[q], channels=[channel(connection_name=probe, prefetch_count=1, messages_unacked=1)],
+                 consumers=[consumer(q.name, connection_name=probe, prefetch_count=1)])
+    assert evaluate(Context(s, s)) == []
+    # The same slow prefetch-1 consumer in an application is judged.
+    app = snapshot(queues=[replace(q, name="orders")], channels=[channel(prefetch_count=1, messages_unacked=1)],
+                   consumers=[consumer("orders", prefetch_count=1)])
+    assert {f.rule for f in evaluate(Context(app, app))} >= {"prefetch-saturated", "prefetch-one"}
+
+
+def test_an_unnamed_client_is_named_by_its_library_address_and_user():
+    conn = connection("10.0.3.7:51234 -> 10.0.0.1:5672", connection_name="", client="py-amqp 5.4.2",
+                      peer_host="10.0.3.7", peer_port=51234, user="celery", heartbeat_seconds=0)
+    s = attributed(snapshot(connections=[conn], queues=[queue(messages_ready=500)],
+                            channels=[channel(connection=conn.name, connection_name="", prefetch_count=1)],
+                            consumers=[consumer(connection=conn.name, connection_name="", prefetch_count=1)]))
+    found = {f.rule: f for f in evaluate(Context(s, s))}
+    who = "py-amqp 5.4.2 from 10.0.3.7:51234 as celery"
+    assert found["heartbeat-disabled"].client == found["prefetch-one"].client == who
+    assert found["prefetch-one"].connection_name == "" and found["prefetch-one"].culprit == f"channel ch 1 ({who})"
+    # A named client keeps its name.
+    assert replace(conn, connection_name="billing").identity == "billing"

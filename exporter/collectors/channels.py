@@ -1,5 +1,6 @@
 """Per-channel series: prefetch, unacked, unconfirmed, confirm/transaction mode and message counters,
-each labelled with the client's connection name so the culprit is named, not just its socket."""
+each labelled with the client's connection name and its library and version (`client`) so the culprit is named,
+not just its socket (the channel label already carries the peer address and port)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ from ackscope.model.snapshot import Channel
 from ..cardinality import FOLDED, Folded, Shaped
 from .families import counter, flag, gauge, with_folded
 
-LABELS = ("vhost", "channel", "connection_name", "user")
+LABELS = ("vhost", "channel", "connection_name", "user", "client")
 
 
 def _labels(c: Channel) -> tuple[str, ...]:
-    return (c.vhost, c.name, c.connection_name, c.user)
+    return (c.vhost, c.name, c.connection_name, c.user, c.client or "")
 
 
 def _folded_labels(f: Folded) -> tuple[str, ...]:
-    return (f.vhost, FOLDED, "", "")
+    return (f.vhost, FOLDED, "", "", "")
 
 
 def _utilisation(c: Channel) -> float | None:

@@ -6,11 +6,11 @@ from ackscope.model.snapshot import Connection, Snapshot
 
 from .families import flag, gauge
 
-LABELS = ("vhost", "connection", "connection_name", "user")
+LABELS = ("vhost", "connection", "connection_name", "user", "client")
 
 
 def _labels(c: Connection) -> tuple[str, ...]:
-    return (c.vhost, c.name, c.connection_name, c.user)
+    return (c.vhost, c.name, c.connection_name, c.user, c.client or "")
 
 
 class ConnectionCollector:

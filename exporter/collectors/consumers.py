@@ -7,11 +7,11 @@ from ackscope.model.snapshot import Consumer
 from ..cardinality import Shaped
 from .families import flag, gauge
 
-LABELS = ("vhost", "queue", "consumer_tag", "channel", "connection_name")
+LABELS = ("vhost", "queue", "consumer_tag", "channel", "connection_name", "client")
 
 
 def _labels(c: Consumer) -> tuple[str, ...]:
-    return (c.vhost, c.queue, c.consumer_tag, c.channel, c.connection_name)
+    return (c.vhost, c.queue, c.consumer_tag, c.channel, c.connection_name, c.client or "")
 
 
 class ConsumerCollector:

@@ -7,7 +7,7 @@ from ackscope.model.findings import Diagnosis
 
 from .families import gauge
 
-LABELS = ("rule", "severity", "vhost", "object", "connection_name")
+LABELS = ("rule", "severity", "vhost", "object", "connection_name", "client")
 
 
 class FindingCollector:
@@ -17,7 +17,7 @@ class FindingCollector:
     def collect(self):
         yield gauge("ackscope_finding", "1 for each active diagnosis finding (rule IDs: docs/rules.md).", LABELS,
                     self._diagnosis.findings,
-                    lambda f: (f.rule, f.severity, f.vhost, f.object, f.connection_name), lambda f: 1)
+                    lambda f: (f.rule, f.severity, f.vhost, f.object, f.connection_name, f.client), lambda f: 1)
         yield gauge("ackscope_rule_not_evaluated", "1 for each diagnosis rule this source cannot feed (what it needs "
                     "is in the label): no finding from it means nothing.", ("rule", "needs"),
                     self._diagnosis.not_evaluated, lambda n: (n.rule, "; ".join(n.needs)), lambda n: 1)

@@ -12,8 +12,19 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
-from ackscope.model.snapshot import Channel, Connection, Consumer, MessageStats, Node, Overview, Queue, Snapshot
+from ackscope.model.snapshot import (
+    Channel,
+    Connection,
+    Consumer,
+    MessageStats,
+    Node,
+    Overview,
+    Queue,
+    Snapshot,
+    attributed,
+)
 
+from .. import client_properties
 from ..selection import Selection
 
 _STATS = ("publish", "confirm", "deliver_get", "ack", "redeliver", "return_unroutable", "drop_unroutable")
@@ -30,7 +41,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
               "disk_free_alarm", "fd_used", "fd_total", "io_sync_count", "io_sync_avg_time"),
     "vhosts": ("name",),
     "connections": ("name", "vhost", "user", "user_provided_name", "client_properties", "timeout", "state",
-                    "node", "peer_host"),
+                    "node", "peer_host", "peer_port"),
     "channels": ("name", "number", "vhost", "user", "connection_details.name", "prefetch_count",
                  "global_prefetch_count", "messages_unacknowledged", "messages_unconfirmed", "confirm",
                  "transactional", "consumer_count", "state") + _stats_columns(*_STATS),
@@ -121,18 +132,18 @@ def node(raw: dict, fsync_reported: bool = True) -> Node:
 
 def connection(raw: dict) -> Connection:
     props = _dict(raw.get("client_properties"))
-    product = _str(props.get("product"))
-    client_version = _str(props.get("version"))
     return Connection(
         name=str(raw.get("name", "")),
         vhost=str(raw.get("vhost", "")),
         user=str(raw.get("user", "")),
-        connection_name=_str(raw.get("user_provided_name")) or _str(props.get("connection_name")) or "",
+        connection_name=_str(raw.get("user_provided_name")) or client_properties.connection_name(props),
         heartbeat_seconds=_int(raw.get("timeout")),
         state=_str(raw.get("state")),
         node=_str(raw.get("node")),
         peer_host=_str(raw.get("peer_host")),
-        client=" ".join(p for p in (product, client_version) if p) or None,
+        client=client_properties.client(props),
+        peer_port=_int(raw.get("peer_port")),
+        platform=client_properties.platform(props),
     )
 
 
@@ -233,7 +244,7 @@ def snapshot(raw: dict[str, Any], taken_at: float, selection: Selection = Select
     fsync_reported = reports_fsync(ov.rabbitmq_version)
     if not fsync_reported:
         notes.append("RabbitMQ 4 reports fsync statistics as zeros: node fsync metrics are not exported")
-    return Snapshot(
+    return attributed(Snapshot(
         taken_at=taken_at,
         overview=ov,
         nodes=tuple(node(n, fsync_reported) for n in objects(raw["nodes"], "nodes")),
@@ -244,4 +255,4 @@ def snapshot(raw: dict[str, Any], taken_at: float, selection: Selection = Select
         consumers=tuple(c for c in consumers if selection.vhost(c.vhost) and selection.queue(c.queue)),
         queues=tuple(q for q in queues if selection.vhost(q.vhost) and selection.queue(q.name)),
         notes=tuple(notes),
-    )
+    ))

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import replace
 
 from ackscope.model import snapshot as facts
-from ackscope.model.snapshot import Channel, Consumer, MessageStats, Node, Overview, Queue, Snapshot
+from ackscope.model.snapshot import Channel, Consumer, MessageStats, Node, Overview, Queue, Snapshot, attributed
 from ackscope.model.source import FetchError
 
 from ..cli import Enrichment, pid_key
@@ -294,6 +294,6 @@ def enrich(s: Snapshot, cli: Enrichment) -> Snapshot:
     connections = tuple(replace(c, connection_name=info.connection_name, heartbeat_seconds=info.heartbeat_seconds,
                                 state=info.state, client=info.client)
                         if (info := cli.connections.get(c.name)) is not None else c for c in s.connections)
-    return replace(s, channels=tuple(channels.values()), consumers=consumers, connections=connections,
-                   unreported=s.unreported - {facts.CHANNEL_TRANSACTIONAL, facts.CONNECTION_HEARTBEATS,
-                                              facts.CONNECTION_STATES})
+    return attributed(replace(s, channels=tuple(channels.values()), consumers=consumers, connections=connections,
+                              unreported=s.unreported - {facts.CHANNEL_TRANSACTIONAL, facts.CONNECTION_HEARTBEATS,
+                                                         facts.CONNECTION_STATES}))
