@@ -18,6 +18,7 @@ from ackscope.core.http_server import Source, WebSecurity, loop_healthy, make_se
 from ackscope.core.processes import wait_for_signal
 from ackscope.core.secret import Secret
 from ackscope.diagnosis.onset import Onset
+from ackscope.diagnosis.window import Recent
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.exporter.cardinality import Limits
@@ -151,6 +152,7 @@ class Exporter:
             raise ConfigError(f"--management-url or --prometheus-url: {e}") from None
         self.cfg = cfg
         self.onset = Onset()  # since when each finding holds: "since when" is the on-call's third question
+        self.recent = Recent(cfg.thresholds.window_seconds)  # the window the rate-like rules judge
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
         self.poller = Poller(source, interval=cfg.interval, limits=cfg.limits, diagnose=self._diagnose,
@@ -168,7 +170,8 @@ class Exporter:
         return self.probes.stats() if self.probes is not None else ProbeStats(time.time())
 
     def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> Diagnosis:
-        verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds))
+        verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds,
+                                   window=self.recent.start(snapshot)))
         return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)))
 
     def _probes_json(self) -> bytes:

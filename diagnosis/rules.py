@@ -37,9 +37,12 @@ RELIABILITY_GUIDE = "RabbitMQ guide 'Reliability Guide'"
 @dataclass(frozen=True)
 class Context:
     snapshot: Snapshot
-    previous: Snapshot | None = None  # the sample before, for rates; None on the first poll
+    previous: Snapshot | None = None  # the sample before, for growth between polls; None on the first poll
     probes: tuple[TargetStats, ...] = ()
     thresholds: Thresholds = Thresholds()
+    # The snapshot at the start of the recent window (diagnosis.window.Recent) that rate-like rules judge;
+    # the previous sample when None (`ackscope diagnose` reads twice, a window apart).
+    window: Snapshot | None = None
 
     def __post_init__(self):
         s = self.snapshot
@@ -49,9 +52,16 @@ class Context:
         for c in s.consumers:
             by_queue.setdefault((c.vhost, c.queue), []).append(c)
         object.__setattr__(self, "_consumers", by_queue)
+        by_connection: dict[str, list[Channel]] = {}
+        for ch in s.channels:
+            by_connection.setdefault(ch.connection, []).append(ch)
+        object.__setattr__(self, "_channels_of", by_connection)
         prev = self.previous
-        object.__setattr__(self, "_prev_queues", {(q.vhost, q.name): q for q in prev.queues} if prev else {})
         object.__setattr__(self, "_prev_channels", {c.name: c for c in prev.channels} if prev else {})
+        start = self.window or prev
+        object.__setattr__(self, "_start", start)
+        object.__setattr__(self, "_start_queues", {(q.vhost, q.name): q for q in start.queues} if start else {})
+        object.__setattr__(self, "_start_channels", {c.name: c for c in start.channels} if start else {})
 
     def queue(self, vhost: str, name: str) -> Queue | None:
         return self._queues.get((vhost, name))
@@ -62,20 +72,38 @@ class Context:
     def consumers_of(self, q: Queue) -> list[Consumer]:
         return self._consumers.get((q.vhost, q.name), [])
 
-    def rate(self, now: int | None, before: int | None) -> float | None:
-        """Per second between the two samples; None without a previous sample or a counter."""
-        if self.previous is None or now is None or before is None:
-            return None
-        seconds = self.snapshot.taken_at - self.previous.taken_at
-        return max(0, now - before) / seconds if seconds > 0 else None
-
-    def queue_rate(self, q: Queue, stat: str) -> float | None:
-        before = self._prev_queues.get((q.vhost, q.name))
-        return None if before is None else self.rate(getattr(q.message_stats, stat),
-                                                     getattr(before.message_stats, stat))
+    def channels_of(self, connection: str) -> list[Channel]:
+        return self._channels_of.get(connection, [])
 
     def previous_channel(self, name: str) -> Channel | None:
         return self._prev_channels.get(name)
+
+    # -- the recent window ---------------------------------------------------------------------------------
+    @property
+    def window_seconds(self) -> float | None:
+        """How long the window is: from its first snapshot to this one; None on the first poll."""
+        if self._start is None or self.snapshot.taken_at <= self._start.taken_at:
+            return None
+        return self.snapshot.taken_at - self._start.taken_at
+
+    def at_window_start(self, record: Channel | Queue) -> Channel | Queue | None:
+        if isinstance(record, Queue):
+            return self._start_queues.get((record.vhost, record.name))
+        return self._start_channels.get(record.name)
+
+    def over_window(self, record: Channel | Queue, stat: str) -> int | None:
+        """How much one of a channel's or queue's counters grew over the window: since the window's first
+        snapshot, or since the object appeared within it. None on the first poll or where it is unreported."""
+        now = getattr(record.message_stats, stat)
+        if now is None or self.window_seconds is None:
+            return None
+        then = self.at_window_start(record)
+        return max(0, now - _n(getattr(then.message_stats, stat) if then is not None else 0))
+
+    def window_rate(self, record: Channel | Queue, stat: str) -> float | None:
+        """Per second over the window (see over_window)."""
+        change = self.over_window(record, stat)
+        return None if change is None else change / self.window_seconds
 
 
 @dataclass(frozen=True)
@@ -123,8 +151,10 @@ def _prefetch_unlimited(ctx: Context, rule: Rule) -> Iterator[Finding]:
         if con.ack_required is not True or con.prefetch_count != 0 or ch is None or _n(ch.global_prefetch_count):
             continue
         unacked = _n(ch.messages_unacked)
-        critical = unacked >= ctx.thresholds.unlimited_prefetch_unacked_critical
-        yield rule.finding("critical" if critical else "warning", con.vhost, f"channel {con.channel}",
+        # A latent risk with nothing at stake is info: no message is held (yet).
+        severity = ("critical" if unacked >= ctx.thresholds.unlimited_prefetch_unacked_critical
+                    else "warning" if unacked > 0 else "info")
+        yield rule.finding(severity, con.vhost, f"channel {con.channel}",
                            con, {"queue": con.queue, "prefetch": 0, "unacked": unacked},
                            f"consumer {con.consumer_tag} on queue {con.queue} acks manually with no prefetch "
                            f"limit: the broker pushes it every message it can; it holds {unacked} unacked.")
@@ -137,10 +167,11 @@ def _auto_ack(ctx: Context, rule: Rule) -> Iterator[Finding]:
             continue
         q = ctx.queue(con.vhost, con.queue)
         ready = _n(q.messages_ready) if q else 0
-        rate = ctx.queue_rate(q, "deliver_get") if q else None
+        rate = ctx.window_rate(q, "deliver_get") if q else None
         busy = ready >= t.auto_ack_backlog or (rate or 0) >= t.auto_ack_delivery_rate
         yield rule.finding("warning" if busy else "info", con.vhost, f"channel {con.channel}", con,
-                           {"queue": con.queue, "ready": ready, "delivery_rate": _round(rate)},
+                           {"queue": con.queue, "ready": ready, "delivery_rate": _round(rate),
+                            "window_seconds": _round(ctx.window_seconds)},
                            f"consumer {con.consumer_tag} on queue {con.queue} uses automatic acknowledgement: a "
                            "message counts as delivered once written to the socket and is lost if the "
                            "connection drops; no prefetch limit protects the consumer from being flooded.")
@@ -199,7 +230,7 @@ def _prefetch_one(ctx: Context, rule: Rule) -> Iterator[Finding]:
 def _requeue_loop(ctx: Context, rule: Rule) -> Iterator[Finding]:
     t = ctx.thresholds
     for q in ctx.snapshot.queues:
-        redeliver, deliver = ctx.queue_rate(q, "redeliver"), ctx.queue_rate(q, "deliver_get")
+        redeliver, deliver = ctx.window_rate(q, "redeliver"), ctx.window_rate(q, "deliver_get")
         if redeliver is None or deliver is None or redeliver < t.requeue_min_rate:
             continue
         if redeliver < t.requeue_ratio * deliver:
@@ -207,7 +238,7 @@ def _requeue_loop(ctx: Context, rule: Rule) -> Iterator[Finding]:
         critical = deliver > 0 and redeliver >= 0.9 * deliver
         yield rule.finding("critical" if critical else "warning", q.vhost, f"queue {q.name}", _consumers_of(ctx, q),
                            {"redeliver_rate": _round(redeliver), "deliver_rate": _round(deliver),
-                            "consumers": q.consumers},
+                            "window_seconds": _round(ctx.window_seconds), "consumers": q.consumers},
                            f"{redeliver:.1f} of {deliver:.1f} deliveries per second on {q.name} are redeliveries: "
                            "consumers reject or nack with requeue and the same messages come straight back "
                            "(a poison message, or every consumer failing), burning network and CPU.")
@@ -228,13 +259,25 @@ def _publishing(ch: Channel) -> bool:
     return _n(ch.message_stats.publish) > 0
 
 
+def _at_stake(ctx: Context, ch: Channel) -> tuple[bool, float | None]:
+    """Whether a channel publishes enough over the window for its way of publishing to matter, and at what
+    rate: a framework's control traffic (Celery's events and pidbox replies, a few small messages a minute)
+    is not the same warning as an application's stream of orders."""
+    rate = ctx.window_rate(ch, "publish")
+    return rate is not None and rate >= ctx.thresholds.publish_rate_at_stake, rate
+
+
 def _without_confirms(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
         if _publishing(ch) and ch.confirm is False and ch.transactional is False:
-            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
-                               _touching(ch, published=ch.message_stats.publish, confirm=False),
+            stake, rate = _at_stake(ctx, ch)
+            yield rule.finding("warning" if stake else "info", ch.vhost, f"channel {ch.name}", ch,
+                               _touching(ch, published=ch.message_stats.publish, confirm=False,
+                                         publish_rate=_round(rate), window_seconds=_round(ctx.window_seconds)),
                                f"the channel has published {ch.message_stats.publish} messages without publisher "
-                               "confirms: nothing tells it whether the broker took them (at-most-once).")
+                               "confirms: nothing tells it whether the broker took them (at-most-once)" + (
+                                   "." if stake else f"; it publishes little (under "
+                                   f"{ctx.thresholds.publish_rate_at_stake:g}/s lately), so this is info."))
 
 
 def _transactional(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -268,13 +311,19 @@ def _nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
         # The broker samples these counters at slightly different moments, so one poll can show a gap that
         # the next closes; nacks are cumulative and stay. Only a gap seen in two samples in a row counts: two
         # polls that read the same sample (the management API refreshes it every few seconds) are one.
-        if nacked is not None and nacked > 0 and before is not None and (_inferred_nacks(before) or 0) > 0 \
-                and _sampled_anew(ch, before):
+        if nacked is None or nacked <= 0 or before is None or (_inferred_nacks(before) or 0) <= 0 \
+                or not _sampled_anew(ch, before):
+            continue
+        # And only nacks of the recent window: a channel nacked once an hour ago is not nacked now.
+        start = ctx.at_window_start(ch)
+        recent = nacked - (_inferred_nacks(start) or 0 if start is not None else 0)
+        if recent > 0:
             s = ch.message_stats
             yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
                                _touching(ch, published=s.publish, confirmed=s.confirm,
-                                         unconfirmed=ch.messages_unconfirmed, inferred_nacked=nacked),
-                               f"about {nacked} publishes were neither confirmed nor are still awaiting a confirm: "
+                                         unconfirmed=ch.messages_unconfirmed, inferred_nacked=nacked,
+                                         nacked_in_window=recent, window_seconds=_round(ctx.window_seconds)),
+                               f"about {recent} publishes in the last {ctx.window_seconds:.0f}s were neither confirmed nor are still awaiting a confirm: "
                                "the broker refused responsibility for them with basic.nack (for example a full "
                                "queue with x-overflow reject-publish). The broker has no nack counter; ackscope "
                                "infers this from publish minus confirm minus unconfirmed.")
@@ -301,14 +350,18 @@ def _unconfirmed_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
 def _unroutable(stat: str, what: str):
     def check(ctx: Context, rule: Rule) -> Iterator[Finding]:
         for ch in ctx.snapshot.channels:
-            count = getattr(ch.message_stats, stat)
+            # What happened in the window, not since the channel opened: one message at a client's start-up
+            # stays in the lifetime count for the life of the connection.
+            count = ctx.over_window(ch, stat)
             if not count:
                 continue
-            before = ctx.previous_channel(ch.name)
-            rate = ctx.rate(count, getattr(before.message_stats, stat)) if before else None
+            seconds = ctx.window_seconds
             yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
-                               _touching(ch, **{stat: count, "rate": _round(rate)}),
-                               f"the channel published {count} messages that matched no queue and were {what}.")
+                               _touching(ch, **{f"{stat}_in_window": count, "window_seconds": _round(seconds),
+                                                "rate": _round(count / seconds),
+                                                stat: getattr(ch.message_stats, stat)}),
+                               f"in the last {seconds:.0f}s the channel published {count} messages that matched no "
+                               f"queue and were {what}.")
     return check
 
 
@@ -336,23 +389,58 @@ def _non_durable_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
                                "queue and all of them.")
 
 
+def _gets(ctx: Context, q: Queue) -> tuple[int | None, int | None]:
+    """basic.get fetches from the queue over the window: with manual ack, and with no ack."""
+    return ctx.over_window(q, "get"), ctx.over_window(q, "get_no_ack")
+
+
 def _no_consumers(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for q in ctx.snapshot.queues:
-        if q.consumers == 0 and _n(q.messages_ready) >= ctx.thresholds.no_consumers_backlog:
+        if q.consumers == 0 and _n(q.messages_ready) >= ctx.thresholds.no_consumers_backlog \
+                and not any(_gets(ctx, q)):  # a queue polled with basic.get is read: queue-polled judges it
             yield rule.finding("warning", q.vhost, f"queue {q.name}", "",
                                {"ready": q.messages_ready, "consumers": 0},
                                f"{q.messages_ready} messages wait in {q.name} and nothing consumes from it.")
 
 
+def _polled(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    t = ctx.thresholds
+    for q in ctx.snapshot.queues:
+        with_ack, no_ack = _gets(ctx, q)
+        if q.consumers != 0 or not (with_ack or no_ack):
+            continue
+        ready, seconds = _n(q.messages_ready), ctx.window_seconds
+        losing, behind = bool(no_ack), ready >= t.no_consumers_backlog
+        yield rule.finding("warning" if losing or behind else "info", q.vhost, f"queue {q.name}", "",
+                           {"gets_with_ack": with_ack, "gets_without_ack": no_ack, "ready": ready,
+                            "get_rate": _round(((with_ack or 0) + (no_ack or 0)) / seconds),
+                            "window_seconds": _round(seconds)},
+                           f"{q.name} has no consumer and is read by polling with basic.get "
+                           f"({(with_ack or 0) + (no_ack or 0)} fetches in the last {seconds:.0f}s)"
+                           + (f", {no_ack} of them without ack: a fetched message is gone even if the reader "
+                              "dies before handling it" if losing else "")
+                           + (f"; {ready} messages wait: a get costs a round trip per message, a consumer "
+                              "is pushed them" if behind else "") + ".")
+
+
 # -- connections and nodes -------------------------------------------------------------------------------
 def _heartbeat_disabled(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for c in ctx.snapshot.connections:
-        if c.heartbeat_seconds == 0:
-            yield rule.finding("warning", c.vhost, f"connection {c.name}", c,
-                               {"heartbeat_seconds": 0, "client": c.client},
-                               "the connection negotiated no heartbeat: if the network fails silently, neither "
-                               "side notices for minutes (about 11 with Linux defaults), and its unacked "
-                               "messages stay locked to a dead consumer.")
+        if c.heartbeat_seconds != 0:
+            continue
+        # What a silent network failure would cost: deliveries held by its consumers, or a publisher that
+        # keeps writing into a dead socket. An idle connection (Celery's producer pool) is info.
+        channels = ctx.channels_of(c.name)
+        consuming = any(_n(ch.consumer_count) > 0 for ch in channels)
+        publishing = any(_at_stake(ctx, ch)[0] for ch in channels)
+        yield rule.finding("warning" if consuming or publishing else "info", c.vhost, f"connection {c.name}", c,
+                           {"heartbeat_seconds": 0, "client": c.client, "consumes": consuming,
+                            "publishes_at_stake": publishing},
+                           "the connection negotiated no heartbeat: if the network fails silently, neither "
+                           "side notices for minutes (about 11 with Linux defaults)" + (
+                               ", and its unacked messages stay locked to a dead consumer." if consuming else
+                               ", and its publishes go into a dead socket." if publishing else
+                               "; it neither consumes nor publishes much, so this is info."))
 
 
 def _blocked(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -442,8 +530,8 @@ def _probe_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("prefetch-unlimited", "A manual-ack consumer whose channel has prefetch 0 (unlimited); critical when it "
-         "holds many unacked messages.", f"Set basic.qos prefetch (100-300 is a good start); see {ACKS_GUIDE}, "
+    Rule("prefetch-unlimited", "A manual-ack consumer whose channel has prefetch 0 (unlimited); info while it "
+         "holds nothing, critical when it holds many unacked messages.", f"Set basic.qos prefetch (100-300 is a good start); see {ACKS_GUIDE}, "
          "'Channel Prefetch Setting (QoS)'.", _prefetch_unlimited, needs=(CHANNELS,)),
     Rule("auto-ack-consumer", "A consumer with automatic acknowledgement; a warning when its queue has a backlog "
          "or a high delivery rate.", f"Use manual acks with a prefetch limit where losing a message matters; see "
@@ -456,19 +544,19 @@ RULES: tuple[Rule, ...] = (
          f"Raise prefetch (tens to hundreds) unless strict one-at-a-time fairness is required; see {ACKS_GUIDE}, "
          "'Consumer Acknowledgement Modes, Prefetch and Throughput'.", _prefetch_one,
          needs=(CHANNELS, QUEUE_COUNTS)),
-    Rule("requeue-loop", "A queue redelivering at a rate comparable to its delivery rate: a poison message, or "
-         "every consumer requeues.", "Find the message consumers reject; nack without requeue to a dead-letter "
+    Rule("requeue-loop", "A queue redelivering, over the window, at a rate comparable to its delivery rate: a "
+         "poison message, or every consumer requeues.", "Find the message consumers reject; nack without requeue to a dead-letter "
          f"exchange after a few attempts; see {ACKS_GUIDE}, 'Negative Acknowledgement and Requeuing of "
          "Deliveries'.", _requeue_loop, needs=(QUEUE_COUNTS,)),
     Rule("publisher-without-confirms", "A channel publishing without confirms and not transactional: "
-         "at-most-once.", f"Enable publisher confirms and handle them asynchronously; see {ACKS_GUIDE}, "
+         "at-most-once; info when it publishes under publish_rate_at_stake over the window.", f"Enable publisher confirms and handle them asynchronously; see {ACKS_GUIDE}, "
          "'Publisher Confirms'.",
          _without_confirms, needs=(CHANNELS, CHANNEL_TRANSACTIONAL)),
     Rule("transactional-publisher", "A transactional channel publishing.", "Use publisher confirms instead of "
          f"transactions; see {ACKS_GUIDE}, 'Publisher Confirms'.",
          _transactional, needs=(CHANNELS, CHANNEL_TRANSACTIONAL)),
-    Rule("publisher-nacked", "A confirm-mode channel whose publishes minus confirms minus unconfirmed is above "
-         "0: the broker refused responsibility (inferred: the broker has no nack counter).",
+    Rule("publisher-nacked", "A confirm-mode channel whose publishes minus confirms minus unconfirmed grew "
+         "over the window: the broker refused responsibility (inferred: the broker has no nack counter).",
          "Handle basic.nack by republishing or reporting; check queue length limits with x-overflow "
          f"reject-publish; see {ACKS_GUIDE}, 'Negative Acknowledgments for Publishes'.", _nacked,
          needs=(CHANNELS,)),
@@ -476,11 +564,13 @@ RULES: tuple[Rule, ...] = (
          "Check the disk, alarms and quorum queue health; bound the publisher's in-flight window; see "
          f"{ACKS_GUIDE}, 'Publisher Confirms and Guaranteed Delivery'.", _unconfirmed_backlog,
          needs=(CHANNELS,)),
-    Rule("unroutable-dropped", "A channel whose messages matched no queue and were dropped silently.",
+    Rule("unroutable-dropped", "A channel whose messages matched no queue and were dropped silently, over the "
+         "window.",
          "Bind a queue for every routing key in use, publish with mandatory to get them back, or set an "
          f"alternate exchange; see {RELIABILITY_GUIDE}, 'Unroutable Messages'.",
          _unroutable("drop_unroutable", "dropped silently"), needs=(CHANNELS,)),
-    Rule("unroutable-returned", "A channel whose mandatory messages matched no queue and were returned.",
+    Rule("unroutable-returned", "A channel whose mandatory messages matched no queue and were returned, over the "
+         "window.",
          "Check bindings and routing keys; make sure the publisher handles basic.return; see "
          f"{RELIABILITY_GUIDE}, 'Unroutable Messages'.", _unroutable("return_unroutable", "returned"),
          needs=(CHANNELS,)),
@@ -494,7 +584,12 @@ RULES: tuple[Rule, ...] = (
     Rule("no-consumers-backlog", "Ready messages and no consumer.", "Start or fix the consumers, or set a TTL or "
          "length limit; see RabbitMQ guide 'Queues', 'Queue Length Limit' and 'TTL'.", _no_consumers,
          needs=(QUEUE_COUNTS,)),
-    Rule("heartbeat-disabled", "A connection with heartbeat 0.", "Enable heartbeats (a timeout of 5-20 s is "
+    Rule("queue-polled", "A queue without consumers read with basic.get; a warning when gets go without ack "
+         "(a fetched message is lost with its reader) or messages pile up.", "Consume with basic.consume, "
+         "manual acks and a prefetch limit instead of polling; see RabbitMQ guide 'Consumers', 'Fetching "
+         "Individual Messages (\"Pull API\")'.", _polled, needs=(QUEUE_COUNTS,)),
+    Rule("heartbeat-disabled", "A connection with heartbeat 0; info when it neither consumes nor publishes "
+         "at stake.", "Enable heartbeats (a timeout of 5-20 s is "
          f"common); see {RELIABILITY_GUIDE}, 'Detecting Dead TCP Connections with Heartbeats'.",
          _heartbeat_disabled, needs=(CONNECTION_HEARTBEATS,)),
     Rule("connection-blocked", "Connections blocked, blocking or in flow control.", "Find the alarm or the slow "

@@ -19,6 +19,11 @@ class Thresholds:
     non_durable_backlog: int = 100  # non-durable-queue-backlog: messages in a non-durable queue
     no_consumers_backlog: int = 100  # no-consumers-backlog: ready messages with no consumer
     probe_confirm_p99_seconds: float = 1.0  # probe-confirm-latency-high
+    # The recent window the rate-like rules judge (unroutable, nacked, requeue-loop, deliveries, gets).
+    window_seconds: float = 300.0
+    # publisher-without-confirms and heartbeat-disabled warn for a channel publishing this many per second
+    # over the window; below it, framework control traffic (events, replies) is info.
+    publish_rate_at_stake: float = 1.0
 
     @classmethod
     def from_table(cls, table: dict[str, Any], where: str = "[diagnosis]") -> Thresholds:

@@ -21,6 +21,8 @@ class MessageStats:
     redeliver: int | None = None
     return_unroutable: int | None = None
     drop_unroutable: int | None = None
+    get: int | None = None  # basic.get fetches with manual ack (queues)
+    get_no_ack: int | None = None  # basic.get fetches with automatic ack (queues)
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,18 +110,34 @@ def test_queue_findings_name_the_clients_that_consume_from_the_queue():
 
 
 def test_publishers_without_confirms_and_transactional_ones_are_told_apart():
-    s = snapshot(channels=[channel("plain", confirm=False, message_stats=stats(publish=3), connection_name="p1"),
+    before = snapshot(700.0, channels=[channel("plain", confirm=False, message_stats=stats(publish=3))])
+    s = snapshot(channels=[channel("plain", confirm=False, message_stats=stats(publish=303), connection_name="p1"),
                            channel("tx", confirm=False, transactional=True, message_stats=stats(publish=3)),
                            channel("idle", confirm=False, message_stats=stats(publish=0))])
-    assert _rules(Context(s)) == [("publisher-without-confirms", "warning", "channel plain"),
-                                  ("transactional-publisher", "warning", "channel tx")]
+    assert _rules(Context(s, before)) == [("publisher-without-confirms", "warning", "channel plain"),
+                                          ("transactional-publisher", "warning", "channel tx")]
+
+
+def test_a_publisher_without_confirms_sending_little_over_the_window_is_info():
+    # Celery's event channel: a worker heartbeat every 2 s to a fanout exchange, 0.5 a second.
+    t = Thresholds(publish_rate_at_stake=1.0)
+    start = snapshot(700.0, channels=[channel("events", confirm=False, message_stats=stats(publish=1000))])
+    for published, severity in ((1150, "info"), (1300, "warning")):
+        now = snapshot(1000.0, channels=[channel("events", confirm=False, message_stats=stats(publish=published))])
+        [f] = _only(Context(now, start, thresholds=t), "publisher-without-confirms")
+        assert (f.severity, f.evidence["window_seconds"]) == (severity, 300.0)
+    # With no window yet (the exporter's first poll) nothing says it publishes much: info until it does.
+    assert _only(Context(now, thresholds=t), "publisher-without-confirms")[0].severity == "info"
 
 
 def test_publisher_nacks_are_inferred_from_publish_minus_confirm_minus_unconfirmed_at_two_polls():
     earlier = snapshot(995.0, channels=[channel(messages_unconfirmed=1, message_stats=stats(publish=6, confirm=2))])
     nacked = snapshot(channels=[channel(messages_unconfirmed=2, message_stats=stats(publish=10, confirm=5))])
-    [f] = _only(Context(nacked, earlier), "publisher-nacked")
-    assert f.evidence["inferred_nacked"] == 3 and "infers" in f.explanation
+    start = snapshot(700.0, channels=[channel(messages_unconfirmed=0, message_stats=stats(publish=2, confirm=2))])
+    [f] = _only(Context(nacked, earlier, window=start), "publisher-nacked")
+    assert (f.evidence["inferred_nacked"], f.evidence["nacked_in_window"]) == (3, 3) and "infers" in f.explanation
+    # Nacked before the window and not since: the gap is history, not a finding.
+    assert _only(Context(nacked, earlier, window=earlier), "publisher-nacked") == []
     balanced = snapshot(995.0, channels=[channel(messages_unconfirmed=4, message_stats=stats(publish=6, confirm=2))])
     assert _only(Context(nacked, balanced), "publisher-nacked") == []  # a gap one poll shows may be sampling
     assert _only(Context(nacked), "publisher-nacked") == []
@@ -148,9 +164,23 @@ def test_unroutable_messages_name_the_publishing_channel_and_its_client():
     s = snapshot(channels=[channel("dropper", connection_name="billing",
                                    message_stats=stats(publish=5, drop_unroutable=5)),
                            channel("returner", message_stats=stats(publish=2, return_unroutable=2))])
-    found = {(f.rule, f.object, f.connection_name) for f in evaluate(Context(s))}
-    assert ("unroutable-dropped", "channel dropper", "billing") in found
+    start = snapshot(700.0, channels=[channel("returner", message_stats=stats(publish=1, return_unroutable=0))])
+    found = {(f.rule, f.object, f.connection_name) for f in evaluate(Context(s, start))}
+    assert ("unroutable-dropped", "channel dropper", "billing") in found  # opened within the window: all 5
     assert ("unroutable-returned", "channel returner", "app") in found
+
+
+def test_unroutable_messages_count_over_the_window_not_the_channels_life():
+    # A Celery worker drops one message at start-up; an hour later its lifetime count still says 1.
+    t = Thresholds(window_seconds=300)
+    dropper = channel("worker", message_stats=stats(publish=900, drop_unroutable=1))
+    start = snapshot(700.0, channels=[replace(dropper, message_stats=stats(publish=600, drop_unroutable=1))])
+    assert _only(Context(snapshot(channels=[dropper]), start, thresholds=t), "unroutable-dropped") == []
+    dropping = replace(dropper, message_stats=stats(publish=900, drop_unroutable=31))
+    [f] = _only(Context(snapshot(channels=[dropping]), start, thresholds=t), "unroutable-dropped")
+    assert f.evidence["drop_unroutable_in_window"] == 30 and f.evidence["rate"] == 0.1
+    assert "in the last 300s" in f.explanation
+    assert _only(Context(snapshot(channels=[dropping]), thresholds=t), "unroutable-dropped") == []  # first poll
 
 
 def test_queue_rules_transient_in_durable_non_durable_backlog_and_no_consumers():
@@ -167,7 +197,8 @@ def test_queue_rules_transient_in_durable_non_durable_backlog_and_no_consumers()
 def test_connection_rules_heartbeat_and_blocked_states():
     s = snapshot(connections=[connection("a", heartbeat_seconds=0, connection_name="legacy"),
                               connection("b", state="blocked"), connection("c", state="flow"),
-                              connection("d", state="running")])
+                              connection("d", state="running")],
+                 channels=[channel(connection="a", consumer_count=1)])
     assert _rules(Context(s)) == [("connection-blocked", "warning", "connection b"),
                                   ("heartbeat-disabled", "warning", "connection a"),
                                   ("connection-blocked", "info", "connection c")]
@@ -178,7 +209,43 @@ def test_alarms_are_critical_and_sorted_first():
                  connections=[connection(heartbeat_seconds=0)])
     assert _rules(Context(s)) == [("disk-alarm", "critical", "node rabbit@b"),
                                   ("memory-alarm", "critical", "node rabbit@test"),
-                                  ("heartbeat-disabled", "warning", "connection conn")]
+                                  ("heartbeat-disabled", "info", "connection conn")]
+
+
+def test_heartbeat_zero_is_a_warning_only_where_something_is_at_stake():
+    # Celery's producer-pool connection: heartbeat 0, idle. Its consuming connection would be a warning.
+    idle = snapshot(connections=[connection("pool", heartbeat_seconds=0)])
+    assert [(f.severity, f.evidence["consumes"]) for f in _only(Context(idle), "heartbeat-disabled")] == \
+        [("info", False)]
+    start = snapshot(700.0, channels=[channel(connection="pool", consumer_count=0, message_stats=stats(publish=0))])
+    busy = replace(idle, channels=(channel(connection="pool", consumer_count=0, message_stats=stats(publish=600)),))
+    assert _only(Context(busy, start), "heartbeat-disabled")[0].severity == "warning"
+
+
+def test_prefetch_unlimited_holding_nothing_is_info():
+    s = snapshot(channels=[channel(prefetch_count=0, messages_unacked=0)], consumers=[consumer(prefetch_count=0)],
+                 queues=[queue()])
+    assert [f.severity for f in _only(Context(s), "prefetch-unlimited")] == ["info"]
+
+
+def test_a_queue_read_with_basic_get_is_read_and_polling_has_its_own_finding():
+    t = Thresholds(no_consumers_backlog=100)
+    start = snapshot(700.0, queues=[queue("polled", consumers=0, messages_ready=277)])
+    # amqp-get once a second: gets with ack, 277 waiting. Not "nothing consumes": polling is behind.
+    polled = queue("polled", consumers=0, messages_ready=277, message_stats=stats(get=300, deliver_get=300))
+    found = {f.rule: f for f in evaluate(Context(snapshot(queues=[polled]), start, thresholds=t))}
+    assert "no-consumers-backlog" not in found
+    assert (found["queue-polled"].severity, found["queue-polled"].evidence["get_rate"]) == ("warning", 1.0)
+    # Polled without ack, the queue kept short: still a warning (a fetched message dies with its reader).
+    lossy = replace(polled, messages_ready=0, message_stats=stats(get_no_ack=30))
+    [f] = _only(Context(snapshot(queues=[lossy]), start, thresholds=t), "queue-polled")
+    assert f.severity == "warning" and "without ack" in f.explanation
+    # Polled with ack and keeping up: info.
+    keeping_up = replace(polled, messages_ready=0)
+    assert _only(Context(snapshot(queues=[keeping_up]), start, thresholds=t), "queue-polled")[0].severity == "info"
+    # Unread, it is what it was.
+    unread = replace(polled, message_stats=stats())
+    assert _only(Context(snapshot(queues=[unread]), start, thresholds=t), "no-consumers-backlog")
 
 
 def _probe(target="classic-persistent", persistent=True, up=True, buckets=None, **counters) -> TargetStats:
@@ -205,7 +272,7 @@ def test_probe_rules_from_probe_statistics():
 
 def test_every_rule_id_is_unique_and_has_meaning_and_remedy():
     ids = [r.id for r in RULES]
-    assert len(ids) == len(set(ids)) == 23
+    assert len(ids) == len(set(ids)) == 24
     assert all(r.meaning and r.remedy for r in RULES)
 
 
@@ -222,7 +289,8 @@ def test_thresholds_from_toml_override_defaults():
 
 
 def test_worst_first_orders_by_severity_then_rule():
-    s = snapshot(nodes=[node(mem_alarm=True)], connections=[connection(heartbeat_seconds=0, state="flow")])
+    s = snapshot(nodes=[node(mem_alarm=True)], connections=[connection(heartbeat_seconds=0, state="flow")],
+                 channels=[channel(consumer_count=1)])
     assert [f.severity for f in worst_first(evaluate(Context(s)))] == ["critical", "warning", "info"]
 
 

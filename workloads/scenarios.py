@@ -201,6 +201,22 @@ def _backlog(count: int, durable: bool = True, props=PERSISTENT):
     return scenario
 
 
+def queue_polled(run: Run) -> None:
+    """A queue of 150 drained by basic.get with ack, two gets a second (as `amqp-get` in a loop does), and
+    refilled as fast: polling that never catches up."""
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    _publish(ch, q, 150)
+
+    def tick():
+        method, _props, _body = ch.basic_get(q, auto_ack=False)
+        if method is not None:
+            ch.basic_ack(method.delivery_tag)
+            _publish(ch, q, 1)
+    run.idle(conn, every=0.5, tick=tick)
+
+
 def heartbeat_disabled(run: Run) -> None:
     conn = run.connect(heartbeat=0)
     ch = conn.channel()
@@ -265,6 +281,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              _backlog(150, durable=False, props=TRANSIENT)),
     Scenario("no-consumers-backlog", "no-consumers-backlog", "150 messages in a queue nobody consumes",
              _backlog(150)),
+    Scenario("queue-polled", "queue-polled", "150 messages in a queue read only with basic.get, twice a second",
+             queue_polled),
     Scenario("heartbeat-disabled", "heartbeat-disabled", "an idle connection that negotiated heartbeat 0",
              heartbeat_disabled),
     Scenario("blocked-publisher", "connection-blocked", "a confirm-mode publisher; blocked once a memory or disk "

@@ -27,7 +27,8 @@ from ackscope.model.snapshot import (
 from .. import client_properties
 from ..selection import Selection
 
-_STATS = ("publish", "confirm", "deliver_get", "ack", "redeliver", "return_unroutable", "drop_unroutable")
+_STATS = ("publish", "confirm", "deliver_get", "ack", "redeliver", "return_unroutable", "drop_unroutable", "get",
+          "get_no_ack")
 
 
 def _stats_columns(*names: str) -> tuple[str, ...]:
@@ -50,7 +51,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
                   "exclusive", "active"),
     "queues": ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node", "messages_ready",
                "messages_unacknowledged", "messages_persistent", "consumers", "consumer_utilisation",
-               "consumer_capacity") + _stats_columns("publish", "deliver_get", "ack", "redeliver"),
+               "consumer_capacity") + _stats_columns("publish", "deliver_get", "ack", "redeliver", "get", "get_no_ack"),
 }
 
 

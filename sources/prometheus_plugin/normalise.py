@@ -173,6 +173,7 @@ def queue_counts(s: Samples, queues: Iterable[Queue], absent: Collection[str] = 
     delivered = per_queue(*DELIVERED)
     acked = per_queue("channel_messages_acked_total")
     redelivered = per_queue("channel_messages_redelivered_total")
+    got, got_no_ack = per_queue("channel_get_ack_total"), per_queue("channel_get_total")
     no_publishes = "channel_queue_exchange_metrics" in absent
     no_deliveries = "channel_queue_metrics" in absent
 
@@ -186,7 +187,9 @@ def queue_counts(s: Samples, queues: Iterable[Queue], absent: Collection[str] = 
                   MessageStats(publish=counted(published, key, not no_publishes),
                                deliver_get=counted(delivered, key, not no_deliveries),
                                ack=counted(acked, key, not no_deliveries),
-                               redeliver=counted(redelivered, key, not no_deliveries)))
+                               redeliver=counted(redelivered, key, not no_deliveries),
+                               get=counted(got, key, not no_deliveries),
+                               get_no_ack=counted(got_no_ack, key, not no_deliveries)))
             for q in queues for key in ((q.vhost, q.name),)]
 
 

@@ -1,0 +1,26 @@
+"""The recent window the rate-like rules judge: which snapshot starts it, and how few are kept."""
+
+from __future__ import annotations
+
+from snapshot_builders import snapshot
+
+from ackscope.diagnosis.window import KEPT, Recent
+
+
+def test_the_window_starts_at_the_newest_snapshot_at_least_a_window_old():
+    recent = Recent(300)
+    assert recent.start(snapshot(0.0)) is None  # the first poll has no window
+    starts = [recent.start(snapshot(float(t))).taken_at for t in range(15, 1200, 15)]
+    # While the exporter is younger than the window, the window starts at its first poll.
+    assert starts[:19] == [0.0] * 19
+    # After that, the start trails by the window, known to a tenth of it.
+    for now, start in zip(range(15, 1200, 15), starts):
+        if now >= 300:
+            assert 300 <= now - start <= 300 + 300 / KEPT + 15
+
+
+def test_a_window_keeps_a_bounded_number_of_snapshots_whatever_the_poll_interval():
+    recent = Recent(300)
+    for t in range(0, 3000):  # a poll a second for 50 minutes
+        recent.start(snapshot(float(t)))
+    assert len(recent) <= KEPT + 2
