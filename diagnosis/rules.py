@@ -356,7 +356,10 @@ def _unroutable(stat: str, what: str):
             if not count:
                 continue
             seconds = ctx.window_seconds
-            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
+            # One message is info: Celery's worker drops one by design at start-up (a broadcast nobody is
+            # bound to yet); a loss that repeats within the window is a warning.
+            severity = "warning" if count >= ctx.thresholds.unroutable_at_stake else "info"
+            yield rule.finding(severity, ch.vhost, f"channel {ch.name}", ch,
                                _touching(ch, **{f"{stat}_in_window": count, "window_seconds": _round(seconds),
                                                 "rate": _round(count / seconds),
                                                 stat: getattr(ch.message_stats, stat)}),
@@ -565,12 +568,12 @@ RULES: tuple[Rule, ...] = (
          f"{ACKS_GUIDE}, 'Publisher Confirms and Guaranteed Delivery'.", _unconfirmed_backlog,
          needs=(CHANNELS,)),
     Rule("unroutable-dropped", "A channel whose messages matched no queue and were dropped silently, over the "
-         "window.",
+         "window; info for fewer than unroutable_at_stake.",
          "Bind a queue for every routing key in use, publish with mandatory to get them back, or set an "
          f"alternate exchange; see {RELIABILITY_GUIDE}, 'Unroutable Messages'.",
          _unroutable("drop_unroutable", "dropped silently"), needs=(CHANNELS,)),
     Rule("unroutable-returned", "A channel whose mandatory messages matched no queue and were returned, over the "
-         "window.",
+         "window; info for fewer than unroutable_at_stake.",
          "Check bindings and routing keys; make sure the publisher handles basic.return; see "
          f"{RELIABILITY_GUIDE}, 'Unroutable Messages'.", _unroutable("return_unroutable", "returned"),
          needs=(CHANNELS,)),

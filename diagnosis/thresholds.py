@@ -24,6 +24,8 @@ class Thresholds:
     # publisher-without-confirms and heartbeat-disabled warn for a channel publishing this many per second
     # over the window; below it, framework control traffic (events, replies) is info.
     publish_rate_at_stake: float = 1.0
+    # unroutable-dropped and unroutable-returned warn at this many messages in the window; one is info.
+    unroutable_at_stake: int = 2
 
     @classmethod
     def from_table(cls, table: dict[str, Any], where: str = "[diagnosis]") -> Thresholds:

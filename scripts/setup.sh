@@ -27,6 +27,12 @@ if [ "${1:-}" = "--test" ]; then
   [ -x /usr/bin/chromium ] || need+=(chromium)
   # The probes' wire test captures their AMQP connection with tshark (as root: no setuid dumpcap needed).
   command -v tshark >/dev/null || need+=(tshark)
+  # Real clients the rules are proven on: the librabbitmq-c tools, the Java client (run from source, so a
+  # JDK), Node for amqplib (tests/clients/node, from npm below).
+  command -v amqp-consume >/dev/null || need+=(amqp-tools)
+  [ -f /usr/share/java/amqp-client.jar ] || need+=(librabbitmq-client-java)
+  command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
+  command -v npm >/dev/null || need+=(nodejs npm)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -60,5 +66,8 @@ if [ "${1:-}" = "--test" ]; then
   step "installing ackscope with its test dependencies" .venv/bin/python -m pip install -q "${strict[@]}" -e '.[test]'
 else
   step "installing ackscope" .venv/bin/python -m pip install -q "${strict[@]}" -e .
+fi
+if [ "${1:-}" = "--test" ]; then
+  step "installing amqplib from npm (tests/clients/node)" npm ci --prefix tests/clients/node --no-audit --no-fund
 fi
 echo "setup: ackscope $(.venv/bin/python -c 'import ackscope; print(ackscope.__version__)') is installed in .venv"

@@ -181,6 +181,11 @@ def test_unroutable_messages_count_over_the_window_not_the_channels_life():
     assert f.evidence["drop_unroutable_in_window"] == 30 and f.evidence["rate"] == 0.1
     assert "in the last 300s" in f.explanation
     assert _only(Context(snapshot(channels=[dropping]), thresholds=t), "unroutable-dropped") == []  # first poll
+    # One message in the window (a worker that started a minute ago) is info; a second makes a warning.
+    young = replace(dropper, message_stats=stats(publish=1, drop_unroutable=1))
+    assert [f.severity for f in _only(Context(snapshot(channels=[young]), snapshot(700.0), thresholds=t),
+                                      "unroutable-dropped")] == ["info"]
+    assert f.severity == "warning"
 
 
 def test_queue_rules_transient_in_durable_non_durable_backlog_and_no_consumers():

@@ -1,0 +1,54 @@
+"""aio-pika as its documentation shows it, with no connection name: one behaviour per run, until killed.
+
+    AMQP_URL=amqp://... python aio_pika_client.py <mode> <queue>
+      process-requeue      a prefetch-10 consumer whose handler fails inside message.process(requeue=True)
+      confirming-publisher 5 a second through the default (confirming) channel, and a prefetch-50
+                           consumer that processes them
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+import aio_pika
+
+
+async def main(mode: str, queue_name: str) -> None:
+    connection = await aio_pika.connect_robust(os.environ["AMQP_URL"])
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with connection:
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=10 if mode == "process-requeue" else 50)
+        queue = await channel.declare_queue(queue_name, durable=True, arguments={"x-expires": 600_000})
+        if mode == "process-requeue":
+            async def fails(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                async with message.process(requeue=True):
+                    raise ValueError("the handler fails on every message")
+            for i in range(5):
+                await channel.default_exchange.publish(aio_pika.Message(f"job {i}".encode()), routing_key=queue_name)
+            await queue.consume(fails)
+        elif mode == "confirming-publisher":
+            async def handles(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                async with message.process():
+                    pass
+            await queue.consume(handles)
+
+            async def publish() -> None:
+                while True:
+                    await channel.default_exchange.publish(
+                        aio_pika.Message(b"order", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                        routing_key=queue_name)
+                    await asyncio.sleep(0.2)
+            asyncio.get_running_loop().create_task(publish())
+        else:
+            raise SystemExit(f"unknown mode {mode}")
+        print("ready", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))

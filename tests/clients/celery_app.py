@@ -1,0 +1,43 @@
+"""A Celery application as Celery's documentation sets one up, for the real-client tests; its broker URL
+comes from AMQP_URL. CELERY_MODE=acks-late takes the docs' advice for long tasks (task_acks_late=True,
+worker_prefetch_multiplier=1).
+
+    AMQP_URL=amqp://... celery -A celery_app worker --pool=solo     the worker
+    AMQP_URL=amqp://... python celery_app.py <task> <count>          send <count> tasks and exit
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from celery import Celery
+from celery.exceptions import Reject
+
+app = Celery("ackscope_clients", broker=os.environ["AMQP_URL"])
+app.conf.broker_connection_retry_on_startup = True
+if os.environ.get("CELERY_MODE") == "acks-late":
+    app.conf.task_acks_late = True
+    app.conf.worker_prefetch_multiplier = 1
+
+
+@app.task(name="ackscope.fine")
+def fine() -> None:
+    pass
+
+
+@app.task(name="ackscope.slow")
+def slow() -> None:
+    time.sleep(1.0)
+
+
+@app.task(name="ackscope.rejects", acks_late=True)
+def rejects() -> None:
+    raise Reject("cannot handle it now", requeue=True)
+
+
+if __name__ == "__main__":
+    task, count = sys.argv[1], int(sys.argv[2])
+    for _ in range(count):
+        app.send_task(f"ackscope.{task}")

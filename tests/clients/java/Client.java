@@ -1,0 +1,40 @@
+// The RabbitMQ Java client (Debian's librabbitmq-client-java) as its API guide shows it, with no connection
+// name: one behaviour per run, until killed.
+// Usage: AMQP_URL=amqp://... java -cp amqp-client.jar:slf4j-api.jar:slf4j-nop.jar Client.java <mode> <queue>
+//   tx-publisher       publishes 5 a second, one transaction per message (txSelect, txCommit)
+//   qos-after-consume  basicConsume with manual ack, then basicQos(10): the qos binds later consumers only,
+//                      so this one stays unlimited; it never acks
+import com.rabbitmq.client.*;
+import java.util.Map;
+
+public class Client {
+    public static void main(String[] args) throws Exception {
+        String mode = args[0], queue = args[1];
+        ConnectionFactory factory = new ConnectionFactory();
+        factory.setUri(System.getenv("AMQP_URL"));
+        Connection conn = factory.newConnection();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            try { conn.close(); } catch (Exception ignored) { /* already gone: nothing to release */ }
+        }));
+        Channel ch = conn.createChannel();
+        ch.queueDeclare(queue, true, false, false, Map.of("x-expires", 600000));
+        switch (mode) {
+            case "tx-publisher" -> {
+                ch.txSelect();
+                System.out.println("ready");
+                while (true) {
+                    ch.basicPublish("", queue, MessageProperties.PERSISTENT_BASIC, "order".getBytes());
+                    ch.txCommit();
+                    Thread.sleep(200);
+                }
+            }
+            case "qos-after-consume" -> {
+                ch.basicConsume(queue, false, new DefaultConsumer(ch));
+                ch.basicQos(10);
+                System.out.println("ready");
+                Thread.sleep(Long.MAX_VALUE);
+            }
+            default -> throw new IllegalArgumentException("unknown mode " + mode);
+        }
+    }
+}

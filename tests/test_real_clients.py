@@ -1,0 +1,296 @@
+"""The rules on the clients people use, configured as their documentation suggests and none of them naming
+its connection: Celery (py-amqp), aio-pika, Node's amqplib, the librabbitmq-c tools and the Java client, on
+the suite's own broker. Each finding that must fire fires on the right object, naming the client by its
+library, address and user; the healthy configurations raise nothing at warning or above."""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from helpers import polls_seen, scrape, value, wait_for
+
+from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.sources import Selection
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
+NODE_CLIENT = CLIENTS / "node" / "client.js"
+JAVA_CLASSPATH = ":".join(f"/usr/share/java/{jar}" for jar in ("amqp-client.jar", "slf4j-api.jar", "slf4j-nop.jar"))
+WINDOW = 20.0  # seconds: the rate-like rules' window, short so that a test sees it fill
+
+
+def identity(product: str) -> re.Pattern:
+    """How an unnamed client of `product` is named: library and version, from where, as whom."""
+    return re.compile(rf"{re.escape(product)} \S+ from 127\.0\.0\.1:\d+ as {ADMIN_USER}")
+
+
+@pytest.fixture
+def watching(broker, vhost, start_exporter):
+    return start_exporter(broker.management_url, interval=0.5, thresholds=Thresholds(window_seconds=WINDOW),
+                          selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+
+
+class Clients:
+    """Client processes, each given the vhost's URL in its environment (never on its command line),
+    stopped with SIGTERM when the block ends; a process that exits early fails the test with its stderr."""
+
+    def __init__(self, url: str, workdir: Path):
+        self.env = {**os.environ, "AMQP_URL": url, "PYTHONPATH": str(CLIENTS)}
+        self.workdir = workdir
+        self.running: list[tuple[list[str], subprocess.Popen]] = []
+
+    def start(self, *argv: str, ready: bool = True, env: dict | None = None) -> subprocess.Popen:
+        """Start one; with `ready`, wait until it prints "ready" (its connection and channels are up)."""
+        process = subprocess.Popen(list(argv), cwd=CLIENTS, env={**self.env, **(env or {})}, text=True,
+                                   stdout=subprocess.PIPE, stderr=(self.workdir / f"{len(self.running)}.err").open("w"),
+                                   start_new_session=True)
+        self.running.append((list(argv), process))
+        if ready:
+            self._await_ready(list(argv), process)
+        return process
+
+    def _await_ready(self, argv: list[str], process: subprocess.Popen, timeout: float = 60.0) -> None:
+        with selectors.DefaultSelector() as sel:
+            sel.register(process.stdout, selectors.EVENT_READ)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if sel.select(timeout=0.5) and process.stdout.readline().strip() == "ready":
+                    return
+                self.check()
+        pytest.fail(f"{' '.join(argv)} did not get ready in {timeout}s")
+
+    def run(self, *argv: str, env: dict | None = None) -> None:
+        """Run one to completion (a producer)."""
+        result = subprocess.run(list(argv), cwd=CLIENTS, env={**self.env, **(env or {})}, capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, f"{' '.join(argv)}: {result.stderr[-2000:]}"
+
+    def check(self) -> None:
+        for i, (argv, process) in enumerate(self.running):
+            if process.poll() is not None:
+                err = (self.workdir / f"{i}.err").read_text()[-2000:]
+                pytest.fail(f"{' '.join(argv)} exited with {process.returncode}: {err}")
+
+    def stop(self) -> None:
+        for _argv, process in self.running:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for _argv, process in self.running:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+@pytest.fixture
+def processes(broker, vhost, tmp_path) -> Iterator[Clients]:
+    running = Clients(broker.amqp_url(vhost), tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _findings(exporter) -> list[dict]:
+    return requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]
+
+
+def fires(exporter, processes: Clients, rule: str, obj: str | re.Pattern, product: str, timeout: float = 60.0) -> dict:
+    """Wait for `rule` on `obj` (a string, or a pattern for a channel whose address is not known ahead),
+    naming a client of `product`; return the finding."""
+    def found():
+        processes.check()
+        return next((f for f in _findings(exporter) if f["rule"] == rule and
+                     (re.fullmatch(obj, f["object"]) if isinstance(obj, re.Pattern) else f["object"] == obj)), None)
+
+    f = wait_for(found, timeout, lambda: f"{rule} on {obj} (findings: "
+                 f"{sorted({(g['rule'], g['object']) for g in _findings(exporter)})})")
+    assert identity(product).search(f["client"]), f["client"]
+    assert f["connection_name"] in ("", f["client"]) and f["evidence"] and f["remedy"]
+    return f
+
+
+def quiet(exporter, processes: Clients, polls: int = 8) -> list[dict]:
+    """Every finding of `polls` successive polls once the window has filled; none may be a warning."""
+    seen = polls_seen(exporter.url, polls, timeout=60)
+    processes.check()
+    loud = [(f["rule"], f["severity"], f["object"], f["client"]) for doc in seen for f in doc["findings"]
+            if f["severity"] != "info"]
+    assert not loud, loud
+    return [f for doc in seen for f in doc["findings"]]
+
+
+def window_filled(exporter) -> None:
+    """Wait until the exporter has watched for a whole window, so that rates are over the window."""
+    first = polls_seen(exporter.url, 1)[0]["taken_at"]
+    wait_for(lambda: polls_seen(exporter.url, 1)[0]["taken_at"] - first >= WINDOW, timeout=WINDOW + 30,
+             what="the window to fill")
+
+
+def declare(broker, vhost: str, queue: str) -> None:
+    broker.api("PUT", f"/queues/{vhost}/{queue}", json={"durable": True, "arguments": {"x-expires": 600_000}})
+
+
+def publish(broker, vhost: str, queue: str, count: int) -> None:
+    for i in range(count):
+        broker.api("POST", f"/exchanges/{vhost}/amq.default/publish",
+                   json={"routing_key": queue, "payload": f"job {i}", "payload_encoding": "string",
+                         "properties": {"delivery_mode": 2}})
+
+
+CHANNEL = re.compile(r"channel 127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+ \(\d+\)")
+
+
+# -- Celery (kombu, py-amqp) -----------------------------------------------------------------------------
+def celery_worker(processes: Clients, mode: str = "defaults", *options: str) -> subprocess.Popen:
+    return processes.start(sys.executable, "-m", "celery", "-A", "celery_app", "worker", "--pool=solo",
+                           "--loglevel=WARNING", *options, ready=False, env={"CELERY_MODE": mode})
+
+
+def test_celery_with_its_defaults_raises_nothing_above_info(broker, vhost, watching, processes):
+    celery_worker(processes)
+    processes.run(sys.executable, "celery_app.py", "fine", "5")
+    wait_for(lambda: any(c["name"] == "celery" and c.get("consumers") for c in
+                         broker.api("GET", f"/queues/{vhost}").json()), timeout=60, what="the worker to consume")
+    window_filled(watching)
+    findings = quiet(watching, processes)
+    # Its plumbing is seen, and told apart as info: named by library, address and user.
+    assert all(identity("py-amqp").search(f["client"]) for f in findings if f["object"].startswith("channel"))
+
+
+def test_celery_acks_late_with_multiplier_1_and_a_backlog_is_prefetch_one(broker, vhost, watching, processes):
+    # One process, so that multiplier 1 makes a channel-wide QoS of 1 (Celery's prefetch is multiplier
+    # times concurrency, which defaults to the CPU count).
+    celery_worker(processes, "acks-late", "--concurrency=1")
+    processes.run(sys.executable, "celery_app.py", "slow", "240", env={"CELERY_MODE": "acks-late"})
+    f = fires(watching, processes, "prefetch-one", CHANNEL, "py-amqp")
+    assert f["evidence"]["queue"] == "celery" and f["evidence"]["ready"] >= 100
+
+
+def test_celery_task_that_rejects_with_requeue_is_a_requeue_loop_naming_the_worker(broker, vhost, watching,
+                                                                                     processes):
+    celery_worker(processes)
+    processes.run(sys.executable, "celery_app.py", "rejects", "1")
+    f = fires(watching, processes, "requeue-loop", "queue celery", "py-amqp")
+    assert f["evidence"]["redeliver_rate"] >= 1
+
+
+# -- aio-pika --------------------------------------------------------------------------------------------
+def test_aio_pika_process_with_requeue_on_a_failing_handler_is_a_requeue_loop(broker, vhost, watching, processes):
+    processes.start(sys.executable, "aio_pika_client.py", "process-requeue", "jobs")
+    fires(watching, processes, "requeue-loop", "queue jobs", "aiormq")
+
+
+def test_aio_pika_default_confirming_publisher_and_consumer_raise_nothing(broker, vhost, watching, processes):
+    processes.start(sys.executable, "aio_pika_client.py", "confirming-publisher", "orders")
+    window_filled(watching)
+    quiet(watching, processes)
+
+
+# -- Node's amqplib --------------------------------------------------------------------------------------
+def node(processes: Clients, mode: str, queue: str) -> subprocess.Popen:
+    return processes.start(shutil.which("node") or "node", str(NODE_CLIENT), mode, queue)
+
+
+def test_amqplib_without_prefetch_holding_messages_is_prefetch_unlimited(broker, vhost, watching, processes):
+    declare(broker, vhost, "work")
+    publish(broker, vhost, "work", 30)
+    node(processes, "unlimited", "work")
+    f = fires(watching, processes, "prefetch-unlimited", CHANNEL, "amqplib")
+    assert f["severity"] == "warning" and f["evidence"]["unacked"] == 30
+
+
+def test_amqplib_prefetch_10_with_two_consumers_on_one_channel_sees_the_full_one(broker, vhost, watching, processes):
+    declare(broker, vhost, "busy")
+    publish(broker, vhost, "busy", 60)
+    node(processes, "two-consumers", "busy")
+    f = fires(watching, processes, "prefetch-saturated", CHANNEL, "amqplib")
+    assert f["evidence"]["queue"] == "busy" and f["evidence"]["prefetch_limit"] == 10
+    assert f["evidence"]["unacked"] == 10 and f["evidence"]["ready"] == 50
+
+
+def test_amqplib_plain_channel_publishing_is_without_confirms_and_a_confirm_channel_is_not(broker, vhost,
+                                                                                         watching, processes):
+    node(processes, "confirm-publisher", "safe")
+    node(processes, "plain-publisher", "risky")
+    f = fires(watching, processes, "publisher-without-confirms", CHANNEL, "amqplib")
+    window_filled(watching)
+    mine = [g for g in _findings(watching) if g["rule"] == "publisher-without-confirms"]
+    assert [(g["object"], g["severity"]) for g in mine] == [(f["object"], "warning")]  # only the plain one
+
+
+# -- librabbitmq-c tools ---------------------------------------------------------------------------------
+@pytest.fixture
+def amqp_tools(broker, vhost) -> list[str]:
+    """The tools' connection options. Their --authfile would keep the password off the command line, but
+    Debian's 0.11.0 refuses every file ("Malformed auth file (missing username)"); this is the suite's
+    throwaway broker and its guest account."""
+    return ["--server=127.0.0.1", f"--port={broker.ports.amqp}", f"--vhost={vhost}", f"--username={ADMIN_USER}",
+            f"--password={ADMIN_PASSWORD}"]
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    assert path, f"{name} is not installed: apt-get install amqp-tools (scripts/setup.sh --test does)"
+    return path
+
+
+def test_amqp_consume_defaults_hold_the_backlog_unlimited_and_without_heartbeat(broker, vhost, watching, processes,
+                                                                              amqp_tools):
+    declare(broker, vhost, "tasks")
+    publish(broker, vhost, "tasks", 40)
+    processes.start(tool("amqp-consume"), *amqp_tools, "--queue=tasks", "sleep", "30", ready=False)
+    f = fires(watching, processes, "prefetch-unlimited", CHANNEL, "rabbitmq-c")
+    assert f["evidence"]["queue"] == "tasks"
+
+
+def test_amqp_consume_no_ack_is_an_auto_ack_consumer(broker, vhost, watching, processes, amqp_tools):
+    declare(broker, vhost, "firehose")
+    processes.start(tool("amqp-consume"), *amqp_tools, "--queue=firehose", "--no-ack", "cat", ready=False)
+    f = fires(watching, processes, "auto-ack-consumer", CHANNEL, "rabbitmq-c")
+    assert f["evidence"]["queue"] == "firehose"
+
+
+def test_amqp_get_in_a_loop_is_polling_not_nobody_consuming(broker, vhost, watching, processes, amqp_tools):
+    declare(broker, vhost, "polled")
+    publish(broker, vhost, "polled", 150)
+    loop = f"while true; do {tool('amqp-get')} {' '.join(amqp_tools)} --queue=polled >/dev/null; sleep 0.5; done"
+    processes.start("bash", "-c", loop, ready=False)
+    f = wait_for(lambda: next((g for g in _findings(watching) if g["rule"] == "queue-polled"), None), timeout=60,
+                 what="queue-polled on queue polled")
+    assert f["object"] == "queue polled" and f["severity"] == "warning" and f["evidence"]["gets_without_ack"] > 0
+    assert not [g for g in _findings(watching) if g["rule"] == "no-consumers-backlog"]
+
+
+# -- the Java client -------------------------------------------------------------------------------------
+def java(processes: Clients, mode: str, queue: str) -> subprocess.Popen:
+    return processes.start(tool("java"), "-cp", JAVA_CLASSPATH, str(CLIENTS / "java" / "Client.java"), mode, queue)
+
+
+def test_java_transactional_publisher_is_found(broker, vhost, watching, processes):
+    java(processes, "tx-publisher", "ledger")
+    fires(watching, processes, "transactional-publisher", CHANNEL, "RabbitMQ")
+
+
+def test_java_qos_after_consume_is_unlimited_and_exports_no_utilisation(broker, vhost, watching, processes):
+    declare(broker, vhost, "late")
+    publish(broker, vhost, "late", 25)
+    java(processes, "qos-after-consume", "late")
+    f = fires(watching, processes, "prefetch-unlimited", CHANNEL, "RabbitMQ")
+    assert f["evidence"]["unacked"] == 25
+    samples = scrape(watching)
+    channel = f["object"].removeprefix("channel ")
+    assert value(samples, "ackscope_channel_prefetch_count", channel=channel, client="RabbitMQ 5.0.0") == 10
+    assert value(samples, "ackscope_channel_prefetch_utilisation", channel=channel) is None  # nothing binds it
