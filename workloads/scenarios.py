@@ -218,9 +218,13 @@ def queue_polled(run: Run) -> None:
 
 
 def heartbeat_disabled(run: Run) -> None:
+    """A consumer on a connection without heartbeat: if the network fails silently, what it holds stays
+    locked to it (an idle heartbeat-0 connection is only info)."""
     conn = run.connect(heartbeat=0)
     ch = conn.channel()
     q = run.queue(ch)
+    ch.basic_qos(prefetch_count=10)
+    ch.basic_consume(q, lambda c, m, p, b: c.basic_ack(m.delivery_tag))
     # An idle connection may go unlisted by the management API until it does something: a passive
     # declare a second keeps it visible without moving any messages.
     run.idle(conn, every=1.0, tick=lambda: ch.queue_declare(q, passive=True))
@@ -283,7 +287,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              _backlog(150)),
     Scenario("queue-polled", "queue-polled", "150 messages in a queue read only with basic.get, twice a second",
              queue_polled),
-    Scenario("heartbeat-disabled", "heartbeat-disabled", "an idle connection that negotiated heartbeat 0",
+    Scenario("heartbeat-disabled", "heartbeat-disabled", "a consumer whose connection negotiated heartbeat 0",
              heartbeat_disabled),
     Scenario("blocked-publisher", "connection-blocked", "a confirm-mode publisher; blocked once a memory or disk "
              "alarm is raised (set one with rabbitmqctl set_vm_memory_high_watermark)",
