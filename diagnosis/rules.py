@@ -323,7 +323,8 @@ def _nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
                                _touching(ch, published=s.publish, confirmed=s.confirm,
                                          unconfirmed=ch.messages_unconfirmed, inferred_nacked=nacked,
                                          nacked_in_window=recent, window_seconds=_round(ctx.window_seconds)),
-                               f"about {recent} publishes in the last {ctx.window_seconds:.0f}s were neither confirmed nor are still awaiting a confirm: "
+                               f"about {recent} publishes in the last {ctx.window_seconds:.0f}s were neither "
+                               "confirmed nor are still awaiting a confirm: "
                                "the broker refused responsibility for them with basic.nack (for example a full "
                                "queue with x-overflow reject-publish). The broker has no nack counter; ackscope "
                                "infers this from publish minus confirm minus unconfirmed.")
@@ -386,7 +387,10 @@ def _non_durable_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for q in ctx.snapshot.queues:
         total = _n(q.messages_ready) + _n(q.messages_unacked)
         if q.durable is False and total >= ctx.thresholds.non_durable_backlog:
-            yield rule.finding("warning", q.vhost, f"queue {q.name}", _consumers_of(ctx, q),
+            # An exclusive or auto-delete queue dies with its consumer by design (a framework's reply or
+            # event queue): losing it on a restart is what it is for, so info.
+            temporary = q.exclusive is True or q.auto_delete is True
+            yield rule.finding("info" if temporary else "warning", q.vhost, f"queue {q.name}", _consumers_of(ctx, q),
                                {"messages": total, "durable": False, "exclusive": q.exclusive},
                                f"non-durable queue {q.name} holds {total} messages: a broker restart deletes the "
                                "queue and all of them.")
@@ -534,7 +538,8 @@ def _probe_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
 
 RULES: tuple[Rule, ...] = (
     Rule("prefetch-unlimited", "A manual-ack consumer whose channel has prefetch 0 (unlimited); info while it "
-         "holds nothing, critical when it holds many unacked messages.", f"Set basic.qos prefetch (100-300 is a good start); see {ACKS_GUIDE}, "
+         "holds nothing, critical when it holds many unacked messages.",
+         f"Set basic.qos prefetch (100-300 is a good start); see {ACKS_GUIDE}, "
          "'Channel Prefetch Setting (QoS)'.", _prefetch_unlimited, needs=(CHANNELS,)),
     Rule("auto-ack-consumer", "A consumer with automatic acknowledgement; a warning when its queue has a backlog "
          "or a high delivery rate.", f"Use manual acks with a prefetch limit where losing a message matters; see "
@@ -548,11 +553,13 @@ RULES: tuple[Rule, ...] = (
          "'Consumer Acknowledgement Modes, Prefetch and Throughput'.", _prefetch_one,
          needs=(CHANNELS, QUEUE_COUNTS)),
     Rule("requeue-loop", "A queue redelivering, over the window, at a rate comparable to its delivery rate: a "
-         "poison message, or every consumer requeues.", "Find the message consumers reject; nack without requeue to a dead-letter "
+         "poison message, or every consumer requeues.",
+         "Find the message consumers reject; nack without requeue to a dead-letter "
          f"exchange after a few attempts; see {ACKS_GUIDE}, 'Negative Acknowledgement and Requeuing of "
          "Deliveries'.", _requeue_loop, needs=(QUEUE_COUNTS,)),
     Rule("publisher-without-confirms", "A channel publishing without confirms and not transactional: "
-         "at-most-once; info when it publishes under publish_rate_at_stake over the window.", f"Enable publisher confirms and handle them asynchronously; see {ACKS_GUIDE}, "
+         "at-most-once; info when it publishes under publish_rate_at_stake over the window.",
+         f"Enable publisher confirms and handle them asynchronously; see {ACKS_GUIDE}, "
          "'Publisher Confirms'.",
          _without_confirms, needs=(CHANNELS, CHANNEL_TRANSACTIONAL)),
     Rule("transactional-publisher", "A transactional channel publishing.", "Use publisher confirms instead of "
@@ -581,7 +588,8 @@ RULES: tuple[Rule, ...] = (
          "restart).", "Publish with delivery mode 2 (persistent) where the messages must survive a restart; see "
          f"{RELIABILITY_GUIDE}, 'Queue Durability and Message Persistence'.",
          _transient_in_durable, needs=(QUEUE_COUNTS, QUEUE_PERSISTENT_COUNTS, QUEUE_DURABILITY)),
-    Rule("non-durable-queue-backlog", "A non-durable queue holding messages.", "Declare the queue durable if "
+    Rule("non-durable-queue-backlog", "A non-durable queue holding messages; info for an exclusive or auto-delete "
+         "queue.", "Declare the queue durable if "
          f"its messages must survive a restart; see {RELIABILITY_GUIDE}, 'Queue Durability'.", _non_durable_backlog,
          needs=(QUEUE_COUNTS, QUEUE_DURABILITY)),
     Rule("no-consumers-backlog", "Ready messages and no consumer.", "Start or fix the consumers, or set a TTL or "

@@ -227,6 +227,15 @@ def test_heartbeat_zero_is_a_warning_only_where_something_is_at_stake():
     assert _only(Context(busy, start), "heartbeat-disabled")[0].severity == "warning"
 
 
+def test_a_backlog_in_a_temporary_queue_is_info_and_in_a_plain_non_durable_one_a_warning():
+    t = Thresholds(non_durable_backlog=100)
+    s = snapshot(queues=[queue("celeryev.1f2e", durable=False, auto_delete=True, messages_ready=150),
+                         queue("amq.gen-reply", durable=False, exclusive=True, messages_ready=150),
+                         queue("orders", durable=False, messages_ready=150)])
+    assert {(f.object, f.severity) for f in _only(Context(s, thresholds=t), "non-durable-queue-backlog")} == {
+        ("queue celeryev.1f2e", "info"), ("queue amq.gen-reply", "info"), ("queue orders", "warning")}
+
+
 def test_prefetch_unlimited_holding_nothing_is_info():
     s = snapshot(channels=[channel(prefetch_count=0, messages_unacked=0)], consumers=[consumer(prefetch_count=0)],
                  queues=[queue()])
