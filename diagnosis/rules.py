@@ -58,6 +58,10 @@ class Context:
         object.__setattr__(self, "_channels_of", by_connection)
         prev = self.previous
         object.__setattr__(self, "_prev_channels", {c.name: c for c in prev.channels} if prev else {})
+        before: dict[tuple[str, str], list[Consumer]] = {}
+        for c in prev.consumers if prev else ():
+            before.setdefault((c.vhost, c.queue), []).append(c)
+        object.__setattr__(self, "_prev_consumers", before)
         start = self.window or prev
         object.__setattr__(self, "_start", start)
         object.__setattr__(self, "_start_queues", {(q.vhost, q.name): q for q in start.queues} if start else {})
@@ -71,6 +75,12 @@ class Context:
 
     def consumers_of(self, q: Queue) -> list[Consumer]:
         return self._consumers.get((q.vhost, q.name), [])
+
+    def known_consumers_of(self, q: Queue) -> list[Consumer]:
+        """The queue's consumers, to name them: this poll's, or the previous poll's where this one lists
+        none while the queue counts some (the consumer list failed or lagged this time)."""
+        mine = self.consumers_of(q)
+        return mine if mine or not _n(q.consumers) else self._prev_consumers.get((q.vhost, q.name), [])
 
     def channels_of(self, connection: str) -> list[Channel]:
         return self._channels_of.get(connection, [])
@@ -134,7 +144,7 @@ MAX_NAMED = 3  # consumers a queue finding names before it counts the rest
 def _consumers_of(ctx: Context, q: Queue) -> str:
     """Who consumes from a queue, for a queue finding's culprit: its consumers' clients (Connection.identity),
     the first few and a count of the rest ("" when nobody consumes)."""
-    names = sorted({c.identity or c.connection_name or f"channel {c.channel}" for c in ctx.consumers_of(q)})
+    names = sorted({c.identity or c.connection_name or f"channel {c.channel}" for c in ctx.known_consumers_of(q)})
     if len(names) <= MAX_NAMED:
         return ", ".join(names)
     return f"{', '.join(names[:MAX_NAMED])} and {len(names) - MAX_NAMED} more"

@@ -112,12 +112,12 @@ def fires(exporter, processes: Clients, rule: str, obj: str | re.Pattern, produc
     naming a client of `product`; return the finding."""
     def found():
         processes.check()
-        return next((f for f in _findings(exporter) if f["rule"] == rule and
-                     (re.fullmatch(obj, f["object"]) if isinstance(obj, re.Pattern) else f["object"] == obj)), None)
+        return next((f for f in _findings(exporter) if f["rule"] == rule and identity(product).search(f["client"])
+                     and (re.fullmatch(obj, f["object"]) if isinstance(obj, re.Pattern) else f["object"] == obj)),
+                    None)
 
-    f = wait_for(found, timeout, lambda: f"{rule} on {obj} (findings: "
-                 f"{sorted({(g['rule'], g['object']) for g in _findings(exporter)})})")
-    assert identity(product).search(f["client"]), f["client"]
+    f = wait_for(found, timeout, lambda: f"{rule} on {obj} naming {product} (findings: "
+                 f"{sorted({(g['rule'], g['object'], g['client']) for g in _findings(exporter)})})")
     assert f["connection_name"] in ("", f["client"]) and f["evidence"] and f["remedy"]
     return f
 

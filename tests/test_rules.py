@@ -353,3 +353,13 @@ def test_an_unnamed_client_is_named_by_its_library_address_and_user():
     assert found["prefetch-one"].connection_name == "" and found["prefetch-one"].culprit == f"channel ch 1 ({who})"
     # A named client keeps its name.
     assert replace(conn, connection_name="billing").identity == "billing"
+
+
+def test_a_queue_finding_names_the_consumers_of_the_poll_before_when_this_one_lists_none():
+    # The consumer list failed or lagged this poll; the queue still counts its consumer.
+    q = replace(queue("jobs", messages_ready=0, consumers=1), message_stats=stats(deliver_get=100, redeliver=100))
+    before = snapshot(990.0, queues=[replace(q, message_stats=stats(deliver_get=0, redeliver=0))],
+                      consumers=[consumer("jobs", connection_name="",
+                                          identity="aiormq 6.9.4 from 10.0.0.9:4242 as app")])
+    [f] = _only(Context(snapshot(queues=[q]), before), "requeue-loop")
+    assert f.client == "aiormq 6.9.4 from 10.0.0.9:4242 as app"

@@ -1,0 +1,97 @@
+"""What the recent window costs the exporter (a benchmark, not a test): the rules over a broker of
+5,000 queues, 600 channels and consumers and 200 connections, polled every 15 s (simulated clock, fresh
+records each poll, as a real poll makes them), judged against the previous poll only (before issue 15)
+and against a 5-minute window kept by diagnosis.window.Recent (after), side by side in one run.
+
+Reports per-poll diagnosis time (p50, p99) and the memory the kept snapshots hold (tracemalloc, after a
+full collection). Targets: diagnosis p99 <= 100 ms at this size; the window's memory <= 100 MiB.
+
+    python bench/diagnosis_window.py [--queues 5000] [--connections 200] [--polls 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+import tracemalloc
+
+from ackscope.core.quantile import sample_quantile
+from ackscope.diagnosis.rules import Context, diagnose
+from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.diagnosis.window import Recent
+from ackscope.model.snapshot import (
+    Channel,
+    Connection,
+    Consumer,
+    MessageStats,
+    Overview,
+    Queue,
+    Snapshot,
+    attributed,
+)
+
+INTERVAL = 15.0
+
+
+def broker(poll: int, queues: int, connections: int) -> Snapshot:
+    """One poll's snapshot: counters grow with the poll number; every record new."""
+    n = poll * 100
+    conns = [Connection(f"10.0.{c // 250}.{c % 250}:5{c:04d} -> 10.0.0.1:5672", "/", "app", "", 60, "running",
+                        "rabbit@a", f"10.0.{c // 250}.{c % 250}", "py-amqp 5.4.2", 50000 + c, None)
+             for c in range(connections)]
+    channels, consumers = [], []
+    for i, conn in enumerate(conns):
+        for number in (1, 2, 3):
+            name = f"{conn.name} ({number})"
+            q = f"q{(i * 3 + number) % queues}"
+            channels.append(Channel(name, number, "/", "app", conn.name, "", 50, 0, 10, 0, True, False, 1,
+                                    "running", MessageStats(publish=n, confirm=n, deliver_get=n, ack=n)))
+            consumers.append(Consumer("/", q, f"ctag-{name}", name, conn.name, "", "app", 50, True, False, True))
+    qs = [Queue("/", f"q{i}", "classic", True, False, False, "running", "rabbit@a", 5, 10, 15, 1, 1.0,
+                MessageStats(publish=n, deliver_get=n, ack=n, redeliver=0, get=0, get_no_ack=0))
+          for i in range(queues)]
+    return attributed(Snapshot(1_800_000_000.0 + poll * INTERVAL, Overview("3.13.7", "26", "3.13.7", "a", False,
+                                                                           MessageStats()),
+                               connections=tuple(conns), channels=tuple(channels), consumers=tuple(consumers),
+                               queues=tuple(qs)))
+
+
+def run(polls: int, queues: int, connections: int, windowed: bool) -> tuple[list[float], float]:
+    thresholds = Thresholds()
+    recent = Recent(thresholds.window_seconds)
+    previous, times = None, []
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for poll in range(polls):
+        snapshot = broker(poll, queues, connections)
+        started = time.perf_counter()
+        window = recent.start(snapshot) if windowed else None
+        diagnose(Context(snapshot, previous, (), thresholds, window=window))
+        times.append(time.perf_counter() - started)
+        previous = snapshot
+    del snapshot
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - base  # what stays: the previous poll, and the window's snapshots
+    tracemalloc.stop()
+    return times, held / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queues", type=int, default=5000)
+    parser.add_argument("--connections", type=int, default=200)
+    parser.add_argument("--polls", type=int, default=60)
+    args = parser.parse_args()
+    print(f"{args.queues} queues, {args.connections * 3} channels and consumers, {args.connections} connections; "
+          f"{args.polls} polls {INTERVAL:g} s apart (window 300 s)")
+    print(f"{'judged against':<28} {'p50 ms':>8} {'p99 ms':>8} {'held MiB':>9}")
+    for label, windowed in (("previous poll (before)", False), ("5-minute window (after)", True)):
+        times, held = run(args.polls, args.queues, args.connections, windowed)
+        p50, p99 = sample_quantile(times, 0.5), sample_quantile(times, 0.99)
+        print(f"{label:<28} {p50 * 1000:8.1f} {p99 * 1000:8.1f} {held:9.1f}")
+
+
+if __name__ == "__main__":
+    main()
