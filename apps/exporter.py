@@ -36,6 +36,9 @@ from ackscope.sources import KINDS, Selection, make_source
 log = logging.getLogger("ackscope.exporter")
 
 DEFAULT_PORT = 9577
+# A poll may take this many intervals before it counts as failed: slow is late (ackscope_snapshot_age_seconds),
+# not down (ackscope_up).
+DEADLINE_INTERVALS = 3
 OPTIONS = (
     Option("management_url", "http://localhost:15672", str, "RabbitMQ management API base URL"),
     Option("username", "guest", str, "management API user (the 'monitoring' tag is enough)"),
@@ -48,7 +51,8 @@ OPTIONS = (
     Option("listen", f"0.0.0.0:{DEFAULT_PORT}", config.host_port, "HOST:PORT for /metrics, /api/snapshot, /healthz"),
     Option("interval", 10.0, config.positive_float, "seconds between polls"),
     Option("timeout", 5.0, config.positive_float, "seconds one HTTP request to the broker may take"),
-    Option("deadline", None, config.positive_float, "seconds a whole poll may take (default: the interval)"),
+    Option("deadline", None, config.positive_float, "seconds a whole poll may take before it counts as failed "
+           "(default: 3 times the interval: a slow poll is late, not down)"),
     Option("ca_file", None, config.existing_file, "CA bundle to verify the management API's TLS certificate"),
     Option("insecure_skip_verify", False, config.boolean, "do not verify the management API's TLS certificate",
            switch=True),
@@ -113,7 +117,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         raise ConfigError("--ca-file and --insecure-skip-verify contradict each other")
     return ExporterConfig(
         management_url=v["management_url"], username=v["username"], password=password, listen=v["listen"],
-        interval=v["interval"], timeout=v["timeout"], deadline=v["deadline"] or v["interval"],
+        interval=v["interval"], timeout=v["timeout"], deadline=v["deadline"] or DEADLINE_INTERVALS * v["interval"],
         verify=False if v["insecure_skip_verify"] else (v["ca_file"] or True),
         selection=Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"]),
         limits=Limits(max_queues=v["max_queues"], max_channels=v["max_channels"]),

@@ -37,6 +37,7 @@ class Poller:
         self.diagnosis = Diagnosis()
         self.exposition: Exposition = render(None, self.status, limits)
         self._notes_logged: set[str] = set()
+        self._overrunning = False  # polls take longer than the interval (said once, when it starts and ends)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -61,6 +62,20 @@ class Poller:
                 log.info("%s", note)
                 self._notes_logged.add(note)
         self.exposition = render(self.snapshot, self.status, self.limits, self.diagnosis)
+        self._say_overrun(time.monotonic() - started)
+
+    def _say_overrun(self, took: float) -> None:
+        """A poll longer than the interval is slow, not down: the next starts when it ends, the metrics are
+        that much older (ackscope_snapshot_age_seconds), and ackscope_up stays 1. Said once, with what to do."""
+        overrunning = took > self.interval
+        if overrunning and not self._overrunning:
+            log.warning("polls take longer than the interval (this one %.1fs, --interval %gs): each starts when "
+                        "the last ends and the metrics are that old; raise --interval, read the broker's "
+                        "Prometheus plugin (--source prometheus), or watch fewer vhosts or queues "
+                        "(--include-vhosts, --include-queues)", took, self.interval)
+        elif self._overrunning and not overrunning:
+            log.info("polls fit the %gs interval again (this one %.1fs)", self.interval, took)
+        self._overrunning = overrunning
 
     def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> Diagnosis:
         if self.diagnose is None:

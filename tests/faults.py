@@ -46,6 +46,9 @@ class FaultProxy:
                         except OSError:
                             return
                     return
+                if fault is not None and fault.startswith("slow:"):  # "slow:SECONDS": a large or busy broker
+                    proxy._closing.wait(float(fault.removeprefix("slow:")))
+                    fault = None
                 if fault == "500":
                     return self._reply(500, b'{"error":"internal_error"}', "application/json")
                 if fault == "html":

@@ -46,6 +46,28 @@ def test_broker_down_sets_up_to_zero_and_metrics_still_answer_fast(spare_broker,
     wait_for_sample(exporter, "ackscope_up", 1, timeout=10)
 
 
+def test_a_poll_longer_than_the_interval_is_late_not_down_and_said_once(broker, proxy, start_exporter, caplog):
+    from ackscope.apps.exporter import DEADLINE_INTERVALS
+    caplog.set_level(logging.INFO, logger="ackscope")
+    proxy.faults["queues"] = "slow:0.8"  # a poll of about 0.8 s against an interval of 0.5 s
+    exporter = start_exporter(proxy.url, interval=0.5, deadline=DEADLINE_INTERVALS * 0.5)
+    wait_for_sample(exporter, "ackscope_up", 1)
+    ups, ages, seen = [], [], exporter.poller.status.last_attempt_at
+    for _ in range(4):  # four polls, each slower than the interval, scraped as each ends
+        wait_for(lambda: exporter.poller.status.last_attempt_at != seen, what="the next poll")
+        seen = exporter.poller.status.last_attempt_at
+        s = scrape(exporter)
+        ups.append(value(s, "ackscope_up"))
+        ages.append(value(s, "ackscope_snapshot_age_seconds"))
+    assert ups == [1] * 4, "a slow poll is not a down broker"
+    assert exporter.poller.status.last_duration > 0.5 and max(ages) > 0.5, "the staleness shows"
+    said = [r.getMessage() for r in caplog.records if "longer than the interval" in r.getMessage()]
+    assert len(said) == 1 and "--interval" in said[0] and "--source prometheus" in said[0], said
+    proxy.faults.clear()
+    wait_for(lambda: any("fit the 0.5s interval again" in r.getMessage() for r in caplog.records),
+             what="the all-clear once polls are quick again")
+
+
 def test_wrong_password_is_one_clear_log_line_and_no_retry_storm(broker, proxy, start_exporter, caplog):
     caplog.set_level(logging.INFO, logger="ackscope")
     exporter = start_exporter(proxy.url, password="not-the-password", interval=0.3)
