@@ -18,9 +18,9 @@ from ackscope.core.http_server import Source, WebSecurity, loop_healthy, make_se
 from ackscope.core.processes import wait_for_signal
 from ackscope.core.secret import Secret
 from ackscope.diagnosis.onset import Onset
-from ackscope.diagnosis.window import Recent
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.diagnosis.window import Recent
 from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.exposition import probe_metrics
 from ackscope.exporter.history import SnapshotHistory

@@ -274,7 +274,8 @@ def test_probe_rules_from_probe_statistics():
               _probe("beyond", buckets=beyond), _probe("reject-publish", nacked=5), _probe("nacks", nacked=1),
               _probe("dups", duplicates=3), _probe("down", up=False))
     found = {(f.rule, f.severity, f.object) for f in evaluate(Context(snapshot(), probes=probes))}
-    assert found == {("probe-message-lost", "critical", "probe lost-p"), ("probe-message-lost", "warning", "probe lost-t"),
+    assert found == {("probe-message-lost", "critical", "probe lost-p"),
+                     ("probe-message-lost", "warning", "probe lost-t"),
                      ("probe-confirm-latency-high", "warning", "probe slow"),
                      ("probe-confirm-latency-high", "warning", "probe beyond"),
                      ("probe-nacked", "info", "probe reject-publish"), ("probe-nacked", "warning", "probe nacks"),
