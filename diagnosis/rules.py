@@ -426,14 +426,13 @@ def _polled(ctx: Context, rule: Rule) -> Iterator[Finding]:
         with_ack, no_ack = _gets(ctx, q)
         if q.consumers != 0 or not (with_ack or no_ack):
             continue
-        ready, seconds = _n(q.messages_ready), ctx.window_seconds
+        ready, seconds, gets = _n(q.messages_ready), ctx.window_seconds, _n(with_ack) + _n(no_ack)
         losing, behind = bool(no_ack), ready >= t.no_consumers_backlog
         yield rule.finding("warning" if losing or behind else "info", q.vhost, f"queue {q.name}", "",
                            {"gets_with_ack": with_ack, "gets_without_ack": no_ack, "ready": ready,
-                            "get_rate": _round(((with_ack or 0) + (no_ack or 0)) / seconds),
-                            "window_seconds": _round(seconds)},
+                            "get_rate": _round(gets / seconds), "window_seconds": _round(seconds)},
                            f"{q.name} has no consumer and is read by polling with basic.get "
-                           f"({(with_ack or 0) + (no_ack or 0)} fetches in the last {seconds:.0f}s)"
+                           f"({gets} fetches in the last {seconds:.0f}s)"
                            + (f", {no_ack} of them without ack: a fetched message is gone even if the reader "
                               "dies before handling it" if losing else "")
                            + (f"; {ready} messages wait: a get costs a round trip per message, a consumer "

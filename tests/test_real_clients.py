@@ -52,9 +52,9 @@ class Clients:
 
     def start(self, *argv: str, ready: bool = True, env: dict | None = None) -> subprocess.Popen:
         """Start one; with `ready`, wait until it prints "ready" (its connection and channels are up)."""
-        process = subprocess.Popen(list(argv), cwd=CLIENTS, env={**self.env, **(env or {})}, text=True,
-                                   stdout=subprocess.PIPE, stderr=(self.workdir / f"{len(self.running)}.err").open("w"),
-                                   start_new_session=True)
+        with (self.workdir / f"{len(self.running)}.err").open("w") as stderr:  # the child keeps its own copy
+            process = subprocess.Popen(list(argv), cwd=CLIENTS, env={**self.env, **(env or {})}, text=True,
+                                       stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
         self.running.append((list(argv), process))
         if ready:
             self._await_ready(list(argv), process)
