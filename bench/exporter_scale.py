@@ -1,25 +1,30 @@
-"""Exporter at scale, side by side in one run on a private node (a benchmark, not a test).
+"""Exporter at scale, side by side in one run on a private node kept between sizes (a benchmark, not a test).
 
-Builds 5,000 queues and 200 connections x 3 consuming channels, then measures:
-  - a full fetch of the same endpoints without columns= (what the older exporter does on every scrape),
-  - ackscope's poll from the management API (the exporter's own Poller: fetch, normalise, diagnose-free render),
-  - ackscope's poll from the Prometheus plugin (the source for brokers with management statistics off),
-    all interleaved, --gap seconds apart, so each meets the broker in the same state; for each, the wall time
-    and the broker's CPU time (the node's own process counters, user + system, around the fetch);
-  - prometheus_client's parse of the plugin's answer, alone;
-  - the broker's own /metrics/per-object;
-  - the exporter's scrape p50/p99 (gzip, as Prometheus asks) and its RSS.
-Targets: poll <= 0.35x the full fetch; Prometheus-source poll: broker CPU <= 0.25x the full fetch's, whole
-poll <= 0.35x; scrape p99 < 50 ms; RSS < 200 MiB. With --statistics-off the node runs as the official
-container image does: the full fetch and the management poll are impossible there (400), so the
-statistics-free queue list stands beside the Prometheus-source poll.
+Builds 5,000 consuming channels (250 connections x 20, prefetch 10) and, for each size in --queues, grows the
+node's durable queues to it (every tenth holding 20 persistent messages), then measures:
+  - the naive full fetch: the same 7 endpoints without columns=, unpaginated (the older exporter, per scrape),
+  - the broker's own /metrics/per-object,
+  - ackscope's poll per source and strategy, each with the exporter's own Poller (fetch, normalise, render):
+      management        the management API, lists in one answer above PAGES_UP_TO objects (issue 16),
+      management pages  the same in pages of 500, 4 at a time (before issue 16; skipped above 20,000 queues:
+                        minutes per poll),
+      large             auto's choice on a large broker: the plugin for the queues' counts, the management API
+                        for channels, consumers and connections, the queue list every 60 s in the background,
+      prometheus        the Prometheus plugin alone (management statistics off),
+    interleaved, --gap seconds apart, so each meets the broker in the same state; for each the wall time and
+    the broker's CPU seconds (its own process counters, user + system, around the poll). The queue list the
+    plugin-based polls read every QUEUE_LIST_MAX_AGE is measured alone and weighed in at its share of polls;
+  - `ackscope exporter` with default options (auto, interval 10 s): ackscope_up at every poll, scrape
+    p50/p99 (gzip, as Prometheus asks) throughout its polls, its peak RSS;
+  - `ackscope dashboard` against it: the landing page's first view in Debian's chromium, from navigation
+    until the findings and the unacked-against-prefetch chart show (first load after start, and the median
+    of the later ones).
+Targets: poll <= 0.5x the naive fetch at every size (<= 0.35x at 5,000); ackscope_up 1 on every poll at
+50,000 queues; scrape p99 < 50 ms; RSS < 500 MiB; first view < 2 s at 5,000 queues, < 4 s at 50,000.
+Writes the table (--table) and a plotly chart of cost against queue count (--chart, PNG drawn by chromium).
 
-The broker's cost varies with its background statistics work, so the two are measured in turn, each
---gap seconds (default 15, a common scrape interval) after the last, rather than one after the other in
-blocks. The old back-to-back figure is printed beside it for comparison.
-
-    python bench/exporter_scale.py [--queues 5000] [--connections 200] [--channels-per-connection 3]
-                                   [--statistics-off]
+    python bench/exporter_scale.py [--queues 5000,20000,50000] [--connections 250]
+                                   [--channels-per-connection 20] [--runs 3] [--gap 15]
 """
 
 from __future__ import annotations
@@ -31,76 +36,67 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pika
+import plotly.graph_objects as go
 import psutil
 import requests
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from charts import save_png
+from playwright.sync_api import sync_playwright
+from plotly.subplots import make_subplots
 
 from ackscope.core.processes import stop_process
-from ackscope.exporter import text_format
-from ackscope.exporter.cardinality import shape
-from ackscope.exporter.collectors.channels import ChannelCollector
-from ackscope.exporter.collectors.connections import ConnectionCollector
-from ackscope.exporter.collectors.consumers import ConsumerCollector
-from ackscope.exporter.collectors.nodes import NodeCollector
-from ackscope.exporter.collectors.overview import OverviewCollector
-from ackscope.exporter.collectors.queues import QueueCollector
-from ackscope.exporter.collectors.self_metrics import SelfCollector
+from ackscope.core.quantile import sample_quantile
 from ackscope.core.secret import Secret
 from ackscope.exporter.poller import Poller
 from ackscope.sources import ManagementSource, PrometheusPluginSource
-from ackscope.sources.prometheus_plugin import normalise as plugin_normalise
 from ackscope.sources.prometheus_plugin.source import QUEUE_COLUMNS, QUEUE_LIST_MAX_AGE
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
 
 ENDPOINTS = ("overview", "nodes", "vhosts", "connections", "channels", "consumers", "queues")
+ACKSCOPE = str(Path(sys.executable).with_name("ackscope"))
+PAGES_LARGEST = 20_000  # above it the paginated poll takes minutes: not run
+EXPORTER_POLLS = 4  # polls of the default-options exporter watched per size
+DASHBOARD_LOADS = 4
 
 
-def build_state(broker: LocalBroker, queues: int, connections: int, per_connection: int) -> list:
-    setup = pika.BlockingConnection(pika.URLParameters(broker.amqp_url()))
+def grow_queues(broker: LocalBroker, size: int) -> None:
+    """Declare queues bench-q-00000.. up to `size` (those present stay), every tenth with 20 messages."""
+    params = pika.URLParameters(broker.amqp_url())
+    params.heartbeat = 0  # nobody services the socket between declarations
+    setup = pika.BlockingConnection(params)
     ch = setup.channel()
-    for i in range(queues):
+    have = requests.get(broker.management_url + "/api/overview", auth=(ADMIN_USER, ADMIN_PASSWORD),
+                        timeout=60).json()["object_totals"]["queues"]
+    for i in range(have, size):
         ch.queue_declare(f"bench-q-{i:05d}", durable=True)
         if i % 10 == 0:
             for _ in range(20):
                 ch.basic_publish("", f"bench-q-{i:05d}", b"x" * 100, pika.BasicProperties(delivery_mode=2))
-        if i % 1000 == 999:
+        if i % 5000 == 4999:
             print(f"  {i + 1} queues", file=sys.stderr, flush=True)
     setup.close()
+
+
+def hold_channels(broker: LocalBroker, connections: int, per_connection: int, queues: int) -> list:
+    """Named connections, each with consuming channels (prefetch 10) on distinct queues, never acking."""
     held = []
     for c in range(connections):
         params = pika.URLParameters(broker.amqp_url())
         params.client_properties = {"connection_name": f"bench-client-{c:03d}"}
-        params.heartbeat = 0  # nobody services these sockets while the benchmark runs
+        params.heartbeat = 0
         conn = pika.BlockingConnection(params)
         for k in range(per_connection):
             chan = conn.channel()
             chan.basic_qos(prefetch_count=10)
-            chan.basic_consume(f"bench-q-{(c * per_connection + k) * 10 % queues:05d}",
-                               on_message_callback=lambda *a: None)
+            chan.basic_consume(f"bench-q-{(c * per_connection + k) % queues:05d}", on_message_callback=lambda *a: None)
         held.append(conn)
     print(f"  {connections} connections x {per_connection} consuming channels", file=sys.stderr, flush=True)
     return held
-
-
-def render_collectors(poller: Poller) -> list:
-    """The collectors the exposition renders for the poller's last snapshot (diagnosis aside)."""
-    shaped = shape(poller.snapshot, poller.limits)
-    s = poller.snapshot
-    return [SelfCollector(poller.status, shaped), OverviewCollector(s), NodeCollector(s), ConnectionCollector(s),
-            ChannelCollector(shaped), ConsumerCollector(shaped), QueueCollector(shaped)]
-
-
-def registry_of(collectors: list) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    for c in collectors:
-        registry.register(c)
-    return registry
 
 
 def broker_cpu(broker: LocalBroker) -> float:
@@ -109,196 +105,279 @@ def broker_cpu(broker: LocalBroker) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measured(broker: LocalBroker, fn) -> tuple[float, float, object]:
-    """(wall seconds, broker CPU seconds, result) of fn()."""
+def measured(broker: LocalBroker, fn) -> tuple[float, float]:
+    """(wall seconds, broker CPU seconds) of fn()."""
     cpu, started = broker_cpu(broker), time.perf_counter()
-    result = fn()
-    return time.perf_counter() - started, broker_cpu(broker) - cpu, result
-
-
-def _timed(fn) -> tuple[float, int]:
-    started = time.perf_counter()
     fn()
-    return time.perf_counter() - started, 0
+    return time.perf_counter() - started, broker_cpu(broker) - cpu
 
 
-def timed_get(url: str, **kwargs) -> tuple[float, int]:
-    started = time.perf_counter()
-    r = requests.get(url, timeout=120, **kwargs)
+def timed_get(url: str, **kwargs) -> int:
+    r = requests.get(url, timeout=600, **kwargs)
     r.raise_for_status()
-    return time.perf_counter() - started, len(r.content)
+    return len(r.content)
 
 
-def median_of(runs: int, fn) -> tuple[float, int]:
-    results = [fn() for _ in range(runs)]
-    return statistics.median(t for t, _ in results), results[-1][1]
+@dataclass
+class Size:
+    queues: int
+    cost: dict[str, tuple[float, float]] = field(default_factory=dict)  # kind: median (wall, broker CPU) s
+    full_bytes: int = 0
+    per_object: tuple[float, float] = (0.0, 0.0)
+    per_object_bytes: int = 0
+    ups: list[float] = field(default_factory=list)
+    poll_seconds: list[float] = field(default_factory=list)
+    scrapes: list[float] = field(default_factory=list)
+    rss: int = 0
+    first_view: float = math.nan
+    later_views: list[float] = field(default_factory=list)
 
 
-def _pct(values: list[float], pct: int) -> str:
-    ordered = sorted(values)
-    return f"{ordered[min(len(ordered) - 1, len(ordered) * pct // 100)] * 1000:.1f}"
+def poller_of(source) -> Poller:
+    return Poller(source, interval=60)
+
+
+def measure_polls(broker: LocalBroker, size: Size, runs: int, gap: float, stats_on: bool) -> None:
+    auth = (ADMIN_USER, ADMIN_PASSWORD)
+    api = broker.management_url + "/api/"
+    secret = Secret(ADMIN_PASSWORD)
+    common = dict(timeout=600, deadline=900)
+    plugin = dict(queue_list_every=math.inf, **common)  # its list is measured apart, below
+
+    def full_fetch() -> int:
+        return sum(timed_get(api + e, auth=auth) for e in (ENDPOINTS if stats_on else ("queues",)))
+
+    pollers = {"prometheus": poller_of(PrometheusPluginSource(broker.management_url, broker.prometheus_url,
+                                                              ADMIN_USER, secret, **plugin))}
+    if stats_on:
+        pollers["management"] = poller_of(ManagementSource(broker.management_url, ADMIN_USER, secret, **common))
+        if size.queues <= PAGES_LARGEST:
+            pollers["management pages"] = poller_of(ManagementSource(broker.management_url, ADMIN_USER, secret,
+                                                                     pages_up_to=math.inf, **common))
+        pollers["large"] = poller_of(PrometheusPluginSource(broker.management_url, broker.prometheus_url,
+                                                            ADMIN_USER, secret, channels_listed=True, **plugin))
+    for poller in pollers.values():  # the first poll reads the queue list: not part of a steady poll
+        poller.poll_once()
+        assert poller.status.up, poller.status.last_error
+
+    def poll(poller: Poller):
+        def once():
+            poller.poll_once()
+            assert poller.status.up, poller.status.last_error
+        return once
+
+    client = pollers["prometheus"].source.management
+    jobs = {"full": full_fetch, **{k: poll(p) for k, p in pollers.items()},
+            "queue list": lambda: client.fetch("queues", time.monotonic() + 600, columns=QUEUE_COLUMNS,
+                                               paginate=False, statistics=False),
+            "per-object": lambda: timed_get(broker.prometheus_url + "/metrics/per-object",
+                                            headers={"Accept-Encoding": "identity"})}
+    if not stats_on:
+        jobs.pop("full")
+    runs_of: dict[str, list[tuple[float, float]]] = {k: [] for k in jobs}
+    for run in range(runs):
+        for kind, job in jobs.items():
+            time.sleep(gap)
+            runs_of[kind].append(measured(broker, job))
+        print(f"  run {run + 1}: " + "; ".join(f"{k} {w * 1000:.0f}/{c * 1000:.0f} ms"
+                                              for k, ((w, c), *_) in ((k, r[-1:]) for k, r in runs_of.items())),
+              file=sys.stderr, flush=True)
+    for poller in pollers.values():
+        poller.stop()
+    size.cost = {k: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
+                 for k, r in runs_of.items()}
+    share = min(1.0, gap / QUEUE_LIST_MAX_AGE)  # of polls after which the queue list is read
+    for kind in ("large", "prometheus"):
+        if kind in size.cost:
+            wall, cpu = size.cost[kind]
+            size.cost[f"{kind}, list included"] = (wall, cpu + share * size.cost["queue list"][1])
+    size.full_bytes = full_fetch() if stats_on else 0
+    size.per_object = size.cost.pop("per-object")
+    size.per_object_bytes = timed_get(broker.prometheus_url + "/metrics/per-object")
+
+
+def watch_exporter(broker: LocalBroker, size: Size) -> None:
+    """`ackscope exporter` with its defaults: ups per poll, scrapes throughout, RSS; then the dashboard."""
+    port, dashboard_port = free_port(), free_port()
+    env = dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD)
+    exporter = subprocess.Popen([ACKSCOPE, "--log-level", "warning", "exporter", "--management-url",
+                                 broker.management_url, "--username", ADMIN_USER, "--listen",
+                                 f"127.0.0.1:{port}"], env=env)
+    dashboard = None
+    url = f"http://127.0.0.1:{port}"
+    try:
+        session = requests.Session()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if "ackscope_poll_duration_seconds " in session.get(url + "/metrics", timeout=30).text:
+                    break  # the first poll is done
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        process = psutil.Process(exporter.pid)
+        stop = threading.Event()
+
+        def scrape_throughout():
+            scraper = requests.Session()
+            while not stop.is_set():
+                started = time.perf_counter()
+                r = scraper.get(url + "/metrics", headers={"Accept-Encoding": "gzip"}, timeout=10, stream=True)
+                r.raw.read(decode_content=False)
+                size.scrapes.append(time.perf_counter() - started)
+                size.rss = max(size.rss, process.memory_info().rss)
+                stop.wait(0.1)
+        scraper = threading.Thread(target=scrape_throughout, daemon=True)
+        scraper.start()
+        seen = None
+        while len(size.ups) < EXPORTER_POLLS and time.monotonic() < deadline + 600:
+            text = gzip.decompress(session.get(url + "/metrics", headers={"Accept-Encoding": "gzip"},
+                                               timeout=10).content).decode()
+            values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                      if line.startswith(("ackscope_up ", "ackscope_poll_duration_seconds "))}
+            attempt = values.get("ackscope_poll_duration_seconds")  # each poll's own figure: a new one, a new poll
+            if attempt is not None and attempt != seen:
+                seen = attempt
+                size.ups.append(values["ackscope_up"])
+                size.poll_seconds.append(values["ackscope_poll_duration_seconds"])
+            time.sleep(0.5)
+        stop.set()
+        scraper.join()
+        dashboard = subprocess.Popen([ACKSCOPE, "dashboard", "--exporter-url", url, "--port", str(dashboard_port),
+                                      "--address", "127.0.0.1"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        views = first_views(f"http://127.0.0.1:{dashboard_port}/")
+        size.first_view, size.later_views = views[0], views[1:]
+    finally:
+        if dashboard is not None:
+            stop_process(dashboard)
+        stop_process(exporter, timeout=30)
+
+
+def first_views(url: str) -> list[float]:
+    """Seconds from navigation until the landing page shows its findings and its unacked chart, per load,
+    each in a fresh browser context (the first after the dashboard started)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url + "_stcore/health", timeout=5).status_code == 200:
+                break
+        except requests.RequestException:
+            time.sleep(0.5)
+    times = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        for _ in range(DASHBOARD_LOADS):
+            context = browser.new_context(viewport={"width": 1500, "height": 1300})
+            page = context.new_page()
+            started = time.perf_counter()
+            page.goto(url)
+            page.get_by_text("Unacked against prefetch, per consuming channel").first.wait_for(timeout=120_000)
+            page.locator("text=/What is wrong:|No findings at/").first.wait_for(timeout=120_000)
+            times.append(time.perf_counter() - started)
+            context.close()
+            time.sleep(2)
+        browser.close()
+    return times
+
+
+KINDS = (("management pages", "ackscope, management API in pages (before)"),
+         ("management", "ackscope, management API, lists in one answer"),
+         ("large, list included", "ackscope, auto on a large broker: plugin for queues"),
+         ("prometheus, list included", "ackscope, Prometheus plugin alone"))
+
+
+def table(sizes: list[Size], channels: int, gap: float) -> str:
+    lines = [f"| queues ({channels:,} channels) | " + " | ".join(f"{s.queues:,}" for s in sizes) + " | target |",
+             "|---|" + "---:|" * len(sizes) + "---|"]
+
+    def row(name: str, cells, target: str = "") -> None:
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {target} |")
+
+    def cost(kind: str, s: Size) -> str:
+        if kind not in s.cost:
+            return "not run"
+        wall, cpu = s.cost[kind]
+        full = s.cost.get("full")
+        ratio = f" = **{wall / full[0]:.2f}×** / {cpu / full[1]:.2f}×" if full and kind != "full" else ""
+        return f"{wall:.2f} s / {cpu:.2f} s{ratio}"
+
+    row("naive full fetch, no `columns=`, unpaginated: wall / broker CPU", (cost("full", s) for s in sizes),
+        "baseline")
+    for kind, name in KINDS:
+        target = "≤ 0.5× (≤ 0.35× at 5,000)" if kind.startswith("large") else ""
+        row(f"{name}: wall / broker CPU, × the naive", (cost(kind, s) for s in sizes), target)
+    row("the queue list alone (`disable_stats`, one answer), every 60 s", (cost("queue list", s) for s in sizes))
+    row("broker's own `/metrics/per-object`", (f"{s.per_object[0]:.2f} s / {s.per_object[1]:.2f} s, "
+                                               f"{s.per_object_bytes / 1e6:.0f} MB" for s in sizes))
+    row("`ackscope exporter`, default options: `ackscope_up` per poll",
+        (f"{' '.join(f'{u:g}' for u in s.ups)}" for s in sizes), "1 at every poll")
+    row("  its polls' duration", (", ".join(f"{p:.1f}" for p in s.poll_seconds) + " s" for s in sizes))
+    row("  scrape p50 / p99 during its polls (gzip)", (
+        f"{sample_quantile(s.scrapes, .5) * 1000:.1f} / **{sample_quantile(s.scrapes, .99) * 1000:.1f} ms** "
+        f"({len(s.scrapes)})" for s in sizes), "p99 < 50 ms")
+    row("  its peak RSS", (f"**{s.rss / 2**20:.0f} MiB**" for s in sizes), "< 500 MiB")
+    row("dashboard first view: first load / later loads' median", (
+        f"**{s.first_view:.2f} s** / {statistics.median(s.later_views):.2f} s" for s in sizes),
+        "< 2 s at 5,000, < 4 s at 50,000")
+    return "\n".join(lines) + f"\n\nPolls measured {gap:g} s apart, median of the runs; broker CPU from the node's " \
+                              "own process counters.\n"
+
+
+def chart(sizes: list[Size], path: Path) -> None:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("poll wall time, s", "broker CPU per poll, s"))
+    xs = [s.queues for s in sizes]
+    for kind, name in (("full", "naive full fetch"), *KINDS):
+        for col, i in ((1, 0), (2, 1)):
+            points = [(s.queues, s.cost[kind][i]) for s in sizes if kind in s.cost]
+            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
+                                     name=name, legendgroup=name, showlegend=col == 1), row=1, col=col)
+    for col in (1, 2):
+        fig.update_xaxes(title_text="queues", tickvals=xs, row=1, col=col)
+        fig.update_yaxes(type="log", row=1, col=col)
+    fig.update_layout(width=1200, height=460, margin={"l": 60, "r": 20, "t": 40, "b": 50},
+                      legend={"orientation": "h", "y": -0.2})
+    save_png(fig, path, 1200, 480)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--queues", type=int, default=5000)
-    ap.add_argument("--connections", type=int, default=200)
-    ap.add_argument("--channels-per-connection", type=int, default=3)
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--gap", type=float, default=15.0, help="seconds between measured fetches [15]")
-    ap.add_argument("--scrapes", type=int, default=300)
+    ap.add_argument("--queues", default="5000,20000,50000", help="sizes, comma-separated, ascending")
+    ap.add_argument("--connections", type=int, default=250)
+    ap.add_argument("--channels-per-connection", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--gap", type=float, default=15.0, help="seconds between measured polls [15]")
     ap.add_argument("--statistics-off", action="store_true", help="run the node with management statistics off")
+    ap.add_argument("--table", type=Path, default=Path("/tmp/exporter_scale.md"))
+    ap.add_argument("--chart", type=Path, default=Path("docs/exporter_scale.png"))
     args = ap.parse_args()
     stats_on = not args.statistics_off
+    counts = sorted(int(q) for q in args.queues.split(","))
 
-    broker = LocalBroker(name="ackscope-bench", stats_interval_ms=5000,  # the broker's default interval
-                         statistics=stats_on)
+    broker = LocalBroker(name="ackscope-bench", stats_interval_ms=5000, statistics=stats_on)  # default interval
     print(f"starting a private node in {broker.base_dir}", file=sys.stderr)
     broker.start()
-    exporter = None
+    held: list = []
+    sizes = []
     try:
-        held = build_state(broker, args.queues, args.connections, args.channels_per_connection)
-        time.sleep(12)  # two statistics intervals, so every object has its stats
-        auth = (ADMIN_USER, ADMIN_PASSWORD)
-        api = broker.management_url + "/api/"
-
-        def full_fetch():
-            sizes = 0
-            for e in ENDPOINTS if stats_on else ("queues",):  # with statistics off only the list answers
-                sizes += timed_get(api + e, auth=auth)[1]
-            return sizes
-
-        def poller_of(source):
-            poller = Poller(source, interval=args.gap)
-
-            def poll():
-                poller.poll_once()
-                assert poller.status.up, poller.status.last_error
-            return poller, poll
-
-        secret = Secret(ADMIN_PASSWORD)
-        pollers = {"plugin": poller_of(PrometheusPluginSource(broker.management_url, broker.prometheus_url,
-                                                              ADMIN_USER, secret, timeout=30, deadline=60,
-                                                              queue_list_every=math.inf))}
-        if stats_on:
-            pollers["management"] = poller_of(ManagementSource(broker.management_url, ADMIN_USER, secret,
-                                                               timeout=30, deadline=60))
-        runs: dict[str, list[tuple[float, float]]] = {"full": [], **{k: [] for k in pollers}}
-        for _ in range(args.runs):
-            for kind in runs:
-                time.sleep(args.gap)
-                wall, cpu, _ = measured(broker, full_fetch if kind == "full" else pollers[kind][1])
-                runs[kind].append((wall, cpu))
-        # The plugin source reads the queue list at its first poll, for a new queue, and every
-        # QUEUE_LIST_MAX_AGE in the background (the benchmark's source never: queue_list_every=inf). That
-        # read is measured alone here, and weighed in at its share of polls --gap apart.
-        plugin_client = pollers["plugin"][0].source.management
-
-        def read_queue_list():
-            return plugin_client.fetch("queues", time.monotonic() + 60, columns=QUEUE_COLUMNS, paginate=False,
-                                       statistics=False)
-        list_reads = []
-        for _ in range(args.runs):
-            time.sleep(args.gap)
-            list_reads.append(measured(broker, read_queue_list)[:2])
-        list_wall, list_cpu = (statistics.median(r[i] for r in list_reads) for i in (0, 1))
-        full_bytes = full_fetch()
-        med = {kind: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
-               for kind, r in runs.items()}
-        for poller, _ in pollers.values():
-            poller.stop()
-        detailed = requests.get(broker.prometheus_url + "/metrics/detailed", timeout=60,
-                                params=[("family", f) for f in plugin_normalise.FAMILIES]).text
-        parse_s = median_of(3, lambda: _timed(lambda: plugin_normalise.parse(detailed, "metrics/detailed")))[0]
-        library_parse_s = median_of(3, lambda: _timed(lambda: list(text_string_to_metric_families(detailed))))[0]
-        collectors = render_collectors(pollers["plugin"][0])
-        render_s = median_of(3, lambda: _timed(lambda: text_format.text(collectors)))[0]
-        library_render_s = median_of(3, lambda: _timed(lambda: generate_latest(registry_of(collectors))))[0]
-        print("runs (wall ms / broker CPU ms): " + "; ".join(
-            f"{k}: {', '.join(f'{w * 1000:.0f}/{c * 1000:.0f}' for w, c in r)}" for k, r in runs.items()),
-              file=sys.stderr, flush=True)
-        per_object_s, per_object_bytes = median_of(args.runs, lambda: timed_get(
-            broker.prometheus_url + "/metrics/per-object", headers={"Accept-Encoding": "identity"}))
-
-        port = free_port()
-        env = dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD)
-        exporter = subprocess.Popen(
-            [sys.executable, "-m", "ackscope", "--log-level", "warning", "exporter",
-             "--management-url", broker.management_url, "--prometheus-url", broker.prometheus_url,
-             "--listen", f"127.0.0.1:{port}", "--interval", "5",
-             "--timeout", "30", "--deadline", "60"], env=env)
-        metrics_url = f"http://127.0.0.1:{port}/metrics"
-        text = ""
-        deadline = time.monotonic() + 120
-        while "ackscope_up 1.0" not in text and time.monotonic() < deadline:
-            time.sleep(2)
-            try:
-                text = requests.get(metrics_url, timeout=5).text
-            except requests.ConnectionError:
-                continue
-        time.sleep(10)  # a few polls and renders, so the RSS is the steady one
-        series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-        # Served: until the last byte of the gzip body arrived (the exporter's part of a scrape).
-        # End to end: plus this Python client's gunzip, which Prometheus does in Go, faster.
-        session = requests.Session()
-        served, end_to_end = [], []
-        for _ in range(args.scrapes):
-            started = time.perf_counter()
-            response = session.get(metrics_url, headers={"Accept-Encoding": "gzip"}, timeout=10, stream=True)
-            body = response.raw.read(decode_content=False)
-            served.append(time.perf_counter() - started)
-            gzip.decompress(body)
-            end_to_end.append(time.perf_counter() - started)
-        gz_bytes = len(body)
-        rss = psutil.Process(exporter.pid).memory_info().rss
-
-        print()
-        print(f"broker state: {args.queues} queues, {args.connections} connections x "
-              f"{args.channels_per_connection} consuming channels, management statistics "
-              f"{'on' if stats_on else 'off'}; {series} ackscope series")
-        full_wall, full_cpu = med["full"]
-
-        def versus(kind: str) -> str:
-            wall, cpu = med[kind]
-            return f"{wall * 1000:6.0f} ms, broker CPU {cpu * 1000:5.0f} ms", \
-                f"wall {wall / full_wall:.2f}x, broker CPU {cpu / full_cpu:.2f}x the baseline"
-
-        baseline = ("full fetch of the same endpoints, no columns= (older exporter)" if stats_on else
-                    "the statistics-free queue list, no columns=")
-        rows = [
-            (baseline, f"{full_wall * 1000:6.0f} ms, broker CPU {full_cpu * 1000:5.0f} ms",
-             f"{full_bytes / 1e6:7.2f} MB, median of {args.runs}, {args.gap:g} s apart"),
-            ("broker's /metrics/per-object", f"{per_object_s * 1000:6.0f} ms", f"{per_object_bytes / 1e6:7.2f} MB"),
-        ]
-        if stats_on:
-            rows.append(("ackscope poll from the management API", *versus("management")))
-        share = min(1.0, args.gap / QUEUE_LIST_MAX_AGE)  # of polls after which the queue list is read
-        med["queue list"] = (list_wall, list_cpu)
-        med["plugin, averaged"] = (med["plugin"][0], med["plugin"][1] + share * list_cpu)
-        rows += [
-            ("ackscope poll from the Prometheus plugin", *versus("plugin")),
-            ("  its queue list, read in the background", *versus("queue list")),
-            (f"  per poll with the list every {QUEUE_LIST_MAX_AGE:g} s, polls {args.gap:g} s apart",
-             *versus("plugin, averaged")),
-            ("  of which the read of /metrics/detailed: ackscope's reader", f"{parse_s * 1000:6.0f} ms",
-             f"{len(detailed) / 1e6:.2f} MB"),
-            ("  the same with prometheus_client's parser", f"{library_parse_s * 1000:6.0f} ms", ""),
-            ("ackscope's render of the exposition / prometheus_client's generate_latest",
-             f"{render_s * 1000:.0f} / {library_render_s * 1000:.0f} ms", "the same bytes"),
-            ("ackscope scrape p50 / p99, served (gzip)", f"{_pct(served, 50)} / {_pct(served, 99)} ms",
-             f"target p99 < 50 ms; body {gz_bytes / 1e6:.2f} MB gzip"),
-            ("ackscope scrape p50 / p99, with client gunzip", f"{_pct(end_to_end, 50)} / {_pct(end_to_end, 99)} ms",
-             "for comparison"),
-            ("ackscope exporter RSS", f"{rss / 2**20:8.0f} MiB", "target < 200 MiB"),
-        ]
-        width = max(len(r[0]) for r in rows)
-        for name, a, b in rows:
-            print(f"{name:<{width}}  {a:>14}  {b}")
+        grow_queues(broker, counts[0])
+        held = hold_channels(broker, args.connections, args.channels_per_connection, counts[0])
+        for count in counts:
+            grow_queues(broker, count)
+            time.sleep(12)  # two statistics intervals, so every object has its stats
+            size = Size(count)
+            print(f"{count} queues: polls", file=sys.stderr, flush=True)
+            measure_polls(broker, size, args.runs, args.gap, stats_on)
+            print(f"{count} queues: exporter and dashboard", file=sys.stderr, flush=True)
+            watch_exporter(broker, size)
+            sizes.append(size)
+            print(table(sizes, args.connections * args.channels_per_connection, args.gap), flush=True)
+        args.table.write_text(table(sizes, args.connections * args.channels_per_connection, args.gap))
+        chart(sizes, args.chart)
+    finally:
         for conn in held:
             conn.close()
-    finally:
-        if exporter is not None:
-            stop_process(exporter, timeout=30)
         broker.stop()
         broker.remove()
     return 0

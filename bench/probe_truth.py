@@ -33,6 +33,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import psutil
 import pyarrow.dataset as ds
+from charts import save_png
 from plotly.subplots import make_subplots
 
 from ackscope.core.processes import stop_process
@@ -71,12 +72,7 @@ def chart(results, path: Path) -> None:
     fig.update_yaxes(title_text="share of messages", row=1, col=1)
     fig.update_layout(width=1200, height=420, margin={"l": 60, "r": 20, "t": 40, "b": 50},
                       legend={"orientation": "h", "y": -0.25})
-    with tempfile.TemporaryDirectory() as tmp:
-        html = Path(tmp) / "chart.html"
-        fig.write_html(html, include_plotlyjs=True, full_html=True, config={"displayModeBar": False})
-        subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={path.resolve()}",
-                        "--window-size=1240,440", "--hide-scrollbars", "--virtual-time-budget=5000", html.as_uri()],
-                       check=True, capture_output=True)
+    save_png(fig, path, 1240, 440)
 
 
 def main() -> int:

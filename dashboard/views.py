@@ -36,7 +36,9 @@ def findings(items: list[dict[str, Any]], min_severity: str = "info", now: float
 
 SOURCES = {"management": "read from the management API",
            "prometheus": "read from the broker's Prometheus plugin (management statistics off): channels are "
-                         "named by process id"}
+                         "named by process id",
+           "management+prometheus": "a large broker: queues read from its Prometheus plugin, the rest from the "
+                                    "management API"}
 
 
 def source_said(source: str | None) -> str:

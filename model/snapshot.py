@@ -33,6 +33,7 @@ class Overview:
     cluster_name: str | None
     statistics_disabled: bool
     message_stats: MessageStats
+    queue_total: int | None = None  # queues in the cluster, all vhosts: what listing them costs the broker
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,3 +221,19 @@ def attributed(s: Snapshot) -> Snapshot:
         return replace(record, client=conn.client, identity=conn.identity)
 
     return replace(s, channels=tuple(who(c) for c in s.channels), consumers=tuple(who(c) for c in s.consumers))
+
+
+def sharing(s: Snapshot, previous: Snapshot | None) -> Snapshot:
+    """`s` with every record equal to one of `previous` replaced by that one. The snapshots a rule window
+    keeps then hold an unchanged record once: at 50,000 mostly idle queues, ten snapshots cost about the
+    memory of one instead of ten (docs/benchmarks.md)."""
+    if previous is None:
+        return s
+
+    def reuse(new: tuple, old: tuple) -> tuple:
+        known = {r: r for r in old}
+        return tuple(known.get(r, r) for r in new)
+
+    return replace(s, connections=reuse(s.connections, previous.connections),
+                   channels=reuse(s.channels, previous.channels), consumers=reuse(s.consumers, previous.consumers),
+                   queues=reuse(s.queues, previous.queues))

@@ -1,6 +1,9 @@
 """Which source to read (`--source auto|management|prometheus`): with `auto`, the management API while its
 statistics are on, and the Prometheus plugin when the broker says they are off (`disable_stats` in
-/api/overview, or a 400 "Stats in management UI are disabled" later, after a restart with other settings)."""
+/api/overview, or a 400 "Stats in management UI are disabled" later, after a restart with other settings).
+On a large broker whose statistics are on, `auto` reads the queues' counts from the plugin and the rest from
+the management API: the API's queue listing costs the broker more than the naive fetch it was built to beat
+(docs/benchmarks.md). The broker's size is read again at every poll (/api/overview's object_totals)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,10 @@ from .selection import Selection
 log = logging.getLogger("ackscope.sources")
 
 KINDS = ("auto", "management", "prometheus")
+# From this many queues `auto` reads their counts from the Prometheus plugin; back below 80 % of it (so a broker
+# at the line does not switch at every poll). Measured: at 2,000 queues the API's listing costs the broker
+# about 0.3 s a poll and the plugin's 0.04 s (docs/benchmarks.md).
+LARGE_BROKER_QUEUES = 2_000
 PLUGIN_PORT = 15692
 
 
@@ -46,7 +53,9 @@ def make_source(kind: str, management_url: str, prometheus_url: str | None, user
         return plugin
     if plugin is None:
         return management
-    return AutoSource(management, plugin, announce)
+    large = PrometheusPluginSource(management_url, prometheus_url or default_prometheus_url(management_url),
+                                   username, password, channels_listed=True, **common)
+    return AutoSource(management, plugin, large, announce)
 
 
 def _statistics_off(failure: SourceFailed) -> bool:
@@ -54,11 +63,14 @@ def _statistics_off(failure: SourceFailed) -> bool:
 
 
 class AutoSource:
-    def __init__(self, management: ManagementSource, plugin: PrometheusPluginSource, announce: bool = True):
-        self.management, self.plugin = management, plugin
+    def __init__(self, management: ManagementSource, plugin: PrometheusPluginSource,
+                 large: PrometheusPluginSource, announce: bool = True):
+        """`large`: the plugin for the queues, the management API for the rest (channels_listed)."""
+        self.management, self.plugin, self.large = management, plugin, large
         self.announce = announce
         self.chosen: Source | None = None
         self.deadline = management.deadline
+        self._no_plugin = False  # the plugin did not answer: a large broker is read from the management API
 
     @property
     def name(self) -> str:
@@ -72,12 +84,39 @@ class AutoSource:
         if self.chosen is None:
             self._choose()
         try:
-            return self.chosen.read()
+            snapshot = self.chosen.read()
         except SourceFailed as failure:
-            if self.chosen is self.management and _statistics_off(failure):
+            if self.chosen is not self.plugin and _statistics_off(failure):
                 self._use(self.plugin, "the management API now says its statistics are disabled")
                 return self.chosen.read()
+            if self.chosen is self.large and _plugin_absent(failure):
+                self._no_plugin = True
+                self._use(self.management, f"{self.large.base_url} does not answer: the queues come from the "
+                          "management API's listing, which costs a large broker more")
+                return self.chosen.read()
             raise
+        if self.chosen is self.large and any(u.endpoint in ("channels", "consumers") and "disabled" in u.message
+                                             for u in snapshot.unread):
+            self._use(self.plugin, "the management API now says its statistics are disabled")
+        else:
+            self._resize(snapshot.overview.queue_total)
+        return snapshot
+
+    def _resize(self, queues: int | None) -> None:
+        """Between the management API and the large-broker reading as the broker grows or shrinks."""
+        if queues is None:
+            return
+        if self.chosen is self.management and queues >= LARGE_BROKER_QUEUES and not self._no_plugin:
+            if self._plugin_answers():
+                self._use(self.large, f"{queues} queues: their counts from the Prometheus plugin, the rest from "
+                          "the management API")
+            else:
+                self._no_plugin = True
+                log.info("the broker has %d queues, whose counts its Prometheus plugin (%s) would give at a "
+                         "fraction of the management API's cost; it does not answer", queues,
+                         self.plugin.base_url)
+        elif self.chosen is self.large and queues < 0.8 * LARGE_BROKER_QUEUES:
+            self._use(self.management, f"{queues} queues, its statistics are on")
 
     def _choose(self) -> None:
         try:
@@ -89,7 +128,13 @@ class AutoSource:
             raise SourceFailed([e]) from None
         if isinstance(overview, dict) and overview.get("disable_stats") is True:
             self._use(self.plugin, "management statistics are disabled on the broker")
-        else:
+            return
+        totals = overview.get("object_totals") if isinstance(overview, dict) else None
+        queues = totals.get("queues") if isinstance(totals, dict) else None
+        self.chosen = self.management  # said below, once it is known whether the broker is large
+        self._resize(queues if isinstance(queues, int) else None)
+        if self.chosen is self.management:
+            self.chosen = None
             self._use(self.management, "its statistics are on")
 
     def _plugin_answers(self) -> bool:
@@ -100,10 +145,18 @@ class AutoSource:
             return False
 
     def _use(self, source: Source, why: str) -> None:
+        if source is self.chosen:
+            return
         self.chosen = source
-        what = "the Prometheus plugin" if source is self.plugin else "the management API"
+        what = {id(self.plugin): "the Prometheus plugin", id(self.large): "the Prometheus plugin and the "
+                "management API"}.get(id(source), "the management API")
         log.log(logging.INFO if self.announce else logging.DEBUG, "source: %s at %s (%s)", what, source.base_url, why)
 
     def close(self) -> None:
         self.management.close()
         self.plugin.close()
+        self.large.close()
+
+
+def _plugin_absent(failure: SourceFailed) -> bool:
+    return any(e.endpoint.startswith("metrics") and e.reason in ("connection", "not_found") for e in failure.errors)

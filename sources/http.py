@@ -4,6 +4,7 @@ label value) and a sentence a human understands; the password never appears in e
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import threading
@@ -45,8 +46,8 @@ class HttpReader:
             log.warning("TLS certificate verification of %s is off", self.base_url)
         self._local = threading.local()  # one Session per worker thread: Sessions are not thread-safe
 
-    def json(self, endpoint: str, path: str, params: dict, deadline: float):
-        body = self.get(endpoint, path, params, deadline, "json")
+    def json(self, endpoint: str, path: str, params: dict, deadline: float, patient: bool = False):
+        body = self.get(endpoint, path, params, deadline, "json", patient)
         try:
             return json.loads(body)
         except (ValueError, UnicodeDecodeError):
@@ -61,8 +62,20 @@ class HttpReader:
             self._local.session = session
         return session
 
-    def get(self, endpoint: str, path: str, params: dict, deadline: float, content: str) -> bytes:
-        """The body of GET `path`, whose Content-Type must contain `content` (json, text/plain)."""
+    def get(self, endpoint: str, path: str, params: dict, deadline: float, content: str,
+            patient: bool = False) -> bytes:
+        """The body of GET `path`, whose Content-Type must contain `content` (json, text/plain). `patient`:
+        the answer is a whole list the broker builds before it sends a byte (every queue of a large broker:
+        3 s at 50,000), so its first byte may take until the deadline, not only the per-request timeout."""
+        try:
+            return self._get(endpoint, path, params, deadline, content, patient)
+        except _StaleConnection:
+            # The server closed a kept-alive connection as the request went out on it (the plugin's web server
+            # closes idle ones): nothing was read, so the request is sent once more, on a new connection.
+            return self._get(endpoint, path, params, deadline, content, patient, retried=True)
+
+    def _get(self, endpoint: str, path: str, params: dict, deadline: float, content: str, patient: bool,
+             retried: bool = False) -> bytes:
         url = f"{self.base_url}{path}"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -70,8 +83,8 @@ class HttpReader:
         wait = min(self.timeout, remaining)
         try:
             # verify is passed per request: a Session's own verify loses to REQUESTS_CA_BUNDLE in the environment.
-            with self._session().get(url, params=params, timeout=(wait, wait), stream=True,
-                                     verify=self.verify) as response:
+            with self._session().get(url, params=params, timeout=(wait, remaining if patient else wait),
+                                     stream=True, verify=self.verify) as response:
                 self._check_status(endpoint, path, response, content)
                 return self._read_body(endpoint, response, deadline)
         except FetchError:
@@ -83,6 +96,8 @@ class HttpReader:
         except requests.exceptions.Timeout:
             raise FetchError(endpoint, "timeout", f"no answer from {self.base_url} within {wait:.1f}s") from None
         except requests.exceptions.ConnectionError as e:
+            if not retried and isinstance(_innermost(e), http.client.RemoteDisconnected):
+                raise _StaleConnection() from None
             if "timed out" in str(e).lower():
                 raise FetchError(endpoint, "timeout", f"no answer from {self.base_url} within {wait:.1f}s") from None
             raise FetchError(endpoint, "connection", f"cannot connect to {self.base_url} ({_root_cause(e)})") from None
@@ -119,11 +134,19 @@ class HttpReader:
         return b"".join(chunks)
 
 
-def _root_cause(error: BaseException) -> str:
-    """The innermost cause, briefly: 'Connection refused', not three nested reprs."""
+class _StaleConnection(Exception):
+    """A kept-alive connection the server had closed: the request never reached it."""
+
+
+def _innermost(error: BaseException) -> BaseException:
     while error.__cause__ is not None or error.__context__ is not None:
         error = error.__cause__ or error.__context__
-    text = str(error)
+    return error
+
+
+def _root_cause(error: BaseException) -> str:
+    """The innermost cause, briefly: 'Connection refused', not three nested reprs."""
+    text = str(_innermost(error))
     for marker in ("Connection refused", "Name or service not known", "certificate verify failed",
                    "No route to host", "Connection reset"):
         if marker in text:

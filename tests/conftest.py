@@ -152,7 +152,8 @@ def rabbitmq_server() -> str:
 
 # -- tiers ----------------------------------------------------------------------------------------------
 SERVICE_OF_FIXTURE = {
-    "broker": "broker", "spare_broker": "broker", "crash_broker": "broker", "rabbitmq_server": "broker",
+    "broker": "broker", "spare_broker": "broker", "crash_broker": "broker", "large_broker": "broker",
+    "rabbitmq_server": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",
     "spark": "spark", "java": "spark",
     "chromium": "browser",

@@ -12,6 +12,7 @@ import pytest
 from snapshot_builders import recorded_plugin_snapshot
 
 from ackscope.diagnosis.rules import Context, diagnose, evaluate
+from ackscope.model import snapshot as facts
 from ackscope.model.source import FetchError
 from ackscope.sources.cli import parse as parse_cli
 from ackscope.sources.cli import pid_key
@@ -141,3 +142,18 @@ def test_a_family_the_plugin_leaves_out_is_named_and_its_figures_stay_unknown():
     text = without_family(text, "rabbitmq_detailed_channel_")
     s = plugin.snapshot(base, plugin.parse(text, "metrics/detailed"), None, absent=plugin.missing_families(text))
     assert s.channels == () and s.consumers == ()  # none rather than half known
+
+
+def test_on_a_large_broker_channels_stay_as_the_management_api_lists_them_and_queues_take_the_plugins_counts():
+    stats_on = Path(__file__).parent / "data" / "rabbitmq-3.10.8"
+    listed = {name: json.loads((stats_on / f"{name}.json").read_text())
+              for name in ("connections", "channels", "consumers")}
+    raw = {name: json.loads((DATA / f"{name}.json").read_text()) for name in ("overview", "nodes", "vhosts", "queues")}
+    base = management.snapshot({**raw, **listed}, 1000.0)
+    detailed = plugin.parse((DATA / "detailed.prom").read_text(), "metrics/detailed")
+    metrics = plugin.parse((DATA / "metrics.prom").read_text(), "metrics")
+    large = plugin.snapshot(base, detailed, metrics, channels_listed=True)
+    assert large.channels == base.channels and large.consumers == base.consumers
+    assert all(" -> " in c.name and c.connection_name for c in large.channels)  # named, attributed
+    assert large.queues == recorded_plugin_snapshot().queues  # the plugin's depths and counters
+    assert large.unreported == {facts.QUEUE_PERSISTENT_COUNTS}  # what the management API no longer says

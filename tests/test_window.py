@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from snapshot_builders import snapshot
+from snapshot_builders import queue, snapshot, stats
 
 from ackscope.diagnosis.window import KEPT, Recent
+from ackscope.model.snapshot import sharing
 
 
 def test_the_window_starts_at_the_newest_snapshot_at_least_a_window_old():
@@ -24,3 +25,14 @@ def test_a_window_keeps_a_bounded_number_of_snapshots_whatever_the_poll_interval
     for t in range(0, 3000):  # a poll a second for 50 minutes
         recent.start(snapshot(float(t)))
     assert len(recent) <= KEPT + 2
+
+
+def test_a_poll_shares_the_records_that_did_not_change_with_the_one_before():
+    before = snapshot(1000.0, queues=(queue("idle"), queue("busy", message_stats=stats(publish=1))))
+    now = snapshot(1015.0, queues=(queue("idle"), queue("busy", message_stats=stats(publish=9)), queue("new")))
+    shared = sharing(now, before)
+    assert shared == now  # the same facts
+    assert shared.queues[0] is before.queues[0]  # the unchanged record is held once across the window
+    assert shared.queues[1] is now.queues[1] and shared.queues[1].message_stats.publish == 9
+    assert shared.queues[2] is now.queues[2]
+    assert sharing(now, None) is now

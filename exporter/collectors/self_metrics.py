@@ -31,8 +31,10 @@ class SelfCollector:
         for (endpoint, reason), count in sorted(status.errors.items()):
             errors.add_metric([endpoint, reason], count)
         yield errors
-        source = InfoMetricFamily("ackscope_source", "Where the last good poll read the broker: the management API "
-                                  "(management) or its Prometheus plugin (prometheus).", labels=())
+        source = InfoMetricFamily("ackscope_source", "Where the last good poll read the broker: the management "
+                                  "API (management), its Prometheus plugin (prometheus), or on a large broker the "
+                                  "plugin for the queues and the management API for the rest "
+                                  "(management+prometheus).", labels=())
         if status.source is not None:
             source.add_metric([], {"source": status.source})
         yield source

@@ -39,7 +39,8 @@ class ManagementClient:
         if not statistics:
             params["disable_stats"] = "true"
         if endpoint not in PAGINATED or not paginate:
-            return self._get(endpoint, params, deadline)
+            # A whole list in one answer comes when the broker has built it: patient, within the deadline.
+            return self._get(endpoint, params, deadline, patient=endpoint in PAGINATED)
         first = self._page(endpoint, params, 1, deadline)
         if isinstance(first, list):  # an API that ignores pagination answers with the whole list
             return first
@@ -67,5 +68,5 @@ class ManagementClient:
     def close(self) -> None:
         self._pages.shutdown(wait=False, cancel_futures=True)
 
-    def _get(self, endpoint: str, params: dict, deadline: float) -> Any:
-        return self.http.json(endpoint, f"/api/{endpoint}", params, deadline)
+    def _get(self, endpoint: str, params: dict, deadline: float, patient: bool = False) -> Any:
+        return self.http.json(endpoint, f"/api/{endpoint}", params, deadline, patient)

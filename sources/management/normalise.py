@@ -37,7 +37,7 @@ def _stats_columns(*names: str) -> tuple[str, ...]:
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "overview": ("rabbitmq_version", "erlang_version", "management_version", "cluster_name", "disable_stats",
-                 "message_stats"),
+                 "message_stats", "object_totals.queues", "object_totals.channels", "object_totals.connections"),
     "nodes": ("name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit",
               "disk_free_alarm", "fd_used", "fd_total", "io_sync_count", "io_sync_avg_time"),
     "vhosts": ("name",),
@@ -104,6 +104,7 @@ def overview(raw: Any) -> Overview:
         cluster_name=_str(raw.get("cluster_name")),
         statistics_disabled=raw.get("disable_stats") is True,
         message_stats=message_stats(raw.get("message_stats")),
+        queue_total=_int(_dict(raw.get("object_totals")).get("queues")),
     )
 
 

@@ -260,10 +260,20 @@ def plugin_only_base(detailed: Samples | None, metrics: Samples | None, taken_at
 
 
 def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
-             selection: Selection = Selection(), absent: Collection[str] = ()) -> Snapshot:
-    """`base` (the management API's snapshot without statistics) completed from the plugin's answers; an
+             selection: Selection = Selection(), absent: Collection[str] = (),
+             channels_listed: bool = False) -> Snapshot:
+    """`base` (the management API's snapshot without queue statistics) completed from the plugin's answers; an
     answer that is None was not read, and what it would give stays unknown, as does what the `absent`
-    families of /metrics/detailed would give (no channels at all rather than channels half known)."""
+    families of /metrics/detailed would give (no channels at all rather than channels half known).
+    `channels_listed`: the management API listed the channels and consumers, with their statistics and
+    connections (a large broker whose statistics are on); they stand, and only the queues come from here."""
+    queues = tuple(queue_counts(detailed, base.queues, absent)) if detailed is not None else base.queues
+    if channels_listed:
+        return replace(base, queues=queues, unreported=base.unreported | {facts.QUEUE_PERSISTENT_COUNTS},
+                       nodes=tuple(node_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes,
+                       notes=(*base.notes, "a large broker: the queues' depths and counters come from its "
+                              "Prometheus plugin, which costs it far less than the management API's listing; "
+                              "channels, consumers and connections from the management API (docs/polling.md)"))
     channels_known = detailed is not None and not any(DECLARES[f][1] == facts.CHANNELS for f in absent)
     channels, consumers = channels_and_consumers(detailed) if channels_known else ([], [])
     return replace(
@@ -271,7 +281,7 @@ def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
         nodes=tuple(node_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes,
         channels=tuple(c for c in channels if selection.vhost(c.vhost)),
         consumers=tuple(c for c in consumers if selection.vhost(c.vhost) and selection.queue(c.queue)),
-        queues=tuple(queue_counts(detailed, base.queues, absent)) if detailed is not None else base.queues,
+        queues=queues,
         notes=tuple(n for n in base.notes if "statistics are disabled" not in n) + (
             "management statistics are disabled on the broker: counts come from its Prometheus plugin, where "
             "a channel is known by its process id (docs/polling.md)",),

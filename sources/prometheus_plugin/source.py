@@ -1,6 +1,10 @@
 """The Prometheus plugin as a source, for brokers whose management statistics are off (the official
 container image's default): the management API for what it still lists (overview, nodes, vhosts, queues with
-their type and durability, connections), the plugin's per-object families for every count and counter."""
+their type and durability, connections), the plugin's per-object families for every count and counter.
+
+With `channels_listed`, for a large broker whose statistics are on: channels and consumers as the management
+API lists them (named, attributed, with their counters), and only the queues' counts from the plugin, which
+costs the broker a fraction of the management API's queue listing (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from . import normalise
 log = logging.getLogger("ackscope.sources")
 
 LISTS = ("nodes", "vhosts", "connections")  # what the management API lists without statistics, every poll
+CHANNEL_LISTS = ("channels", "consumers")  # with channels_listed: from the management API, every poll
 # The queue list is read for what the plugin does not say (type, durability), which a queue keeps for life:
 # at start and when the plugin reports a queue the list does not have, within the poll; and every this many
 # seconds in the background, for the next poll to use (so no poll waits for it). In one answer: 10 pages cost
@@ -35,7 +40,8 @@ PLUGIN = ("metrics/detailed", "metrics")
 FATAL = frozenset({"unauthorized", "forbidden", "tls"})
 # What a poll misses when one plugin endpoint fails: the rules that need it say "not evaluated".
 MISSED_WITHOUT = {"metrics/detailed": frozenset({facts.CHANNELS, facts.QUEUE_COUNTS}),
-                  "metrics": frozenset({facts.NODE_ALARMS})}
+                  "metrics": frozenset({facts.NODE_ALARMS}),
+                  **{name: frozenset({facts.CHANNELS}) for name in CHANNEL_LISTS}}
 
 
 def as_fetch_error(endpoint: str, error: BaseException) -> FetchError:
@@ -52,35 +58,40 @@ class QueueList:
 
 
 class PrometheusPluginSource:
-    name = "prometheus"
-
     def __init__(self, management_url: str, prometheus_url: str, username: str, password: Secret, *,
                  timeout: float = 5.0, deadline: float = 10.0, verify: bool | str = True,
                  selection: Selection = Selection(), cli: CliEnricher | None = None,
-                 queue_list_every: float = QUEUE_LIST_MAX_AGE):
+                 queue_list_every: float = QUEUE_LIST_MAX_AGE, channels_listed: bool = False):
         """ValueError when a URL is not an http(s) URL without credentials. `cli` enriches each poll; the
-        queue list is read again in the background every `queue_list_every` seconds."""
+        queue list is read again in the background every `queue_list_every` seconds. `channels_listed`: the
+        channels and consumers from the management API (whose statistics must be on)."""
         self.management = ManagementClient(management_url, username, password, timeout=timeout, verify=verify)
         self.plugin = HttpReader(prometheus_url, username, password, timeout=timeout, verify=verify,
                                  what="Prometheus plugin")
         self.base_url = self.plugin.base_url
         self.deadline = deadline
         self.selection = selection
-        self._pool = ThreadPoolExecutor(max_workers=len(LISTS) + 4, thread_name_prefix="ackscope-fetch")
+        self._pool = ThreadPoolExecutor(max_workers=len(LISTS + CHANNEL_LISTS) + 4,
+                                        thread_name_prefix="ackscope-fetch")
         self._alone = False  # the last read found no management API, only the plugin
         self._queue_list: QueueList | None = None
         self._queue_list_refresh: Future | None = None  # the background read, until a poll takes its result
         self.queue_list_every = queue_list_every
         self.cli = cli
+        self.channels_listed = channels_listed
+        self.name = "management+prometheus" if channels_listed else "prometheus"
+        self._lists = LISTS + CHANNEL_LISTS if channels_listed else LISTS
 
     def read(self) -> Snapshot:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline
         listed = self._queue_list
         jobs = {"overview": lambda: self.management.fetch("overview", deadline),
-                **{name: (lambda name=name: self.management.fetch(name, deadline)) for name in LISTS},
+                # In one answer: on a broker this large, pages would cost it the square of the channels' count.
+                **{name: (lambda name=name: self.management.fetch(name, deadline, paginate=name not in CHANNEL_LISTS))
+                   for name in self._lists},
                 "metrics/detailed": lambda: self.plugin.get(
                     "metrics/detailed", "/metrics/detailed", [("family", f) for f in normalise.FAMILIES], deadline,
-                    "text/plain"),
+                    "text/plain", patient=True),  # every queue and channel of the node, built before it is sent
                 "metrics": lambda: self.plugin.get("metrics", "/metrics", {}, deadline, "text/plain")}
         if listed is None:
             jobs["queues"] = lambda: self._read_queue_list(deadline)
@@ -96,7 +107,7 @@ class PrometheusPluginSource:
             raise SourceFailed(errors)
         detailed, metrics = samples.get("metrics/detailed"), samples.get("metrics")
 
-        management = {"overview", *LISTS}
+        management = {"overview", *self._lists}
         # A broker without the management plugin (only port 15692) is read from the plugin alone.
         alone = all(any(e.endpoint == name and e.reason in ("connection", "not_found") for e in errors)
                     for name in management)
@@ -110,7 +121,8 @@ class PrometheusPluginSource:
             base = normalise.plugin_only_base(detailed, metrics, taken_at, self.selection)
         else:
             base, errors = self._management_base(answers, errors, detailed, metrics, taken_at, deadline)
-        snapshot = normalise.snapshot(base, detailed, metrics, self.selection, absent)
+        snapshot = normalise.snapshot(base, detailed, metrics, self.selection, absent,
+                                      channels_listed=self.channels_listed and not alone)
         missed |= frozenset().union(*(MISSED_WITHOUT.get(e.endpoint, ()) for e in errors
                                       if e.reason != "incomplete" or e.endpoint == "metrics"))  # its alarms
         if errors:
@@ -197,8 +209,11 @@ class PrometheusPluginSource:
                                unreported=base.unreported - {facts.QUEUE_DURABILITY})
             return replace(base, notes=()), errors
         try:
-            base = management_normalise.snapshot({**answers, "queues": [], "channels": [], "consumers": []},
-                                                 taken_at, self.selection)
+            listed_channels = {name: answers.get(name, []) for name in CHANNEL_LISTS} \
+                if self.channels_listed and all(name in answers for name in CHANNEL_LISTS) else \
+                {name: [] for name in CHANNEL_LISTS}
+            base = management_normalise.snapshot({**answers, "queues": [], **listed_channels}, taken_at,
+                                                 self.selection)
         except management_normalise.MalformedResponse as e:
             errors.append(FetchError(e.endpoint, "malformed", str(e).split(": ", 1)[-1]))
             return replace(normalise.plugin_only_base(detailed, metrics, taken_at, self.selection), notes=()), errors

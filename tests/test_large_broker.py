@@ -1,0 +1,109 @@
+"""A broker with 10,000 queues, the largest CI can afford to build (about 30 s): how the exporter reads it, and
+that a poll longer than the interval leaves it up, stale and answering at once (issue 16)."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import subprocess
+import sys
+import time
+
+import pika
+import pytest
+from helpers import private_broker, value, wait_for_sample
+
+from ackscope.sources.choice import LARGE_BROKER_QUEUES
+
+QUEUES = 10_000
+
+
+@pytest.fixture(scope="module")
+def large_broker():
+    with private_broker("ackscope-large", stats_interval_ms=1000) as node:
+        connection = pika.BlockingConnection(pika.URLParameters(node.amqp_url()))
+        channel = connection.channel()
+        for i in range(QUEUES):
+            channel.queue_declare(f"large-{i:05d}", durable=True)
+        for _ in range(7):
+            channel.basic_publish("", "large-00042", b"x", pika.BasicProperties(delivery_mode=2))
+        connection.close()
+        yield node
+
+
+@pytest.fixture
+def holding_client(large_broker):
+    """A named client holding 5 unacknowledged messages at its prefetch of 5."""
+    params = pika.URLParameters(large_broker.amqp_url())
+    params.client_properties = {"connection_name": "large-broker-worker"}
+    connection = pika.BlockingConnection(params)
+    channel = connection.channel()
+    for _ in range(12):
+        channel.basic_publish("", "large-00007", b"x")
+    channel.basic_qos(prefetch_count=5)
+    channel.basic_consume("large-00007", lambda *a: None)
+    connection.process_data_events(1)
+    yield connection
+    connection.close()
+
+
+def test_auto_reads_a_large_brokers_queue_counts_from_the_plugin_and_its_channels_by_name(
+        large_broker, holding_client, start_exporter, caplog):
+    assert QUEUES >= LARGE_BROKER_QUEUES
+    caplog.set_level(logging.INFO, logger="ackscope")
+    exporter = start_exporter(large_broker.management_url, interval=2.0, timeout=10.0, deadline=30.0,
+                              prometheus_url=large_broker.prometheus_url)
+    wait_for_sample(exporter, "ackscope_source_info", 1, timeout=60, source="management+prometheus")
+    s = wait_for_sample(exporter, "ackscope_channel_messages_unacked", 5, timeout=30,
+                        connection_name="large-broker-worker")
+    assert value(s, "ackscope_queue_messages_ready", vhost="/", queue="large-00042") == 7
+    assert value(s, "ackscope_queue_messages_unacked", vhost="/", queue="large-00007") == 5
+    assert value(s, "ackscope_queue_consumers", vhost="/", queue="large-00007") == 1
+    assert value(s, "ackscope_up") == 1
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("source:")]
+    assert len(said) == 1 and f"{QUEUES} queues" in said[0], said
+
+
+# Prometheus scrapes from its own process: so does this scraper, whose own work then does not compete with the
+# exporter's for the GIL. It prints each scrape's seconds (gzip, keep-alive) until stdin closes.
+SCRAPER = """
+import sys, threading, time, requests
+url, session, stop = sys.argv[1], requests.Session(), threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+while not stop.is_set():
+    started = time.perf_counter()
+    session.get(url, headers={"Accept-Encoding": "gzip"}, timeout=10).content
+    print(time.perf_counter() - started, flush=True)
+    time.sleep(0.02)
+"""
+
+
+def test_a_poll_longer_than_the_interval_at_10000_queues_stays_up_stale_and_scrapes_answer_at_once(
+        large_broker, start_exporter):
+    # The management API's own listing: at this size a poll takes seconds, against an interval of 0.5 s.
+    exporter = start_exporter(large_broker.management_url, interval=0.5, timeout=20.0, deadline=60.0,
+                              source="management")
+    wait_for_sample(exporter, "ackscope_up", 1, timeout=90)
+    scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, exporter.url + "/metrics"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    ups, ages, polls = [], [], set()
+    try:
+        ends = time.monotonic() + 60
+        while len(polls) < 4 and time.monotonic() < ends:  # three whole polls and more, scraped throughout
+            # What ackscope_up and ackscope_snapshot_age_seconds say, read without parsing the whole scrape here:
+            # that would compete with the exporter for this process' GIL.
+            status, exposition = exporter.poller.status, exporter.poller.exposition
+            polls.add(status.last_attempt_at)
+            ups.append(status.up)
+            ages.append(float(exposition.age_text().split()[-1]))
+            time.sleep(0.2)
+    finally:
+        out, _ = scraper.communicate("", timeout=30)
+    latencies = sorted(float(line) for line in out.split())
+    assert len(polls) >= 4, "three polls within a minute"
+    assert exporter.poller.status.last_duration > 0.5, "polls at this size outlast the 0.5 s interval"
+    assert set(ups) == {True}, "a slow poll is late, not down"
+    assert max(ages) > 0.5, "the staleness shows"
+    p99 = latencies[min(len(latencies) - 1, len(latencies) * 99 // 100)]
+    assert len(latencies) > 50 and p99 < 0.05, \
+        f"{len(latencies)} scrapes: p99 {p99 * 1000:.0f} ms, median {statistics.median(latencies) * 1000:.0f} ms"
