@@ -30,7 +30,6 @@ Writes the table (--table) and a plotly chart of cost against queue count (--cha
 from __future__ import annotations
 
 import argparse
-import gzip
 import math
 import os
 import statistics
@@ -231,8 +230,7 @@ def watch_exporter(broker: LocalBroker, size: Size) -> None:
         scraper.start()
         seen = None
         while len(size.ups) < EXPORTER_POLLS and time.monotonic() < deadline + 600:
-            text = gzip.decompress(session.get(url + "/metrics", headers={"Accept-Encoding": "gzip"},
-                                               timeout=10).content).decode()
+            text = session.get(url + "/metrics", timeout=10).text
             values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
                       if line.startswith(("ackscope_up ", "ackscope_poll_duration_seconds "))}
             attempt = values.get("ackscope_poll_duration_seconds")  # each poll's own figure: a new one, a new poll

@@ -66,7 +66,9 @@ class Poller:
         # What this poll keeps (the snapshot, its window, the rendered bytes) is moved out of the garbage
         # collector's sight: a full collection walking a large broker's records holds the GIL for most of a
         # second (measured at 10,000 queues), and a scrape waiting on it would be that late. The records hold
-        # no cycles, so reference counting still frees them when the next poll replaces them.
+        # no cycles, so reference counting still frees them when the next poll replaces them; the young
+        # generations are collected first, so the cycles this poll left (an exception's traceback) are not kept.
+        gc.collect(1)
         gc.freeze()
         self._say_overrun(time.monotonic() - started)
 

@@ -92,7 +92,8 @@ def test_pipeline_finds_the_culprits_in_the_snapshot_history_of_a_broker_running
     data = tmp_path / "data"
     exporter = start_exporter(broker.management_url, interval=0.5, data_dir=str(data),
                               selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
-    with scenarios_running(broker, vhost, "prefetch-saturated", "requeue-loop", "publisher-without-confirms", "healthy"):
+    with scenarios_running(broker, vhost, "prefetch-saturated", "requeue-loop", "publisher-without-confirms",
+                           "healthy"):
         culprits = {"prefetch-saturated", "requeue-loop", "publisher-without-confirms"}
         wait_for(lambda: culprits <= {f["rule"] for f in requests.get(exporter.url + "/api/findings",
                                                                      timeout=5).json()["findings"]},
