@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -9,10 +10,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ackscope.core.secret import Secret
 from ackscope.model.source import FetchError
-from ackscope.sources.http import HttpReader
+from ackscope.sources.http import HttpReader, _loads_by_item
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n[]"
 
@@ -81,3 +84,38 @@ def test_a_whole_list_may_take_until_the_deadline_where_one_request_may_not():
         with pytest.raises(FetchError) as raised:
             reader(url, timeout=0.5).json("queues", "/api/queues", {}, time.monotonic() + 1, patient=True)
         assert raised.value.reason in ("timeout", "deadline")
+
+
+def answering(body: bytes) -> Callable[[int, socket.socket], None]:
+    def answer(n: int, conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                     + body)
+        conn.close()
+    return answer
+
+
+def test_a_large_list_is_decoded_item_by_item_to_the_same_objects():
+    queues = [{"name": f"q-{i}", "vhost": "/", "messages_ready": i, "arguments": {"x-queue-type": "quorum"}}
+              for i in range(20_000)]  # about 1.4 MB: above the size decoded item by item
+    body = json.dumps(queues, indent=1).encode()
+    with server(answering(body)) as (url, _):
+        assert reader(url).json("queues", "/api/queues", {}, time.monotonic() + 5) == queues
+
+
+@pytest.mark.parametrize("tail", [b",]", b"] x", b"", b" {", b",,"])
+def test_a_large_list_cut_short_or_garbled_is_a_malformed_answer(tail):
+    body = json.dumps([{"name": "q" * 100}] * 20_000).encode()[:-1] + tail
+    with server(answering(body)) as (url, _):
+        with pytest.raises(FetchError) as raised:
+            reader(url).json("queues", "/api/queues", {}, time.monotonic() + 5)
+        assert raised.value.reason == "malformed"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                             lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=8)),
+       st.sampled_from(["", " ", "\n", " \r\n\t"]))
+def test_decoding_by_item_reads_what_json_loads_reads(items, blank):
+    text = blank + json.dumps(items, indent=1 if blank else None) + blank
+    assert _loads_by_item(text) == json.loads(text)

@@ -91,7 +91,7 @@ class PrometheusPluginSource:
                    for name in self._lists},
                 "metrics/detailed": lambda: self.plugin.get(
                     "metrics/detailed", "/metrics/detailed", [("family", f) for f in normalise.FAMILIES], deadline,
-                    "text/plain", patient=True),  # every queue and channel of the node, built before it is sent
+                    "text/plain"),
                 "metrics": lambda: self.plugin.get("metrics", "/metrics", {}, deadline, "text/plain")}
         if listed is None:
             jobs["queues"] = lambda: self._read_queue_list(deadline)
