@@ -17,6 +17,7 @@ from ackscope.model.source import FetchError, Source, SourceFailed
 
 from .cli import CliEnricher
 from .management import ManagementSource
+from .management import normalise as management_normalise
 from .prometheus_plugin import PrometheusPluginSource
 from .selection import Selection
 
@@ -103,10 +104,11 @@ class AutoSource:
         return snapshot
 
     def _resize(self, queues: int | None) -> None:
-        """Between the management API and the large-broker reading as the broker grows or shrinks."""
+        """Between the management API and the large-broker reading as the broker grows or shrinks (at the
+        first read, before either is chosen, only to the large-broker reading)."""
         if queues is None:
             return
-        if self.chosen is self.management and queues >= LARGE_BROKER_QUEUES and not self._no_plugin:
+        if self.chosen in (None, self.management) and queues >= LARGE_BROKER_QUEUES and not self._no_plugin:
             if self._plugin_answers():
                 self._use(self.large, f"{queues} queues: their counts from the Prometheus plugin, the rest from "
                           "the management API")
@@ -129,12 +131,8 @@ class AutoSource:
         if isinstance(overview, dict) and overview.get("disable_stats") is True:
             self._use(self.plugin, "management statistics are disabled on the broker")
             return
-        totals = overview.get("object_totals") if isinstance(overview, dict) else None
-        queues = totals.get("queues") if isinstance(totals, dict) else None
-        self.chosen = self.management  # said below, once it is known whether the broker is large
-        self._resize(queues if isinstance(queues, int) else None)
-        if self.chosen is self.management:
-            self.chosen = None
+        self._resize(management_normalise.object_totals(overview).get("queues"))
+        if self.chosen is None:
             self._use(self.management, "its statistics are on")
 
     def _plugin_answers(self) -> bool:
@@ -148,8 +146,8 @@ class AutoSource:
         if source is self.chosen:
             return
         self.chosen = source
-        what = {id(self.plugin): "the Prometheus plugin", id(self.large): "the Prometheus plugin and the "
-                "management API"}.get(id(source), "the management API")
+        what = ("the Prometheus plugin and the management API" if source is self.large else
+                "the Prometheus plugin" if source is self.plugin else "the management API")
         log.log(logging.INFO if self.announce else logging.DEBUG, "source: %s at %s (%s)", what, source.base_url, why)
 
     def close(self) -> None:

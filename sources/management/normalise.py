@@ -104,8 +104,14 @@ def overview(raw: Any) -> Overview:
         cluster_name=_str(raw.get("cluster_name")),
         statistics_disabled=raw.get("disable_stats") is True,
         message_stats=message_stats(raw.get("message_stats")),
-        queue_total=_int(_dict(raw.get("object_totals")).get("queues")),
+        queue_total=object_totals(raw).get("queues"),
     )
+
+
+def object_totals(raw: Any) -> dict[str, int]:
+    """/api/overview's count of each kind of object ({"queues": 50000, ...}); what is not a count is left out."""
+    totals = _dict(raw.get("object_totals")) if isinstance(raw, dict) else {}
+    return {kind: n for kind, n in totals.items() if isinstance(n, int) and not isinstance(n, bool)}
 
 
 def reports_fsync(rabbitmq_version: str | None) -> bool:

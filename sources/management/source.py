@@ -57,13 +57,9 @@ class ManagementSource:
             raw = {"overview": self.client.fetch("overview", deadline)}
         except FetchError as e:
             raise SourceFailed([e]) from None
-        totals = raw["overview"].get("object_totals") if isinstance(raw["overview"], dict) else None
-        totals = totals if isinstance(totals, dict) else {}
-
-        def paged(name: str) -> bool:
-            total = totals.get(name)
-            return not isinstance(total, int) or total <= self.pages_up_to
-        futures = {self._pool.submit(self.client.fetch, name, deadline, paginate=paged(name)): name for name in LISTS}
+        totals = normalise.object_totals(raw["overview"])
+        futures = {self._pool.submit(self.client.fetch, name, deadline,
+                                     paginate=totals.get(name, 0) <= self.pages_up_to): name for name in LISTS}
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_EXCEPTION)
         errors = []
         for future in done:

@@ -209,9 +209,8 @@ class PrometheusPluginSource:
                                unreported=base.unreported - {facts.QUEUE_DURABILITY})
             return replace(base, notes=()), errors
         try:
-            listed_channels = {name: answers.get(name, []) for name in CHANNEL_LISTS} \
-                if self.channels_listed and all(name in answers for name in CHANNEL_LISTS) else \
-                {name: [] for name in CHANNEL_LISTS}
+            read = self.channels_listed and all(name in answers for name in CHANNEL_LISTS)
+            listed_channels = {name: answers[name] if read else [] for name in CHANNEL_LISTS}
             base = management_normalise.snapshot({**answers, "queues": [], **listed_channels}, taken_at,
                                                  self.selection)
         except management_normalise.MalformedResponse as e:
