@@ -323,14 +323,18 @@ def table(sizes: list[Size], channels: int, gap: float) -> str:
                               "own process counters.\n"
 
 
+COLOURS = ("#636efa", "#00cc96", "#ffa15a", "#ef553b", "#ab63fa")  # one per series, the same in both panels
+
+
 def chart(sizes: list[Size], path: Path) -> None:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("poll wall time, s", "broker CPU per poll, s"))
     xs = [s.queues for s in sizes]
-    for kind, name in (("full", "naive full fetch"), *KINDS):
+    for (kind, name), colour in zip((("full", "naive full fetch"), *KINDS), COLOURS):
         for col, i in ((1, 0), (2, 1)):
             points = [(s.queues, s.cost[kind][i]) for s in sizes if kind in s.cost]
             fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
-                                     name=name, legendgroup=name, showlegend=col == 1), row=1, col=col)
+                                     name=name, legendgroup=name, showlegend=col == 1, line={"color": colour}),
+                          row=1, col=col)
     for col in (1, 2):
         fig.update_xaxes(title_text="queues", tickvals=xs, row=1, col=col)
         fig.update_yaxes(type="log", row=1, col=col)
