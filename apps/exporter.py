@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ackscope.core import config
+from ackscope.core import config, native_memory
 from ackscope.core.config import ConfigError, Option, choice
 from ackscope.core.http_server import Source, WebSecurity, loop_healthy, make_server, serve_in_background
 from ackscope.core.processes import wait_for_signal
@@ -196,6 +196,9 @@ class Exporter:
         # Rendering a large exposition holds the GIL for most of a second; a shorter switch interval lets
         # scrape threads in within about a millisecond instead of waiting 5 ms at each of their steps.
         sys.setswitchinterval(0.001)
+        # Before any thread starts: the fetch threads' decoding then shares one arena, handed back after each
+        # poll, instead of each keeping its own high-water mark (core/native_memory.py).
+        native_memory.one_arena()
         if self.history is not None:
             self.history.start()
         self.poller.start()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
 
+from ackscope.core import native_memory
 from ackscope.model.findings import Diagnosis
 from ackscope.model.snapshot import Snapshot, sharing
 from ackscope.model.source import FetchError, Source, SourceFailed
@@ -70,6 +71,7 @@ class Poller:
         # generations are collected first, so the cycles this poll left (an exception's traceback) are not kept.
         gc.collect(1)
         gc.freeze()
+        native_memory.give_back()  # what this poll decoded and rendered, free now, back to the system
         self._say_overrun(time.monotonic() - started)
 
     def _say_overrun(self, took: float) -> None:
