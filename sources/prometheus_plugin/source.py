@@ -96,7 +96,11 @@ class PrometheusPluginSource:
         if listed is None:
             jobs["queues"] = lambda: self._read_queue_list(deadline)
         elif self._queue_list_refresh is None and time.monotonic() - listed.read_at >= self.queue_list_every:
-            self._queue_list_refresh = self._pool.submit(self._read_queue_list, deadline)
+            # No poll waits for it, so the poll's deadline is not its bound: at 50,000 queues on a busy node the
+            # list outlasted a 30 s deadline and failed, though it would have served the next poll. Its own bound
+            # is the next refresh.
+            self._queue_list_refresh = self._pool.submit(
+                self._read_queue_list, time.monotonic() + max(self.deadline, self.queue_list_every))
         futures = {self._pool.submit(job): name for name, job in jobs.items()}
         enrichment = self._pool.submit(self.cli.read, deadline) if self.cli is not None else None
         answers, errors = self._gather(futures, deadline)
