@@ -11,7 +11,7 @@ import time
 
 import pika
 import pytest
-from helpers import private_broker, value, wait_for_sample
+from helpers import polls_seen, private_broker, scrape, value, wait_for, wait_for_sample
 
 from ackscope.sources.choice import LARGE_BROKER_QUEUES
 
@@ -62,6 +62,37 @@ def test_auto_reads_a_large_brokers_queue_counts_from_the_plugin_and_its_channel
     assert value(s, "ackscope_up") == 1
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("source:")]
     assert len(said) == 1 and f"{QUEUES} queues" in said[0], said
+
+
+def test_on_a_large_broker_consumers_that_come_and_go_are_seen_though_their_list_is_read_only_on_change(
+        large_broker, holding_client, start_exporter):
+    exporter = start_exporter(large_broker.management_url, interval=1.0, timeout=10.0, deadline=30.0,
+                              prometheus_url=large_broker.prometheus_url)
+    wait_for_sample(exporter, "ackscope_consumer_prefetch_count", 5, timeout=60, connection_name="large-broker-worker")
+    large = exporter.poller.source.large
+    assert exporter.poller.source.chosen is large
+
+    params = pika.URLParameters(large_broker.amqp_url())
+    params.client_properties = {"connection_name": "large-broker-latecomer"}
+    latecomer = pika.BlockingConnection(params)
+    try:
+        channel = latecomer.channel()
+        channel.basic_qos(prefetch_count=3)
+        tag = channel.basic_consume("large-00009", lambda *a: None)
+        wait_for_sample(exporter, "ackscope_consumer_prefetch_count", 3, timeout=30,
+                        connection_name="large-broker-latecomer", consumer_tag=tag)
+        read_at = large._consumer_list.read_at
+        polls_seen(exporter.url, 4, timeout=60)
+        assert large._consumer_list.read_at == read_at, "nothing changed: the list is not read again"
+        channel.basic_cancel(tag)
+        latecomer.process_data_events(0.5)
+        wait_for(lambda: value(scrape(exporter), "ackscope_consumer_prefetch_count",
+                               connection_name="large-broker-latecomer") is None, timeout=30,
+                 what="the cancelled consumer leaves the metrics")
+        assert value(scrape(exporter), "ackscope_consumer_prefetch_count",
+                     connection_name="large-broker-worker") == 5
+    finally:
+        latecomer.close()
 
 
 # Prometheus scrapes from its own process: so does this scraper, whose own work then does not compete with the

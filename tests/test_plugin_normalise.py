@@ -18,6 +18,7 @@ from ackscope.sources.cli import parse as parse_cli
 from ackscope.sources.cli import pid_key
 from ackscope.sources.management import normalise as management
 from ackscope.sources.prometheus_plugin import normalise as plugin
+from ackscope.sources.prometheus_plugin.source import ConsumerList
 
 DATA = Path(__file__).parent / "data" / "rabbitmq-3.10.8-stats-off"
 
@@ -157,3 +158,32 @@ def test_on_a_large_broker_channels_stay_as_the_management_api_lists_them_and_qu
     assert all(" -> " in c.name and c.connection_name for c in large.channels)  # named, attributed
     assert large.queues == recorded_plugin_snapshot().queues  # the plugin's depths and counters
     assert large.unreported == {facts.QUEUE_PERSISTENT_COUNTS}  # what the management API no longer says
+
+
+def test_a_consumer_list_agrees_with_channels_counting_its_consumers_and_no_others():
+    stats_on = Path(__file__).parent / "data" / "rabbitmq-3.10.8"
+    channels = json.loads((stats_on / "channels.json").read_text())
+    consumers = json.loads((stats_on / "consumers.json").read_text())
+    listed = ConsumerList.of(consumers)
+    assert sum(listed.per_channel.values()) == len(consumers) > 0
+    assert listed.agrees_with(channels)  # recorded in one moment: every count matches
+    one = next(c for c in channels if c.get("consumer_count"))
+    more = [dict(c, consumer_count=c["consumer_count"] + 1) if c is one else c for c in channels]
+    assert not listed.agrees_with(more)  # a consumer came: the list is read again
+    assert not listed.agrees_with([c for c in channels if c is not one])  # its channel closed: its consumers too
+    fewer = [dict(c, consumer_count=0) if c is one else c for c in channels]
+    assert not listed.agrees_with(fewer)  # cancelled
+    with pytest.raises(management.MalformedResponse):
+        ConsumerList.of({"not": "a list"})
+
+
+def test_a_large_broker_asks_the_plugin_only_for_the_families_its_queue_counts_need():
+    # channel_metrics (2.3 MB at 5,000 channels) is not read when the management API lists the channels; not
+    # asking for it is not an incomplete answer, and without the management API the channels stay unknown.
+    text = (DATA / "detailed.prom").read_text()
+    for series in (*plugin.CHANNEL_GAUGES, *plugin.PER_EXCHANGE):  # channel_metrics, channel_exchange_metrics
+        text = without_family(text, plugin.PREFIX + series)
+    for family in plugin.QUEUE_FAMILIES:
+        assert family in plugin.FAMILIES
+    assert plugin.missing_families(text, families=plugin.QUEUE_FAMILIES) == ()
+    assert set(plugin.missing_families(text)) == set(plugin.FAMILIES) - set(plugin.QUEUE_FAMILIES)

@@ -194,6 +194,11 @@ def consumer(raw: dict, connection_names: dict[str, str]) -> Consumer:
     )
 
 
+def consumer_channel(raw: dict) -> str:
+    """The name of the channel a consumer of /api/consumers is on ("" while the stats DB does not know it)."""
+    return str(_dict(raw.get("channel_details")).get("name", ""))
+
+
 def queue(raw: dict) -> Queue:
     utilisation = raw.get("consumer_utilisation")
     if utilisation is None:  # the newer name; both may be null when nothing was measured yet
@@ -243,7 +248,7 @@ def snapshot(raw: dict[str, Any], taken_at: float, selection: Selection = Select
     # A consumer can be listed a moment before the stats DB knows its channel (channel_details is
     # empty): leave it to the next poll rather than export a series that would lose its culprit.
     consumers = [consumer(c, names) for c in objects(raw["consumers"], "consumers")
-                 if _dict(c.get("channel_details")).get("name")]
+                 if consumer_channel(c)]
     channels = with_consumer_prefetch(channels, consumers)
     queues = [queue(q) for q in objects(raw["queues"], "queues")]
     notes = []

@@ -24,6 +24,10 @@ from .exposition import MalformedExposition, Samples, declared, read_samples
 # /metrics/detailed?family=…: only what the model, the collectors and the rules read.
 FAMILIES = ("queue_coarse_metrics", "queue_consumer_count", "channel_metrics", "channel_queue_metrics",
             "channel_exchange_metrics", "channel_queue_exchange_metrics")
+# What the queues' counts need, when the management API lists the channels (a large broker whose statistics
+# are on): channel_metrics is 2.3 MB at 5,000 channels, 0.1 s of the broker's CPU and more of ours, for nothing.
+QUEUE_FAMILIES = ("queue_coarse_metrics", "queue_consumer_count", "channel_queue_metrics",
+                  "channel_queue_exchange_metrics")
 PREFIX = "rabbitmq_detailed_"
 CHANNEL_GAUGES = ("channel_consumers", "channel_messages_unacked", "channel_messages_unconfirmed",
                   "channel_messages_uncommitted", "channel_acks_uncommitted", "consumer_prefetch", "channel_prefetch")
@@ -66,14 +70,15 @@ def parse(text: str, endpoint: str, names: frozenset[str] | None = None) -> Samp
 NODE_DECLARES = ("rabbitmq_alarms_memory_used_watermark", "rabbitmq_alarms_free_disk_space_watermark")
 
 
-def missing_families(text: str, endpoint: str = "metrics/detailed") -> tuple[str, ...]:
-    """What the answer should declare and does not: of /metrics/detailed, the families asked for (an older
+def missing_families(text: str, endpoint: str = "metrics/detailed",
+                     families: Collection[str] = FAMILIES) -> tuple[str, ...]:
+    """What the answer should declare and does not: of /metrics/detailed, the `families` asked for (an older
     RabbitMQ, or a family name the plugin does not know: it leaves those out without a word, or an answer
     cut short); of /metrics, the alarms."""
     names = declared(text)
     if endpoint == "metrics":
         return tuple(n for n in NODE_DECLARES if n not in names)
-    return tuple(f for f in FAMILIES if PREFIX + DECLARES[f][0] not in names)
+    return tuple(f for f in families if PREFIX + DECLARES[f][0] not in names)
 
 
 def _by(samples: Samples, name: str, *keys: str) -> dict[tuple[str, ...], float]:

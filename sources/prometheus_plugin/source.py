@@ -28,7 +28,12 @@ from . import normalise
 log = logging.getLogger("ackscope.sources")
 
 LISTS = ("nodes", "vhosts", "connections")  # what the management API lists without statistics, every poll
-CHANNEL_LISTS = ("channels", "consumers")  # with channels_listed: from the management API, every poll
+CHANNEL_LISTS = ("channels", "consumers")  # with channels_listed: from the management API
+# With channels_listed the channels are read every poll (their counts move), the consumers only when they may
+# have changed: a consumer keeps its queue, tag, prefetch and ack mode for life, and listing 5,000 of them cost
+# the broker 0.5-0.6 s of CPU a poll (docs/benchmarks.md). So the list is read again within the poll when the
+# channels' consumer counts differ from it (a consumer came or went), and at least every this many seconds.
+CONSUMER_LIST_MAX_AGE = 60.0
 # The queue list is read for what the plugin does not say (type, durability), which a queue keeps for life:
 # at start and when the plugin reports a queue the list does not have, within the poll; and every this many
 # seconds in the background, for the next poll to use (so no poll waits for it). In one answer: 10 pages cost
@@ -51,6 +56,26 @@ def as_fetch_error(endpoint: str, error: BaseException) -> FetchError:
 
 
 @dataclass(frozen=True)
+class ConsumerList:
+    raw: list  # /api/consumers as the management API answered
+    per_channel: dict[str, int]  # channel name: how many consumers the list gives it
+    read_at: float  # monotonic
+
+    @classmethod
+    def of(cls, raw: list) -> ConsumerList:
+        per_channel: dict[str, int] = {}
+        for c in management_normalise.objects(raw, "consumers"):
+            name = management_normalise.consumer_channel(c)
+            per_channel[name] = per_channel.get(name, 0) + 1
+        return cls(raw, per_channel, time.monotonic())
+
+    def agrees_with(self, channels: list) -> bool:
+        """Whether the channels count the consumers this list gives each of them, and no others."""
+        counted = {str(c.get("name", "")): c.get("consumer_count") for c in channels if isinstance(c, dict)}
+        return {name: n for name, n in counted.items() if n} == self.per_channel
+
+
+@dataclass(frozen=True)
 class QueueList:
     queues: dict[tuple[str, str], Queue]  # (vhost, name): the queue as the management API lists it
     read_at: float  # monotonic
@@ -61,10 +86,12 @@ class PrometheusPluginSource:
     def __init__(self, management_url: str, prometheus_url: str, username: str, password: Secret, *,
                  timeout: float = 5.0, deadline: float = 10.0, verify: bool | str = True,
                  selection: Selection = Selection(), cli: CliEnricher | None = None,
-                 queue_list_every: float = QUEUE_LIST_MAX_AGE, channels_listed: bool = False):
+                 queue_list_every: float = QUEUE_LIST_MAX_AGE, channels_listed: bool = False,
+                 consumer_list_every: float = CONSUMER_LIST_MAX_AGE):
         """ValueError when a URL is not an http(s) URL without credentials. `cli` enriches each poll; the
         queue list is read again in the background every `queue_list_every` seconds. `channels_listed`: the
-        channels and consumers from the management API (whose statistics must be on)."""
+        channels and consumers from the management API (whose statistics must be on), the consumers again only
+        when the channels' counts differ from the last list or it is `consumer_list_every` seconds old."""
         self.management = ManagementClient(management_url, username, password, timeout=timeout, verify=verify)
         self.plugin = HttpReader(prometheus_url, username, password, timeout=timeout, verify=verify,
                                  what="Prometheus plugin")
@@ -80,7 +107,10 @@ class PrometheusPluginSource:
         self.cli = cli
         self.channels_listed = channels_listed
         self.name = "management+prometheus" if channels_listed else "prometheus"
-        self._lists = LISTS + CHANNEL_LISTS if channels_listed else LISTS
+        self._lists = LISTS + ("channels",) if channels_listed else LISTS
+        self._consumer_list: ConsumerList | None = None
+        self.consumer_list_every = consumer_list_every
+        self.families = normalise.QUEUE_FAMILIES if channels_listed else normalise.FAMILIES
 
     def read(self) -> Snapshot:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline
@@ -89,8 +119,9 @@ class PrometheusPluginSource:
                 # In one answer: on a broker this large, pages would cost it the square of the channels' count.
                 **{name: (lambda name=name: self.management.fetch(name, deadline, paginate=name not in CHANNEL_LISTS))
                    for name in self._lists},
+                **({"consumers": lambda: self._read_consumer_list(deadline)} if self._consumers_due() else {}),
                 "metrics/detailed": lambda: self.plugin.get(
-                    "metrics/detailed", "/metrics/detailed", [("family", f) for f in normalise.FAMILIES], deadline,
+                    "metrics/detailed", "/metrics/detailed", [("family", f) for f in self.families], deadline,
                     "text/plain"),
                 "metrics": lambda: self.plugin.get("metrics", "/metrics", {}, deadline, "text/plain")}
         if listed is None:
@@ -104,6 +135,8 @@ class PrometheusPluginSource:
         futures = {self._pool.submit(job): name for name, job in jobs.items()}
         enrichment = self._pool.submit(self.cli.read, deadline) if self.cli is not None else None
         answers, errors = self._gather(futures, deadline)
+        if self.channels_listed:
+            self._consumers_for(answers, errors, deadline)
         samples, absent = self._plugin_samples(answers, errors)
         missed = {normalise.DECLARES[f][1] for f in absent}
         # The plugin is where every count comes from: without it there is nothing to say.
@@ -121,11 +154,13 @@ class PrometheusPluginSource:
                          "type or durability, no connections)", self.management.base_url)
             self._alone = alone
         if alone:
-            errors = [e for e in errors if e.endpoint not in (*management, "queues")]
+            errors = [e for e in errors if e.endpoint not in (*management, "consumers", "queues")]
             base = normalise.plugin_only_base(detailed, metrics, taken_at, self.selection)
         else:
             base, errors = self._management_base(answers, errors, detailed, metrics, taken_at, deadline)
-        snapshot = normalise.snapshot(base, detailed, metrics, self.selection, absent,
+        # Families not asked for are as unknown as those left out (the channels, without the management API).
+        unasked = tuple(f for f in normalise.FAMILIES if f not in self.families)
+        snapshot = normalise.snapshot(base, detailed, metrics, self.selection, absent + unasked,
                                       channels_listed=self.channels_listed and not alone)
         missed |= frozenset().union(*(MISSED_WITHOUT.get(e.endpoint, ()) for e in errors
                                       if e.reason != "incomplete" or e.endpoint == "metrics"))  # its alarms
@@ -137,8 +172,38 @@ class PrometheusPluginSource:
         extra = enrichment.result() if enrichment is not None else None
         return normalise.enrich(snapshot, extra) if extra is not None else snapshot
 
-    @staticmethod
-    def _plugin_samples(answers: dict, errors: list[FetchError]) -> tuple[dict, tuple[str, ...]]:
+    def _consumers_due(self) -> bool:
+        listed = self._consumer_list
+        return self.channels_listed and (listed is None or
+                                         time.monotonic() - listed.read_at >= self.consumer_list_every)
+
+    def _read_consumer_list(self, deadline: float) -> ConsumerList:
+        raw = self.management.fetch("consumers", deadline)
+        try:
+            return ConsumerList.of(raw)
+        except management_normalise.MalformedResponse as e:
+            raise FetchError("consumers", "malformed", str(e).split(": ", 1)[-1]) from None
+
+    def _consumers_for(self, answers: dict, errors: list[FetchError], deadline: float) -> None:
+        """answers["consumers"]: the list read in this poll, or the last one while the channels agree with it;
+        read again now when they do not (a consumer came or went since)."""
+        if "consumers" in answers:
+            self._consumer_list = answers.pop("consumers")
+        elif any(e.endpoint == "consumers" for e in errors):
+            return
+        listed = self._consumer_list
+        if listed is None or "channels" not in answers:
+            return
+        channels = answers["channels"]
+        if isinstance(channels, list) and not listed.agrees_with(channels):
+            try:
+                self._consumer_list = listed = self._read_consumer_list(deadline)
+            except FetchError as e:
+                errors.append(e)
+                return
+        answers["consumers"] = listed.raw
+
+    def _plugin_samples(self, answers: dict, errors: list[FetchError]) -> tuple[dict, tuple[str, ...]]:
         """The plugin's answers read ({endpoint: samples}), and the families /metrics/detailed left out;
         what could not be read is added to `errors`."""
         samples, absent = {}, ()
@@ -151,7 +216,7 @@ class PrometheusPluginSource:
             except FetchError as e:
                 errors.append(e)
                 continue
-            lacking = normalise.missing_families(text, endpoint)
+            lacking = normalise.missing_families(text, endpoint, self.families)
             if lacking:
                 errors.append(FetchError(endpoint, "incomplete", f"the plugin's answer lacks {', '.join(lacking)} "
                                          "(an older RabbitMQ, or an answer cut short): what they give is not "
