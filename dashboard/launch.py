@@ -11,8 +11,9 @@ APP = Path(__file__).with_name("app.py")
 
 
 def streamlit_command(port: int, address: str) -> list[str]:
-    """Headless, no usage statistics, no error details on pages."""
-    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
+    """Headless, no usage statistics, no error details on pages; Streamlit's command line run by
+    dashboard/server.py, which imports the pages first."""
+    return [sys.executable, "-m", "ackscope.dashboard.server", "run", str(APP), "--server.port", str(port),
             "--server.address", address, "--server.headless", "true", "--browser.gatherUsageStats", "false",
             "--client.showErrorDetails", "none", "--client.toolbarMode", "viewer", "--theme.base", "light"]
 

@@ -114,16 +114,24 @@ def _not_evaluated_section(data: Live) -> None:
                             for n in data.not_evaluated))
 
 
-def _prefetch_section(data: Live, search: str = "", top: int = 15) -> None:
+def _prefetch_section(data: Live, search: str = "", top: int = 15, chart: bool = True) -> None:
+    """The fullest consuming channels, each with a bar for how full its prefetch is; `chart` adds plotly's
+    chart of unacked against the limit. The landing page goes without: plotly's script costs a browser about a
+    second of work before it draws anything (measured: a 0.8-1.0 s long task), and the first view should not
+    wait for it; the table's bars say the same at once."""
     df, total = views.prefetch(data.snapshot, search, top)
     st.subheader("Unacked against prefetch")
     if df.empty:
         st.info("No consuming channels." if not search else f"No consuming channel matches {search!r}.")
         return
-    st.plotly_chart(charts.unacked_vs_prefetch(df), key=f"prefetch-{search}-{top}")
-    st.caption(f"The {len(df)} fullest of {total} consuming channels. Red: auto-ack or prefetch 0 — nothing "
-               "limits what the client holds.")
-    _table(df)
+    if chart:
+        st.plotly_chart(charts.unacked_vs_prefetch(df), key=f"prefetch-{search}-{top}")
+    st.caption(f"The {len(df)} fullest of {total} consuming channels. Fill: unacked against the prefetch limit "
+               "that binds the channel's consumers; a mark (auto-ack, prefetch 0) where nothing limits what the "
+               "client holds.")
+    _table(df, column_config={"fill": st.column_config.ProgressColumn(
+        "fill", min_value=0.0, max_value=1.0, format="percent",
+        help="unacked / prefetch limit; full where nothing limits the client")})
 
 
 def _redelivery_section(data: Live, search: str = "", top: int = 10) -> None:
@@ -164,7 +172,7 @@ def overview() -> None:
     def render(data: Live) -> None:
         _findings_section(data)
         _not_evaluated_section(data)
-        _prefetch_section(data)
+        _prefetch_section(data, chart=False)
         left, right = st.columns(2)
         with left:
             _redelivery_section(data)

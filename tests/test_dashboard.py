@@ -229,10 +229,15 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
             page.on("pageerror", lambda e: script_errors.append(str(e)))
             page.goto(url)
             page.get_by_text("What is wrong:").wait_for(timeout=30_000)
+            # The prefetch table: its grid draws on a canvas and keeps its cells in an accessible table.
+            cells = page.locator("[data-testid=stDataFrame]").filter(has_text="prefetch_limit").locator("td")
+            cells.first.wait_for(state="attached", timeout=30_000)
             page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
             text = page.inner_text("body")
+            prefetch = " ".join(cells.all_text_contents())
             for scenario in ("prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"):
-                assert f"ackscope-scenario {scenario}" in text  # a finding card names the client
+                assert f"ackscope-scenario {scenario}" in prefetch  # the prefetch table names the client
+            assert "ackscope-scenario prefetch-saturated" in text  # and so does a finding card
             assert "Remedy:" in text
             # The charts are drawn one after another: wait for the second, do not count at the first.
             page.locator(".js-plotly-plot").nth(1).wait_for(timeout=30_000)
