@@ -22,6 +22,7 @@ from ..cli import CliEnricher
 from ..http import HttpReader
 from ..management import normalise as management_normalise
 from ..management.client import ManagementClient
+from ..management.source import PAGES_UP_TO
 from ..selection import Selection
 from . import normalise
 
@@ -120,9 +121,12 @@ class PrometheusPluginSource:
                 **{name: (lambda name=name: self.management.fetch(name, deadline, paginate=name not in CHANNEL_LISTS))
                    for name in self._lists},
                 **({"consumers": lambda: self._read_consumer_list(deadline)} if self._consumers_due() else {}),
+                # The plugin builds the whole answer before its first byte: for a broker of thousands of queues
+                # that may take longer than one request's timeout on a busy node (at 50,000 queues it once
+                # took over 5 s and the poll lost its queue counts), so it may take until the deadline.
                 "metrics/detailed": lambda: self.plugin.get(
                     "metrics/detailed", "/metrics/detailed", [("family", f) for f in self.families], deadline,
-                    "text/plain"),
+                    "text/plain", patient=listed is not None and len(listed.queues) > PAGES_UP_TO),
                 "metrics": lambda: self.plugin.get("metrics", "/metrics", {}, deadline, "text/plain")}
         if listed is None:
             jobs["queues"] = lambda: self._read_queue_list(deadline)
