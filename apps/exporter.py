@@ -22,7 +22,7 @@ from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.diagnosis.window import Recent
 from ackscope.exporter.cardinality import Limits
-from ackscope.exporter.exposition import probe_metrics
+from ackscope.exporter.exposition import compressed, probe_metrics
 from ackscope.exporter.history import SnapshotHistory
 from ackscope.exporter.poller import Poller
 from ackscope.model.findings import Diagnosis
@@ -162,8 +162,8 @@ class Exporter:
         self.poller = Poller(source, interval=cfg.interval, limits=cfg.limits, diagnose=self._diagnose,
                              record=self.history.record if self.history is not None else None)
         healthy = loop_healthy(lambda: self.poller.status.last_attempt_at, time.time(), cfg.interval, cfg.deadline)
-        source = Source(self._metrics_body, healthy, {"/api/snapshot": lambda: self.poller.exposition.snapshot_json,
-                                                      "/api/findings": lambda: self.poller.exposition.findings_json,
+        source = Source(self._metrics_body, healthy, {"/api/snapshot": lambda: self.poller.exposition.snapshot.gz(),
+                                                      "/api/findings": lambda: self.poller.exposition.findings.gz(),
                                                       "/api/probes": self._probes_json})
         try:
             self.server = make_server(*cfg.listen, source, cfg.web)
@@ -179,7 +179,7 @@ class Exporter:
         return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)))
 
     def _probes_json(self) -> bytes:
-        return self._probe_stats().json()
+        return compressed([self._probe_stats().json()])
 
     def _metrics_body(self, gzipped: bool) -> bytes:
         body = self.poller.exposition.metrics_body(gzipped)

@@ -49,7 +49,7 @@ def test_consumers_fold_with_their_channel():
 def test_folded_totals_and_fold_counts_are_in_the_exposition():
     queues = tuple(_queue("a", f"q{i}", i) for i in range(5))
     status = PollStatus(up=True, last_duration=0.1)
-    s = parse(render(Snapshot(1.0, OVERVIEW, queues=queues), status, Limits(max_queues=2)).metrics.decode())
+    s = parse(render(Snapshot(1.0, OVERVIEW, queues=queues), status, Limits(max_queues=2)).metrics_body(False).decode())
     assert value(s, "ackscope_queue_messages_ready", vhost="a", queue=FOLDED) == 0 + 1 + 2
     assert value(s, "ackscope_folded_objects", kind="queue", vhost="a") == 3
     assert len(s["ackscope_queue_messages_ready"]) == 3

@@ -3,6 +3,7 @@ polls costs a 304, not the megabytes of the snapshot again (25 MB at 50,000 queu
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import requests
@@ -19,8 +20,9 @@ def serving(documents: dict[str, bytes]):
 
 
 def doc(taken_at: float) -> bytes:
-    return json.dumps({"up": True, "snapshot": {"taken_at": taken_at, "queues": []}, "findings": [],
-                       "probes": []}).encode()
+    """A document as the exporter keeps it: gzipped."""
+    return gzip.compress(json.dumps({"up": True, "snapshot": {"taken_at": taken_at, "queues": []}, "findings": [],
+                                     "probes": []}).encode())
 
 
 def test_a_document_unchanged_since_the_clients_copy_is_answered_304_without_a_body():
@@ -52,3 +54,25 @@ def test_the_dashboard_keeps_what_it_decoded_while_the_exporter_says_not_modifie
         assert third.snapshot["taken_at"] == 2.0 and third.previous is first.snapshot
     finally:
         server.shutdown()
+
+
+def test_a_document_is_sent_gzipped_to_a_client_that_takes_it_and_unpacked_to_one_that_does_not():
+    server, url = serving({"/api/snapshot": doc(3.0)})
+    try:
+        packed = requests.get(url + "/api/snapshot", headers={"Accept-Encoding": "gzip"}, timeout=5, stream=True)
+        assert packed.headers["Content-Encoding"] == "gzip"
+        assert json.loads(gzip.decompress(packed.raw.read(decode_content=False)))["snapshot"]["taken_at"] == 3.0
+        plain = requests.get(url + "/api/snapshot", headers={"Accept-Encoding": "identity"}, timeout=5)
+        assert "Content-Encoding" not in plain.headers and json.loads(plain.content)["snapshot"]["taken_at"] == 3.0
+    finally:
+        server.shutdown()
+
+
+def test_a_polls_document_is_rendered_when_first_asked_for_and_only_once():
+    from ackscope.exporter.exposition import Document
+
+    rendered = []
+    document = Document(lambda: rendered.append(1) or b'{"snapshot":null}')
+    assert rendered == []  # a poll nobody reads builds nothing
+    first, again = document.gz(), document.gz()
+    assert first is again and gzip.decompress(first) == b'{"snapshot":null}' and rendered == [1]
