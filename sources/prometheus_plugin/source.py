@@ -124,10 +124,11 @@ class PrometheusPluginSource:
                 # The plugin builds the whole answer before its first byte: for a broker of thousands of queues
                 # that may take longer than one request's timeout on a busy node (at 50,000 queues it once
                 # took over 5 s and the poll lost its queue counts), so it may take until the deadline.
-                "metrics/detailed": lambda: self.plugin.get(
+                "metrics/detailed": lambda: self._read_plugin("metrics/detailed", self.plugin.get(
                     "metrics/detailed", "/metrics/detailed", [("family", f) for f in self.families], deadline,
-                    "text/plain", patient=listed is not None and len(listed.queues) > PAGES_UP_TO),
-                "metrics": lambda: self.plugin.get("metrics", "/metrics", {}, deadline, "text/plain")}
+                    "text/plain", patient=listed is not None and len(listed.queues) > PAGES_UP_TO)),
+                "metrics": lambda: self._read_plugin("metrics", self.plugin.get("metrics", "/metrics", {}, deadline,
+                                                                                "text/plain"))}
         if listed is None:
             jobs["queues"] = lambda: self._read_queue_list(deadline)
         elif self._queue_list_refresh is None and time.monotonic() - listed.read_at >= self.queue_list_every:
@@ -207,20 +208,20 @@ class PrometheusPluginSource:
                 return
         answers["consumers"] = listed.raw
 
+    def _read_plugin(self, endpoint: str, body: bytes) -> tuple[dict, tuple[str, ...]]:
+        """A plugin answer read (its samples, and the families asked for that it lacks), in the fetch thread: the
+        parsing then overlaps the wait for the management API's lists (70 ms at 5,000 queues)."""
+        text = body.decode("utf-8", "replace")
+        return normalise.parse(text, endpoint), normalise.missing_families(text, endpoint, self.families)
+
     def _plugin_samples(self, answers: dict, errors: list[FetchError]) -> tuple[dict, tuple[str, ...]]:
-        """The plugin's answers read ({endpoint: samples}), and the families /metrics/detailed left out;
-        what could not be read is added to `errors`."""
+        """The plugin's answers as read ({endpoint: samples}), and the families /metrics/detailed left out; what
+        lacks families is added to `errors`."""
         samples, absent = {}, ()
         for endpoint in PLUGIN:
             if endpoint not in answers:
                 continue
-            text = answers.pop(endpoint).decode("utf-8", "replace")
-            try:
-                read = normalise.parse(text, endpoint)
-            except FetchError as e:
-                errors.append(e)
-                continue
-            lacking = normalise.missing_families(text, endpoint, self.families)
+            read, lacking = answers.pop(endpoint)
             if lacking:
                 errors.append(FetchError(endpoint, "incomplete", f"the plugin's answer lacks {', '.join(lacking)} "
                                          "(an older RabbitMQ, or an answer cut short): what they give is not "
