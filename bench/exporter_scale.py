@@ -284,9 +284,8 @@ def first_views(url: str) -> list[float]:
             page = context.new_page()
             started = time.perf_counter()
             page.goto(url)
-            # The prefetch table's cells (the grid draws on a canvas and keeps them in an accessible table).
-            page.locator("[data-testid=stDataFrame]").filter(has_text="prefetch_limit").locator("td").first \
-                .wait_for(state="attached", timeout=120_000)
+            page.locator("[data-testid=stMarkdown] table").filter(has_text="prefetch limit").locator("td").first \
+                .wait_for(timeout=120_000)
             page.locator("text=/What is wrong:|No findings at/").first.wait_for(timeout=120_000)
             times.append(time.perf_counter() - started)
             context.close()

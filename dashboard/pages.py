@@ -87,23 +87,30 @@ def _md(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", text)
 
 
-def _findings_section(data: Live, min_severity: str = "warning") -> None:
+def _findings_section(data: Live, min_severity: str = "warning") -> pd.DataFrame:
+    """The worst findings as cards to read at a glance; returns them all, for _all_findings' table."""
     found = views.findings(data.findings, min_severity)
     if found.empty:
         st.success(f"No findings at {min_severity} or above.")
-        return
+        return found
     counts = found["severity"].value_counts()
     st.subheader(f"What is wrong: {len(found)} finding(s) — "
                  + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "info") if s in counts))
-    # The worst as cards to read at a glance; all of them in the table below.
     for f in found.head(CARDS).to_dict("records"):
         since = f" · since {f['since']} ({f['for']})" if f["since"] else ""
         with st.container(border=True):
             st.markdown(f":{_COLOUR.get(f['severity'], 'gray')}[**{_md(f['severity'])}**] · **{_md(f['rule'])}** — "
                         f"**{_md(f['culprit'])}**{_md(since)}  \n"
                         f"{_md(f['evidence'])}  \n*Remedy:* {_md(f['remedy'])}")
-    with st.expander(f"All {len(found)} findings", expanded=len(found) > CARDS):
-        _table(found)
+    return found
+
+
+def _all_findings(found: pd.DataFrame) -> None:
+    """Every finding in an interactive table, below the landing page's first view (the table's script would
+    hold back what follows it, docs/dashboard.md)."""
+    if not found.empty:
+        with st.expander(f"All {len(found)} findings", expanded=len(found) > CARDS):
+            _table(found)
 
 
 def _not_evaluated_section(data: Live) -> None:
@@ -115,10 +122,11 @@ def _not_evaluated_section(data: Live) -> None:
 
 
 def _prefetch_section(data: Live, search: str = "", top: int = 15, chart: bool = True) -> None:
-    """The fullest consuming channels, each with a bar for how full its prefetch is; `chart` adds plotly's
-    chart of unacked against the limit. The landing page goes without: plotly's script costs a browser about a
-    second of work before it draws anything (measured: a 0.8-1.0 s long task), and the first view should not
-    wait for it; the table's bars say the same at once."""
+    """The fullest consuming channels, each with a bar for how full its prefetch is: with `chart`, plotly's
+    chart of unacked against the limit and the interactive table (the Consumers & prefetch page); without, a
+    plain table, for the landing page's first view. Measured in chromium, plotly's script is a 0.8-1.0 s task
+    before it draws anything and the interactive table's another 0.5-1.0 s, and what follows either on the
+    page waits for it (docs/dashboard.md)."""
     df, total = views.prefetch(data.snapshot, search, top)
     st.subheader("Unacked against prefetch")
     if df.empty:
@@ -129,9 +137,19 @@ def _prefetch_section(data: Live, search: str = "", top: int = 15, chart: bool =
     st.caption(f"The {len(df)} fullest of {total} consuming channels. Fill: unacked against the prefetch limit "
                "that binds the channel's consumers; a mark (auto-ack, prefetch 0) where nothing limits what the "
                "client holds.")
+    if not chart:
+        st.markdown(_markdown_table(views.prefetch_rows(df)))
+        return
     _table(df, column_config={"fill": st.column_config.ProgressColumn(
         "fill", min_value=0.0, max_value=1.0, format="percent",
         help="unacked / prefetch limit; full where nothing limits the client")})
+
+
+def _markdown_table(df: pd.DataFrame) -> str:
+    """A DataFrame of strings as a Markdown table, every cell escaped."""
+    head = "| " + " | ".join(_md(str(c)) for c in df.columns) + " |"
+    rule = "|" + "---|" * len(df.columns)
+    return "\n".join([head, rule, *("| " + " | ".join(_md(v) for v in row) + " |" for row in df.itertuples(index=False))])
 
 
 def _redelivery_section(data: Live, search: str = "", top: int = 10) -> None:
@@ -170,9 +188,10 @@ def overview() -> None:
     st.title("ackscope — what is wrong, who causes it")
 
     def render(data: Live) -> None:
-        _findings_section(data)
+        found = _findings_section(data)
         _not_evaluated_section(data)
         _prefetch_section(data, chart=False)
+        _all_findings(found)
         left, right = st.columns(2)
         with left:
             _redelivery_section(data)

@@ -78,6 +78,23 @@ def prefetch(snapshot: dict[str, Any] | None, search: str = "", top: int = 50) -
     return df.head(top).reset_index(drop=True), len(df)
 
 
+BAR = 10  # blocks in a text bar of how full a prefetch is
+
+
+def prefetch_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """prefetch()'s rows as text for a plain table, the fill as a bar of blocks and a percentage."""
+    def bar(fill: float) -> str:
+        if math.isinf(fill):
+            return "█" * BAR + " no limit"
+        blocks = round(min(fill, 1.0) * BAR)
+        return "█" * blocks + "░" * (BAR - blocks) + f" {fill:.0%}"
+
+    return pd.DataFrame({"client": df["client"], "channel": df["channel"], "vhost": df["vhost"],
+                         "unacked": df["unacked"].map(str),
+                         "prefetch limit": df["prefetch_limit"].map(lambda v: "-" if pd.isna(v) else str(int(v))),
+                         "fill": df["fill"].map(bar), "mark": df["mark"], "queues": df["queues"]})
+
+
 def redeliveries(snapshot: dict[str, Any] | None, previous: dict[str, Any] | None = None, search: str = "",
                  top: int = 50) -> tuple[pd.DataFrame, int]:
     """Queues that have redelivered, by redelivered share: counts since the queue's stats began, and the

@@ -80,23 +80,35 @@ def _frames(app: AppTest) -> list:
     return [d.value for d in app.dataframe]
 
 
+def _markdown_table(app: AppTest, first_column: str) -> list[dict[str, str]]:
+    """The rows of the Markdown table whose first column is `first_column`, unescaped."""
+    for md in app.markdown:
+        lines = md.value.splitlines()
+        if lines and lines[0].startswith(f"| {first_column} |"):
+            def cells(line: str) -> list[str]:
+                return [re.sub(r"\\(.)", r"\1", c) for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            head = [c.strip() for c in cells(lines[0])]
+            return [dict(zip(head, (c.strip() for c in cells(line)))) for line in lines[2:]]
+    raise AssertionError(f"no Markdown table starting with {first_column!r}")
+
+
 def _charts(app: AppTest) -> int:
     return len(app.get("plotly_chart"))
 
 
 def test_overview_shows_findings_with_their_culprits_unacked_against_prefetch_and_probe_latency(monkeypatch, live):
     app = _page(monkeypatch, "overview", live.url)
-    findings, prefetch, *rest = _frames(app)
+    findings, *rest = _frames(app)
     assert len(app.markdown) >= 3  # the worst findings as cards
     assert findings["since"].str.endswith(" UTC").all()  # and since when each holds
     culprits = " ".join(findings["culprit"])
     for scenario in ("prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"):
         assert f"ackscope-scenario {scenario} · channel" in culprits
-    marks = dict(zip(prefetch["client"], prefetch["mark"]))
-    assert marks["ackscope-scenario auto-ack-consumer"] == "auto-ack"
-    assert marks["ackscope-scenario prefetch-unlimited"] == "prefetch 0"
-    saturated = prefetch[prefetch["client"] == "ackscope-scenario prefetch-saturated"].iloc[0]
-    assert saturated["unacked"] == saturated["prefetch_limit"] == 10
+    prefetch = {row["client"]: row for row in _markdown_table(app, "client")}
+    assert prefetch["ackscope-scenario auto-ack-consumer"]["mark"] == "auto-ack"
+    assert prefetch["ackscope-scenario prefetch-unlimited"]["mark"] == "prefetch 0"
+    saturated = prefetch["ackscope-scenario prefetch-saturated"]
+    assert saturated["unacked"] == saturated["prefetch limit"] == "10" and saturated["fill"] == "█" * 10 + " 100%"
     latency = rest[-1]
     assert set(latency["target"]) == {"classic-persistent", "quorum"} and (latency["p50_ms"] > 0).all()
     assert _charts(app) >= 2
@@ -229,9 +241,8 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
             page.on("pageerror", lambda e: script_errors.append(str(e)))
             page.goto(url)
             page.get_by_text("What is wrong:").wait_for(timeout=30_000)
-            # The prefetch table: its grid draws on a canvas and keeps its cells in an accessible table.
-            cells = page.locator("[data-testid=stDataFrame]").filter(has_text="prefetch_limit").locator("td")
-            cells.first.wait_for(state="attached", timeout=30_000)
+            cells = page.locator("[data-testid=stMarkdown] table").filter(has_text="prefetch limit").locator("td")
+            cells.first.wait_for(timeout=30_000)
             page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
             text = page.inner_text("body")
             prefetch = " ".join(cells.all_text_contents())

@@ -74,6 +74,15 @@ def test_prefetch_view_searches_and_shows_only_the_top_rows():
     assert len(df) == 2 and total == 4
 
 
+def test_prefetch_rows_as_text_show_how_full_each_prefetch_is_as_a_bar():
+    rows = views.prefetch_rows(views.prefetch(SNAPSHOT)[0])
+    by_client = {r["client"]: r for r in rows.to_dict("records")}
+    assert by_client["hoarder"]["fill"] == "█" * 10 + " no limit" and by_client["hoarder"]["prefetch limit"] == "-"
+    assert by_client["billing"]["fill"] == "█" * 10 + " 100%" and by_client["billing"]["unacked"] == "10"
+    assert by_client["calm"]["fill"] == "░" * 10 + " 4%"  # 2 of 50: under half a block
+    assert by_client["firehose"]["mark"] == "auto-ack"
+
+
 def test_redeliveries_rank_queues_by_share_and_rate_from_the_previous_snapshot():
     previous = {"taken_at": 990.0, "queues": [{"vhost": "/", "name": "orders", "message_stats": {"redeliver": 40}}]}
     df, total = views.redeliveries(SNAPSHOT, previous)
