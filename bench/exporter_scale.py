@@ -13,7 +13,8 @@ node's durable queues to it (every tenth holding 20 persistent messages), then m
       prometheus        the Prometheus plugin alone (management statistics off),
     interleaved, --gap seconds apart, so each meets the broker in the same state; for each the wall time and
     the broker's CPU seconds (its own process counters, user + system, around the poll). The queue list the
-    plugin-based polls read every QUEUE_LIST_MAX_AGE is measured alone and weighed in at its share of polls;
+    plugin-based polls read every QUEUE_LIST_MAX_AGE is measured alone and weighed in at its share of polls,
+    and so is the channel list the large-broker reading asks for every poll (its floor);
   - `ackscope exporter` with default options (auto, interval 10 s): ackscope_up at every poll, scrape
     p50/p99 (gzip, as Prometheus asks) throughout its polls, its peak RSS and its RSS at each poll;
   - `ackscope dashboard` against it: the landing page's first view in Debian's chromium, from navigation
@@ -172,11 +173,14 @@ def measure_polls(broker: LocalBroker, size: Size, runs: int, gap: float, stats_
             "queue list": lambda: client.fetch("queues", time.monotonic() + 600, columns=QUEUE_COLUMNS,
                                                paginate=False, statistics=False),
             "consumer list": lambda: client.fetch("consumers", time.monotonic() + 600),
+            # What the large-broker reading asks the management API for every poll: its floor.
+            "channel list": lambda: client.fetch("channels", time.monotonic() + 600, paginate=False),
             "per-object": lambda: timed_get(broker.prometheus_url + "/metrics/per-object",
                                             headers={"Accept-Encoding": "identity"})}
     if not stats_on:
         jobs.pop("full")
         jobs.pop("consumer list")
+        jobs.pop("channel list")
     runs_of: dict[str, list[tuple[float, float]]] = {k: [] for k in jobs}
     for run in range(runs):
         for kind, job in jobs.items():
@@ -321,6 +325,8 @@ def table(sizes: list[Size], channels: int, gap: float) -> str:
         target = "≤ 0.5× (≤ 0.35× at 5,000)" if kind.startswith("large") else ""
         row(f"{name}: wall / broker CPU, × the naive", (cost(kind, s) for s in sizes), target)
     row("the queue list alone (`disable_stats`, one answer), every 60 s", (cost("queue list", s) for s in sizes))
+    row("the channel list alone, with statistics (large-broker reading: every poll)",
+        (cost("channel list", s) for s in sizes))
     row("the consumer list alone (large-broker reading: when the channels' counts change, at least every 60 s)",
         (cost("consumer list", s) for s in sizes))
     row("broker's own `/metrics/per-object`", (f"{s.per_object[0]:.2f} s / {s.per_object[1]:.2f} s, "
