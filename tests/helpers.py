@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import time
@@ -178,3 +179,15 @@ def suspended_queue(broker, vhost: str, queue: str):
         yield
     finally:
         broker.ctl("eval", lookup + "sys:resume(P).")
+
+
+def markdown_table(app, first_column: str) -> list[dict[str, str]]:
+    """The rows of the Markdown table on a Streamlit AppTest page whose first column is `first_column`, unescaped."""
+    for md in app.markdown:
+        lines = md.value.splitlines()
+        if lines and lines[0].startswith(f"| {first_column} |"):
+            def cells(line: str) -> list[str]:
+                return [re.sub(r"\\(.)", r"\1", c) for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            head = [c.strip() for c in cells(lines[0])]
+            return [dict(zip(head, (c.strip() for c in cells(line)))) for line in lines[2:]]
+    raise AssertionError(f"no Markdown table starting with {first_column!r}")

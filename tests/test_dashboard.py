@@ -20,7 +20,7 @@ import pytest
 import requests
 from conftest import exporter_config
 from faults import FaultProxy
-from helpers import prometheus_query, wait_for
+from helpers import markdown_table, prometheus_query, wait_for
 from probe_helpers import probe_config, quick
 from streamlit.testing.v1 import AppTest
 
@@ -80,18 +80,6 @@ def _frames(app: AppTest) -> list:
     return [d.value for d in app.dataframe]
 
 
-def _markdown_table(app: AppTest, first_column: str) -> list[dict[str, str]]:
-    """The rows of the Markdown table whose first column is `first_column`, unescaped."""
-    for md in app.markdown:
-        lines = md.value.splitlines()
-        if lines and lines[0].startswith(f"| {first_column} |"):
-            def cells(line: str) -> list[str]:
-                return [re.sub(r"\\(.)", r"\1", c) for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
-            head = [c.strip() for c in cells(lines[0])]
-            return [dict(zip(head, (c.strip() for c in cells(line)))) for line in lines[2:]]
-    raise AssertionError(f"no Markdown table starting with {first_column!r}")
-
-
 def _charts(app: AppTest) -> int:
     return len(app.get("plotly_chart"))
 
@@ -104,7 +92,7 @@ def test_overview_shows_findings_with_their_culprits_unacked_against_prefetch_an
     culprits = " ".join(findings["culprit"])
     for scenario in ("prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"):
         assert f"ackscope-scenario {scenario} · channel" in culprits
-    prefetch = {row["client"]: row for row in _markdown_table(app, "client")}
+    prefetch = {row["client"]: row for row in markdown_table(app, "client")}
     assert prefetch["ackscope-scenario auto-ack-consumer"]["mark"] == "auto-ack"
     assert prefetch["ackscope-scenario prefetch-unlimited"]["mark"] == "prefetch 0"
     saturated = prefetch["ackscope-scenario prefetch-saturated"]

@@ -14,7 +14,8 @@ import uuid
 import pytest
 import requests
 from faults import FaultProxy
-from helpers import polls_seen, scenarios_running, scrape, suspended_queue, value, wait_for, wait_for_sample
+from helpers import (markdown_table, polls_seen, scenarios_running, scrape, suspended_queue, value, wait_for,
+                     wait_for_sample)
 from probe_helpers import captured_log
 
 from ackscope.diagnosis.thresholds import Thresholds
@@ -303,9 +304,8 @@ def test_the_dashboard_names_its_source_the_rules_it_cannot_run_and_channels_by_
                for c in app.caption), [c.value for c in app.caption]
     said = " ".join(i.value for i in app.info).replace("\\", "")  # without markdown's escapes
     assert "publisher-without-confirms" in said and "transactional flag" in said, said
-    prefetch = app.dataframe[1].value
-    saturated = prefetch[prefetch["queues"] == f"{PREFIX}prefetch-saturated"].iloc[0]
-    assert saturated["channel"].startswith("<0.") and saturated["unacked"] == saturated["prefetch_limit"] == 10
+    saturated = next(row for row in markdown_table(app, "client") if row["queues"] == f"{PREFIX}prefetch-saturated")
+    assert saturated["channel"].startswith("<0.") and saturated["unacked"] == saturated["prefetch limit"] == "10"
 
 
 def test_a_memory_alarm_is_critical_and_with_the_cli_the_blocked_publisher_is_named(statsoff_broker, off_vhost):
