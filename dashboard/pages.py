@@ -149,7 +149,8 @@ def _markdown_table(df: pd.DataFrame) -> str:
     """A DataFrame of strings as a Markdown table, every cell escaped."""
     head = "| " + " | ".join(_md(str(c)) for c in df.columns) + " |"
     rule = "|" + "---|" * len(df.columns)
-    return "\n".join([head, rule, *("| " + " | ".join(_md(v) for v in row) + " |" for row in df.itertuples(index=False))])
+    rows = ("| " + " | ".join(_md(v) for v in row) + " |" for row in df.itertuples(index=False))
+    return "\n".join([head, rule, *rows])
 
 
 def _redelivery_section(data: Live, search: str = "", top: int = 10) -> None:
