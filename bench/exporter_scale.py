@@ -403,7 +403,10 @@ def main() -> int:
         chart(sizes, args.chart)
     finally:
         for conn in held:
-            conn.close()
+            try:
+                conn.close()
+            except Exception:  # pika's close can fail on a connection the broker already dropped; the node goes next
+                pass
         broker.stop()
         broker.remove()
     return 0

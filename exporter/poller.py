@@ -20,6 +20,7 @@ from ackscope.model.source import FetchError, Source, SourceFailed
 
 from .cardinality import Limits
 from .exposition import Exposition, render
+from .text_format import LabelSets
 from .status import PollStatus
 
 log = logging.getLogger("ackscope.exporter")
@@ -38,6 +39,7 @@ class Poller:
         self.record = record  # keeps each good snapshot (the history under --data-dir)
         self.diagnosis = Diagnosis()
         self.exposition: Exposition = render(None, self.status, limits)
+        self._label_sets = LabelSets()  # each series' labels as the last render wrote them
         self._notes_logged: set[str] = set()
         self._overrunning = False  # polls take longer than the interval (said once, when it starts and ends)
         self._stop = threading.Event()
@@ -81,7 +83,7 @@ class Poller:
             for note in set(snapshot.notes) - self._notes_logged:
                 log.info("%s", note)
                 self._notes_logged.add(note)
-        self.exposition = render(self.snapshot, self.status, self.limits, self.diagnosis)
+        self.exposition = render(self.snapshot, self.status, self.limits, self.diagnosis, self._label_sets)
         self._say_overrun(time.monotonic() - started)
 
     def _say_overrun(self, took: float) -> None:

@@ -209,16 +209,23 @@ class Snapshot:
     unread: tuple[Unread, ...] = ()  # a partial poll: what failed (the facts it would give are in `unreported`)
 
 
+def attribution(connection: Connection | None, connection_name: str, client: str | None = None
+                ) -> tuple[str | None, str]:
+    """(client, identity) of a channel or consumer on `connection` (None where it is unknown: then the
+    connection name it was given, and the `client` it had)."""
+    if connection is None:
+        return client, connection_name
+    return connection.client, connection.identity
+
+
 def attributed(s: Snapshot) -> Snapshot:
-    """`s` with each channel and consumer carrying its connection's client and identity, the one place a
-    source's records learn who their client is."""
+    """`s` with each channel and consumer carrying its connection's client and identity (see attribution), for
+    sources whose records learn their connection after they are made (the Prometheus plugin's, the CLI's)."""
     by_name = {c.name: c for c in s.connections}
 
     def who(record):
-        conn = by_name.get(record.connection)
-        if conn is None:
-            return replace(record, identity=record.connection_name)
-        return replace(record, client=conn.client, identity=conn.identity)
+        client, identity = attribution(by_name.get(record.connection), record.connection_name, record.client)
+        return replace(record, client=client, identity=identity)
 
     return replace(s, channels=tuple(who(c) for c in s.channels), consumers=tuple(who(c) for c in s.consumers))
 
@@ -231,8 +238,13 @@ def sharing(s: Snapshot, previous: Snapshot | None) -> Snapshot:
         return s
 
     def reuse(new: tuple, old: tuple) -> tuple:
+        # A record the source kept from the last poll is found by identity, without hashing its fields.
+        kept = {id(r) for r in old}
+        fresh = [r for r in new if id(r) not in kept]
+        if not fresh:
+            return new
         known = {r: r for r in old}
-        return tuple(known.get(r, r) for r in new)
+        return tuple(r if id(r) in kept else known.get(r, r) for r in new)
 
     return replace(s, connections=reuse(s.connections, previous.connections),
                    channels=reuse(s.channels, previous.channels), consumers=reuse(s.consumers, previous.consumers),

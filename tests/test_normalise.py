@@ -135,3 +135,24 @@ def test_an_unnamed_client_gets_an_identity_from_its_properties_and_peer(raw):
     mine = [ch for ch in snap.channels if ch.connection == c.name] + \
         [co for co in snap.consumers if co.connection == c.name]
     assert mine and {(r.identity, r.client) for r in mine} == {(c.identity, "py-amqp 5.4.2")}
+
+
+def test_unchanged_channels_and_consumers_are_the_last_polls_records_and_changed_ones_are_built_anew(raw):
+    built = normalise.Built()
+    first = normalise.snapshot(raw, 1.0, built=built)
+    assert first.channels and first.consumers
+    again = copy.deepcopy(raw)  # equal JSON, as the next poll reads it
+    name = again["channels"][0]["name"]
+    again["channels"][0]["messages_unacknowledged"] = 12345
+    second = normalise.snapshot(again, 2.0, built=built)
+    assert second == normalise.snapshot(again, 2.0)  # the same snapshot as without what was built
+    changed = next(c for c in second.channels if c.name == name)
+    assert changed.messages_unacked == 12345 and changed not in first.channels
+    assert all(c is next(o for o in first.channels if o.name == c.name) for c in second.channels if c.name != name)
+    assert all(a is b for a, b in zip(second.consumers, first.consumers))
+    renamed = copy.deepcopy(again)
+    conn = next(c["connection_details"]["name"] for c in renamed["channels"])
+    next(c for c in renamed["connections"] if c["name"] == conn)["user_provided_name"] = "renamed"
+    third = normalise.snapshot(renamed, 3.0, built=built)
+    assert third == normalise.snapshot(renamed, 3.0)
+    assert {c.connection_name for c in third.channels if c.connection == conn} == {"renamed"}

@@ -10,7 +10,8 @@ from snapshot_builders import channel, consumer, queue, snapshot
 from ackscope.diagnosis.rules import Context, evaluate
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.model.snapshot import binding_limit
-from ackscope.sources.management.normalise import with_consumer_prefetch
+from ackscope.sources.management.normalise import channel as listed_channel
+from ackscope.sources.management.normalise import consumer_prefetch
 
 
 @pytest.mark.parametrize("consumer_prefetch, global_prefetch, expected", [
@@ -63,9 +64,10 @@ def test_one_full_consumer_of_a_channel_with_room_for_another_is_saturated():
 
 
 def test_the_management_source_gives_each_channel_its_consumers_own_prefetch():
-    java = channel("java", prefetch_count=10, consumer_count=1)
-    lagging = channel("lagging", consumer_count=2)  # the stats DB lists one of its two consumers so far
-    got = with_consumer_prefetch([java, lagging], [consumer(channel_name="java", prefetch_count=0),
-                                                   consumer(channel_name="lagging", prefetch_count=5)])
+    own = consumer_prefetch([consumer(channel_name="java", prefetch_count=0),
+                             consumer(channel_name="lagging", prefetch_count=5)])
+    got = [listed_channel({"name": "java", "prefetch_count": 10, "consumer_count": 1}, {}, own),
+           # the stats DB lists one of its two consumers so far
+           listed_channel({"name": "lagging", "prefetch_count": 50, "consumer_count": 2}, {}, own)]
     assert [c.consumer_prefetch for c in got] == [(0,), None]
     assert got[0].prefetch_limit is None and got[1].prefetch_limit == 100  # 50 (the channel's) for each of two

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from generated_families import Fixed, families, written_by_library
@@ -24,8 +25,9 @@ from ackscope.exporter.collectors.probes import ProbeCollector
 from ackscope.exporter.collectors.queues import QueueCollector
 from ackscope.exporter.collectors.self_metrics import SelfCollector
 from ackscope.exporter.status import PollStatus
-from ackscope.exporter.text_format import text
+from ackscope.exporter.text_format import LabelSets, text
 from ackscope.model.probes import Histogram, ProbeStats, TargetStats
+from ackscope.model.snapshot import sharing
 from ackscope.sources.management import normalise as management
 
 DATA = Path(__file__).parent / "data"
@@ -64,3 +66,17 @@ def test_writes_what_generate_latest_writes_for_every_collector_from_the_plugin(
 @given(families())
 def test_writes_what_generate_latest_writes_for_any_family_of_the_types_we_use(fams):
     assert text([Fixed(fams)]) == written_by_library([Fixed(fams)])
+
+
+def test_the_next_render_reuses_unchanged_rows_label_sets_and_writes_changed_rows_anew():
+    first = recorded(statistics=True)
+    assert len(first.channels) > 1
+    renamed = replace(first.channels[0], connection_name="renamed-by-the-client")
+    second = sharing(replace(first, taken_at=first.taken_at + 10, channels=(renamed, *first.channels[1:])), first)
+    assert second.channels[1] is first.channels[1]  # unchanged: the very record, so its label set is reused
+    label_sets = LabelSets()
+    text(every_collector(first), label_sets)
+    collectors = every_collector(second)
+    written = text(collectors, label_sets)
+    assert written == written_by_library(collectors)
+    assert b'connection_name="renamed-by-the-client"' in written

@@ -41,12 +41,13 @@ class ManagementSource:
         self.selection = selection
         self.pages_up_to = pages_up_to
         self._pool = ThreadPoolExecutor(max_workers=len(LISTS), thread_name_prefix="ackscope-fetch")
+        self._built = normalise.Built()  # the last poll's channels and consumers, for the next
 
     def read(self) -> Snapshot:
         taken_at = time.time()
         raw = self.fetch()
         try:
-            return normalise.snapshot(raw, taken_at, self.selection)
+            return normalise.snapshot(raw, taken_at, self.selection, self._built)
         except normalise.MalformedResponse as e:
             raise SourceFailed([FetchError(e.endpoint, "malformed", str(e).split(": ", 1)[-1])]) from None
 

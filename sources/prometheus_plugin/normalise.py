@@ -266,13 +266,15 @@ def plugin_only_base(detailed: Samples | None, metrics: Samples | None, taken_at
 
 def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
              selection: Selection = Selection(), absent: Collection[str] = (),
-             channels_listed: bool = False) -> Snapshot:
+             channels_listed: bool = False, counted: bool = False) -> Snapshot:
     """`base` (the management API's snapshot without queue statistics) completed from the plugin's answers; an
     answer that is None was not read, and what it would give stays unknown, as does what the `absent`
     families of /metrics/detailed would give (no channels at all rather than channels half known).
     `channels_listed`: the management API listed the channels and consumers, with their statistics and
-    connections (a large broker whose statistics are on); they stand, and only the queues come from here."""
-    queues = tuple(queue_counts(detailed, base.queues, absent)) if detailed is not None else base.queues
+    connections (a large broker whose statistics are on); they stand, and only the queues come from here.
+    `counted`: base's queues carry the plugin's counts already (see queue_counts)."""
+    queues = tuple(queue_counts(detailed, base.queues, absent)) if detailed is not None and not counted \
+        else base.queues
     if channels_listed:
         return replace(base, queues=queues, unreported=base.unreported | {facts.QUEUE_PERSISTENT_COUNTS},
                        nodes=tuple(node_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes,
