@@ -75,10 +75,13 @@ def test_unroutable_mandatory_publishes_are_counted_as_returns_and_the_queue_com
     target = quick("classic-persistent", burst_size=0, requeue_share=0.0)
     with running_probes(probe_config(broker, vhost, (target,))) as probes:
         wait_probe(probes, "ackscope_probe_delivered_total", target.name, 10)
-        # Delete the queue under the probe, at a moment it holds no message (deleting a queue destroys what it
-        # holds, and the probe rightly counts that as lost): publishes now match no binding and come back.
-        wait_for(lambda: _delete_if_empty(broker, vhost, target.queue), what="the probe queue empty, and deleted")
+        # Unbind first: from then on publishes match no binding and come back. Deleting the queue straight away
+        # would race with a publish already routed to it: the broker confirms such a message when its queue is
+        # deleted (CI saw one, counted lost, rightly). Once a return is seen, what was routed before has reached
+        # the queue; delete it when it holds nothing, and the probe declares and binds it again.
+        _unbind(broker, vhost, target.queue)
         wait_probe(probes, "ackscope_probe_returned_total", target.name, 1)
+        wait_for(lambda: _delete_if_empty(broker, vhost, target.queue), what="the probe queue empty, and deleted")
         wait_for(lambda: _consumers(broker, vhost, target.queue) == 1,
                  what="the probe to declare its queue again and consume from it")
         back = time.monotonic()
@@ -87,6 +90,14 @@ def test_unroutable_mandatory_publishes_are_counted_as_returns_and_the_queue_com
         # A returned message has nothing to deliver: none may wait (and, past its deadline, count as lost).
         wait_for(lambda: settled_since(probes, back), timeout=30, what="no returned message awaiting delivery")
         assert probe_value(probes, "ackscope_probe_lost_total", target.name) == 0
+
+
+def _unbind(broker, vhost: str, queue: str) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url(vhost)))
+    try:
+        conn.channel().queue_unbind(queue, EXCHANGE, routing_key=queue)
+    finally:
+        conn.close()
 
 
 def _delete_if_empty(broker, vhost: str, queue: str) -> bool:
