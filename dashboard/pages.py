@@ -329,6 +329,12 @@ def broker() -> None:
                    f"cluster {overview.get('cluster_name')}")
         st.subheader("Nodes and alarms")
         _table(views.nodes(data.snapshot))
+        degraded = views.degraded_queues(data.snapshot)
+        st.subheader("Replicated queues missing a replica")
+        if degraded.empty:
+            st.success("Every replicated queue has all its replicas (or the broker has none).")
+        else:
+            _table(degraded)
         blocked = views.blocked_connections(data.snapshot)
         st.subheader("Blocked connections")
         if blocked.empty:

@@ -167,11 +167,35 @@ def nodes(snapshot: dict[str, Any] | None) -> pd.DataFrame:
     for n in (snapshot or {}).get("nodes", []):
         alarms = [name for name, on in (("memory", n.get("mem_alarm")), ("disk", n.get("disk_free_alarm"))) if on]
         rows.append({"node": n["name"], "running": n.get("running"),
+                     "cannot_reach": ", ".join(n.get("partitions") or []),
                      "memory_used_mib": _mib(n.get("mem_used")), "memory_limit_mib": _mib(n.get("mem_limit")),
                      "disk_free_mib": _mib(n.get("disk_free")), "disk_free_limit_mib": _mib(n.get("disk_free_limit")),
                      "alarms": ", ".join(alarms)})
-    return pd.DataFrame(rows, columns=["node", "running", "memory_used_mib", "memory_limit_mib", "disk_free_mib",
-                                       "disk_free_limit_mib", "alarms"])
+    return pd.DataFrame(rows, columns=["node", "running", "cannot_reach", "memory_used_mib", "memory_limit_mib",
+                                       "disk_free_mib", "disk_free_limit_mib", "alarms"])
+
+
+def degraded_queues(snapshot: dict[str, Any] | None) -> pd.DataFrame:
+    """Replicated queues missing a replica: quorum queues with members offline, mirrored queues with mirrors
+    out of sync; with where their leader and replicas are."""
+    rows = []
+    for q in (snapshot or {}).get("queues", []):
+        members, online = q.get("members"), q.get("online")
+        mirrors, synced = q.get("mirrors"), q.get("synchronised_mirrors")
+        if members and online is not None:
+            missing = [m for m in members if m not in online]
+            replicas, behind = members, missing
+        elif mirrors and synced is not None:
+            replicas, behind = [q.get("node"), *mirrors], [m for m in mirrors if m not in synced]
+        else:
+            continue
+        if behind:
+            rows.append({"queue": q["name"], "vhost": q["vhost"], "type": q.get("type"), "leader": q.get("node"),
+                         "replicas": ", ".join(r for r in replicas if r),
+                         "missing or unsynchronised": ", ".join(behind),
+                         "quorum": (len(members) - len(behind) > len(members) // 2) if members else None})
+    return pd.DataFrame(rows, columns=["queue", "vhost", "type", "leader", "replicas", "missing or unsynchronised",
+                                       "quorum"])
 
 
 def blocked_connections(snapshot: dict[str, Any] | None) -> pd.DataFrame:

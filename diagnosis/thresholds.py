@@ -26,6 +26,10 @@ class Thresholds:
     publish_rate_at_stake: float = 1.0
     # unroutable-dropped and unroutable-returned warn at this many messages in the window; one is info.
     unroutable_at_stake: int = 2
+    # queue-leaders-unbalanced: info when one running node leads more than this share of the cluster's queues
+    # (quorum leaders and classic queues' home nodes), a warning when it leads them all; only from this many.
+    leaders_unbalanced_share: float = 0.6
+    leaders_unbalanced_min_queues: int = 10
 
     @classmethod
     def from_table(cls, table: dict[str, Any], where: str = "[diagnosis]") -> Thresholds:

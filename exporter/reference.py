@@ -24,11 +24,11 @@ _COUNTS = MessageStats(1, 1, 1, 1, 1, 1, 1)
 
 
 def sample_snapshot() -> Snapshot:
-    """One object of each kind, every field reported: what makes every family appear."""
+    """One object of each kind (and a quorum queue), every field reported: what makes every family appear."""
     return Snapshot(
         taken_at=1000.0,
         overview=Overview("3.10.8", "25", "3.10.8", "rabbit@example", False, _COUNTS),
-        nodes=(Node("rabbit@example", True, 1, 2, False, 3, 1, False, 1, 2, 1, 0.001),),
+        nodes=(Node("rabbit@example", True, 1, 2, False, 3, 1, False, 1, 2, 1, 0.001, partitions=()),),
         vhosts=("/",),
         connections=(Connection("peer -> host", "/", "app", "billing", 60, "running", "rabbit@example", "peer",
                                 "pika"),),
@@ -37,7 +37,10 @@ def sample_snapshot() -> Snapshot:
         consumers=(Consumer("/", "orders", "ctag", "peer -> host (1)", "peer -> host", "billing", "app", 10, True,
                             False, True),),
         queues=(Queue("/", "orders", "classic", True, False, False, "running", "rabbit@example", 1, 5, 1, 1, 1.0,
-                      _COUNTS),),
+                      _COUNTS),
+                Queue("/", "payments", "quorum", True, False, False, "running", "rabbit@example", 1, 0, 1, 1, 1.0,
+                      _COUNTS, members=("rabbit@example", "rabbit@b", "rabbit@c"),
+                      online=("rabbit@example", "rabbit@b"))),
     )
 
 

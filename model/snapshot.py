@@ -50,6 +50,8 @@ class Node:
     fd_total: int | None
     io_sync_count: int | None
     io_sync_avg_seconds: float | None
+    # The cluster members this node cannot reach (a network partition, as it sees it); None where unknown.
+    partitions: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +170,13 @@ class Queue:
     consumers: int | None
     consumer_utilisation: float | None
     message_stats: MessageStats
+    # A replicated queue's nodes, where the source says: a quorum queue's configured members and those online
+    # (`node` is its leader's); a classic mirrored queue's mirrors and the synchronised ones (`node` is its
+    # leader's). None for a queue that has none, or where the source does not list them.
+    members: tuple[str, ...] | None = None
+    online: tuple[str, ...] | None = None
+    mirrors: tuple[str, ...] | None = None
+    synchronised_mirrors: tuple[str, ...] | None = None
 
 
 # Facts a source may be unable to report (Snapshot.unreported); a rule that needs one is not evaluated.

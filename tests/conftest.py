@@ -19,7 +19,7 @@ from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.exporter.cardinality import Limits
 from ackscope.probes.config import ProbeConfig
 from ackscope.sources import Selection
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, LocalCluster
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +40,18 @@ def plugin_only_broker() -> Iterator[LocalBroker]:
     """A node with the Prometheus plugin and no management plugin at all: only port 15692 answers HTTP."""
     with private_broker("ackscope-pluginonly", plugins=("rabbitmq_prometheus",)) as node:
         yield node
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    """Three private nodes joined into one cluster (about 150 MiB each), started once for the session."""
+    nodes = LocalCluster(3, name="ackscope-cluster")
+    try:
+        nodes.start()
+        yield nodes
+    finally:
+        nodes.stop()
+        nodes.remove()
 
 
 @pytest.fixture
@@ -153,7 +165,7 @@ def rabbitmq_server() -> str:
 # -- tiers ----------------------------------------------------------------------------------------------
 SERVICE_OF_FIXTURE = {
     "broker": "broker", "spare_broker": "broker", "crash_broker": "broker", "large_broker": "broker",
-    "rabbitmq_server": "broker",
+    "rabbitmq_server": "broker", "cluster": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",
     "spark": "spark", "java": "spark",
     "chromium": "browser",

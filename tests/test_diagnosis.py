@@ -20,7 +20,9 @@ from ackscope.workloads.private_broker import ADMIN_PASSWORD
 from ackscope.workloads.scenarios import BY_NAME, PREFIX, SCENARIOS
 
 # Rules a client cannot cause from a scenario: alarms are the broker's (the alarm test raises one).
-NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm"}
+# The broker's own state, not a client's doing: alarms, and the cluster's (on real nodes in test_cluster.py).
+NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm", "node-down", "network-partition", "quorum-queue-degraded",
+                      "quorum-queue-no-quorum", "queue-leaders-unbalanced", "mirrored-queue-unsynchronised"}
 
 
 @pytest.fixture

@@ -61,11 +61,12 @@ class LocalBroker:
     """One RabbitMQ node under `base_dir`, started and stopped by this process."""
 
     def __init__(self, base_dir: Path | None = None, name: str = "ackscope", stats_interval_ms: int = 500,
-                 statistics: bool = True, plugins: tuple[str, ...] = PLUGINS):
+                 statistics: bool = True, plugins: tuple[str, ...] = PLUGINS, cookie: str | None = None):
         """`statistics=False` configures the node as the official container image does: management
         statistics off (management_agent.disable_metrics_collector), the Prometheus plugin still on.
         `plugins` are the plugins it enables (both by default; ("rabbitmq_prometheus",) for a node that
-        has no management API at all)."""
+        has no management API at all). `cookie`: the Erlang cookie it shares with the nodes of its cluster
+        (by default one of its own)."""
         if base_dir is None:
             # The node runs as the rabbitmq user, which must be able to reach its files: a private
             # 0700 temp dir (pytest's, for one) would not do.
@@ -77,6 +78,7 @@ class LocalBroker:
         self.stats_interval_ms = stats_interval_ms
         self.statistics = statistics
         self.plugins = plugins
+        self.cookie = cookie or secrets.token_hex(16).upper()
         self._process: subprocess.Popen | None = None
         self._user = "rabbitmq" if os.geteuid() == 0 else None
 
@@ -167,7 +169,7 @@ class LocalBroker:
         (self.base_dir / "enabled_plugins").write_text("[" + ",".join(self.plugins) + "].\n")
         (self.base_dir / "rabbitmq-env.conf").write_text("")  # shadows /etc/rabbitmq/rabbitmq-env.conf
         cookie = self.base_dir / "home" / ".erlang.cookie"
-        cookie.write_text(secrets.token_hex(16).upper())
+        cookie.write_text(self.cookie)
         cookie.chmod(0o400)
         if self._user:
             entry = pwd.getpwnam(self._user)
@@ -247,6 +249,50 @@ class LocalBroker:
                 self._process.wait()
             self._process = None
         (self.base_dir / "beam.pid").unlink(missing_ok=True)
+
+
+class LocalCluster:
+    """Private nodes joined into one cluster (`rabbitmqctl join_cluster`): the first is where the others join,
+    each with its own ports and data directory, all with one Erlang cookie."""
+
+    def __init__(self, size: int = 3, name: str = "ackscope-cluster", stats_interval_ms: int = 500,
+                 statistics: bool = True):
+        cookie = secrets.token_hex(16).upper()
+        self.nodes = [LocalBroker(name=f"{name}{i + 1}", stats_interval_ms=stats_interval_ms,
+                                  statistics=statistics, cookie=cookie) for i in range(size)]
+
+    def start(self, timeout: float = 180.0) -> None:
+        """Start every node; the second and later join the first as disc nodes."""
+        first, *rest = self.nodes
+        first.start(timeout)
+        for node in rest:
+            node.start(timeout)
+            node.ctl("stop_app")
+            node.ctl("join_cluster", first.nodename)
+            node.ctl("start_app")
+        self.wait_running(len(self.nodes), timeout)
+
+    def wait_running(self, count: int, timeout: float = 120.0) -> None:
+        """Until a running node's management API lists `count` running members."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for node in self.nodes:
+                try:
+                    listed = node.api("GET", "/nodes", params={"columns": "name,running"}).json()
+                except requests.RequestException:
+                    continue
+                if sum(1 for n in listed if n.get("running")) == count:
+                    return
+            time.sleep(0.5)
+        raise LocalBrokerError(f"the cluster did not list {count} running nodes within {timeout:.0f}s")
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            node.stop()
+
+    def remove(self) -> None:
+        for node in self.nodes:
+            node.remove()
 
 
 def _alive(pid: int) -> bool:

@@ -19,6 +19,8 @@ GAUGES = (
     ("disk_free_alarm", "1 while the free-disk alarm is on (publishers blocked).", lambda n: flag(n.disk_free_alarm)),
     ("file_descriptors_used", "File descriptors the node has open.", lambda n: n.fd_used),
     ("file_descriptors_limit", "File descriptors the node may open.", lambda n: n.fd_total),
+    ("partitions", "Cluster members this node cannot reach (a network partition as it sees it); 0 when whole.",
+     lambda n: None if n.partitions is None else len(n.partitions)),
     ("io_sync_average_seconds", "Average duration of the node's recent fsyncs (absent on RabbitMQ 4, which "
      "reports zeros).", lambda n: n.io_sync_avg_seconds),
 )

@@ -14,6 +14,25 @@ def _labels(q: Queue) -> tuple[str, ...]:
     return (q.vhost, q.name, q.type, "" if q.durable is None else str(q.durable).lower())
 
 
+LEADER_LABELS = ("vhost", "queue", "node")
+
+
+def _leader_labels(q: Queue) -> tuple[str, ...]:
+    return (q.vhost, q.name, q.node or "")
+
+
+def _members(q: Queue) -> int | None:
+    if q.members is not None:
+        return len(q.members)
+    return None if q.mirrors is None else 1 + len(q.mirrors)
+
+
+def _online(q: Queue) -> int | None:
+    if q.members is not None:
+        return None if q.online is None else len(set(q.online) & set(q.members))
+    return None if q.mirrors is None or q.synchronised_mirrors is None else 1 + len(q.synchronised_mirrors)
+
+
 def _folded_labels(f: Folded) -> tuple[str, ...]:
     return (f.vhost, FOLDED, "", "")
 
@@ -47,3 +66,12 @@ class QueueCollector:
         yield gauge("ackscope_queue_consumer_utilisation", "Share of time the queue could deliver to its "
                     "consumers at once (RabbitMQ's consumer capacity); absent until measured.",
                     LABELS, queues, _labels, lambda q: q.consumer_utilisation)
+        # Replicated queues only: a classic queue that is not mirrored has no members to count.
+        yield gauge("ackscope_queue_members", "Nodes a replicated queue is configured on: a quorum queue's members, "
+                    "a classic mirrored queue's leader and mirrors.", LABELS, queues, _labels, _members)
+        yield gauge("ackscope_queue_members_online", "Of a quorum queue's members, those online (fewer than half "
+                    "of ackscope_queue_members: no quorum); of a mirrored queue's, the leader and synchronised "
+                    "mirrors.", LABELS, queues, _labels, _online)
+        yield gauge("ackscope_queue_leader", "1 for a replicated queue's leader's node (label node).",
+                    LEADER_LABELS, [q for q in queues if _members(q) is not None and q.node], _leader_labels,
+                    lambda q: 1)

@@ -31,6 +31,10 @@ _STATS = ("publish", "confirm", "deliver_get", "ack", "redeliver", "return_unrou
           "get_no_ack")
 
 
+# A replicated queue's nodes: a quorum queue's members and those online, a classic mirrored queue's mirrors (3.x).
+REPLICAS = ("members", "online", "slave_nodes", "synchronised_slave_nodes")
+
+
 def _stats_columns(*names: str) -> tuple[str, ...]:
     return tuple(f"message_stats.{n}" for n in names)
 
@@ -39,7 +43,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "overview": ("rabbitmq_version", "erlang_version", "management_version", "cluster_name", "disable_stats",
                  "message_stats", "object_totals.queues", "object_totals.channels", "object_totals.connections"),
     "nodes": ("name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit",
-              "disk_free_alarm", "fd_used", "fd_total", "io_sync_count", "io_sync_avg_time"),
+              "disk_free_alarm", "fd_used", "fd_total", "io_sync_count", "io_sync_avg_time", "partitions"),
     "vhosts": ("name",),
     "connections": ("name", "vhost", "user", "user_provided_name", "client_properties", "timeout", "state",
                     "node", "peer_host", "peer_port"),
@@ -51,7 +55,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
                   "exclusive", "active"),
     "queues": ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node", "messages_ready",
                "messages_unacknowledged", "messages_persistent", "consumers", "consumer_utilisation",
-               "consumer_capacity") + _stats_columns("publish", "deliver_get", "ack", "redeliver", "get", "get_no_ack"),
+               "consumer_capacity", *REPLICAS) + _stats_columns("publish", "deliver_get", "ack", "redeliver", "get",
+                                                                "get_no_ack"),
 }
 
 
@@ -82,6 +87,11 @@ def _bool(v: Any) -> bool | None:
 
 def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
+
+
+def _names(v: Any) -> tuple[str, ...] | None:
+    """A list of node names, sorted; None when it is not a list of strings (a queue that is not replicated)."""
+    return tuple(sorted(v)) if isinstance(v, list) and all(isinstance(n, str) for n in v) else None
 
 
 def _dict(v: Any) -> dict:
@@ -135,6 +145,7 @@ def node(raw: dict, fsync_reported: bool = True) -> Node:
         fd_total=_int(raw.get("fd_total")),
         io_sync_count=_int(raw.get("io_sync_count")) if fsync_reported else None,
         io_sync_avg_seconds=None if avg_ms is None else avg_ms / 1000.0,
+        partitions=_names(raw.get("partitions")),
     )
 
 
@@ -249,6 +260,10 @@ def queue(raw: dict) -> Queue:
         consumers=_int(raw.get("consumers")),
         consumer_utilisation=_float(utilisation),
         message_stats=message_stats(raw.get("message_stats")),
+        members=_names(raw.get("members")),
+        online=_names(raw.get("online")),
+        mirrors=_names(raw.get("slave_nodes")),
+        synchronised_mirrors=_names(raw.get("synchronised_slave_nodes")),
     )
 
 

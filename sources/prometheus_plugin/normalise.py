@@ -194,7 +194,8 @@ def queue_counts(s: Samples, queues: Iterable[Queue], absent: Collection[str] = 
                                ack=counted(acked, key, not no_deliveries),
                                redeliver=counted(redelivered, key, not no_deliveries),
                                get=counted(got, key, not no_deliveries),
-                               get_no_ack=counted(got_no_ack, key, not no_deliveries)))
+                               get_no_ack=counted(got_no_ack, key, not no_deliveries)),
+                  q.members, q.online, q.mirrors, q.synchronised_mirrors)
             for q in queues for key in ((q.vhost, q.name),)]
 
 

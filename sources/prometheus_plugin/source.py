@@ -40,7 +40,8 @@ CONSUMER_LIST_MAX_AGE = 60.0
 # seconds in the background, for the next poll to use (so no poll waits for it). In one answer: 10 pages cost
 # the broker 5x the CPU of one at 5,000 queues (docs/benchmarks.md).
 QUEUE_LIST_MAX_AGE = 60.0
-QUEUE_COLUMNS = ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node")
+QUEUE_COLUMNS = ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node",
+                 *management_normalise.REPLICAS)
 PLUGIN = ("metrics/detailed", "metrics")
 # Errors that are the configuration's, not the moment's: the poll fails loudly rather than export a part.
 FATAL = frozenset({"unauthorized", "forbidden", "tls"})

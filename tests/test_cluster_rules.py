@@ -1,0 +1,79 @@
+"""The cluster rules on small snapshots: a node down, a partition, a quorum queue degraded or without its
+quorum, leaders piled on one node, a mirrored queue out of sync."""
+
+from __future__ import annotations
+
+from snapshot_builders import connection, consumer, node, queue, snapshot
+
+from ackscope.diagnosis.rules import Context, evaluate
+
+A, B, C = "rabbit@a", "rabbit@b", "rabbit@c"
+
+
+def found(s, rule: str, previous=None):
+    return [f for f in evaluate(Context(s, previous)) if f.rule == rule]
+
+
+def test_a_node_not_running_is_critical_naming_it_its_stranded_queues_and_the_connections_it_had():
+    qq = queue("orders", type="quorum", node=A, members=(A, B, C), online=(A, B))
+    stranded = queue("local-cache", node=C, state="down")
+    before = snapshot(connections=[connection("c1", node=C), connection("c2", node=A)])
+    s = snapshot(nodes=[node(A), node(B), node(C, running=False)], queues=[qq, stranded])
+    [f] = found(s, "node-down", before)
+    assert (f.severity, f.object) == ("critical", f"node {C}")
+    assert f.evidence["queues_on_it"] == 1 and f.evidence["examples"] == ["//local-cache"]
+    assert f.evidence["replicated_queues_with_a_member_on_it"] == 1
+    assert f.evidence["connections_it_had"] == 1
+    assert found(snapshot(nodes=[node(A), node(B)]), "node-down") == []
+
+
+def test_a_partition_is_critical_naming_both_sides():
+    s = snapshot(nodes=[node(A, partitions=(C,)), node(B, partitions=()), node(C, partitions=(A,))])
+    fs = found(s, "network-partition")
+    assert sorted((f.object, tuple(f.evidence["cannot_reach"])) for f in fs) == [(f"node {A}", (C,)),
+                                                                                 (f"node {C}", (A,))]
+    assert all(f.severity == "critical" for f in fs)
+
+
+def test_a_quorum_queue_that_lost_a_member_is_degraded_and_one_without_a_majority_has_no_quorum():
+    degraded = queue("orders", type="quorum", node=A, members=(A, B, C), online=(A, B))
+    lost = queue("payments", type="quorum", node=None, members=(A, B, C), online=(A,), messages_ready=7)
+    whole = queue("audit", type="quorum", node=B, members=(A, B, C), online=(A, B, C))
+    s = snapshot(queues=[degraded, lost, whole], consumers=[consumer("payments")])
+    [d] = found(s, "quorum-queue-degraded")
+    assert (d.severity, d.object, d.evidence["missing"]) == ("warning", "queue orders", [C])
+    [n] = found(s, "quorum-queue-no-quorum")
+    assert (n.severity, n.object, n.evidence["online"], n.evidence["missing"]) == \
+        ("critical", "queue payments", [A], [B, C])
+    assert n.client  # its consumers are named, the clients that get nothing
+
+
+def test_a_five_member_quorum_queue_with_three_online_still_has_its_quorum():
+    five = ("n1", "n2", "n3", "n4", "n5")
+    s = snapshot(queues=[queue("q5", type="quorum", members=five, online=five[:3])])
+    assert [f.rule for f in evaluate(Context(s)) if f.rule.startswith("quorum")] == ["quorum-queue-degraded"]
+
+
+def test_a_source_that_does_not_say_who_is_online_raises_no_quorum_finding():
+    s = snapshot(queues=[queue("orders", type="quorum", members=(A, B, C), online=None)])
+    assert [f for f in evaluate(Context(s)) if f.rule.startswith("quorum")] == []
+
+
+def test_leaders_on_one_node_beyond_the_share_are_info_and_all_on_one_node_a_warning():
+    nodes = [node(A), node(B), node(C)]
+    piled = [queue(f"q{i}", node=A) for i in range(8)] + [queue("r1", node=B), queue("r2", node=C)]
+    [f] = found(snapshot(nodes=nodes, queues=piled), "queue-leaders-unbalanced")
+    assert (f.severity, f.object, f.evidence["leaders"]) == ("info", f"node {A}", {A: 8, B: 1, C: 1})
+    [f] = found(snapshot(nodes=nodes, queues=[queue(f"q{i}", node=B) for i in range(10)]),
+                "queue-leaders-unbalanced")
+    assert (f.severity, f.object) == ("warning", f"node {B}")
+    spread = [queue(f"q{i}", node=(A, B, C)[i % 3]) for i in range(30)]
+    assert found(snapshot(nodes=nodes, queues=spread), "queue-leaders-unbalanced") == []
+    assert found(snapshot(nodes=[node(A)], queues=piled), "queue-leaders-unbalanced") == []  # one node
+
+
+def test_a_mirrored_queue_with_a_mirror_behind_is_unsynchronised():
+    s = snapshot(queues=[queue("ha", node=A, mirrors=(B, C), synchronised_mirrors=(B,)),
+                         queue("ha-ok", node=A, mirrors=(B,), synchronised_mirrors=(B,))])
+    [f] = found(s, "mirrored-queue-unsynchronised")
+    assert (f.severity, f.object, f.evidence["unsynchronised"]) == ("warning", "queue ha", [C])
