@@ -56,7 +56,10 @@ def families() -> list[tuple[str, str, tuple[str, ...], str]]:
     target = TargetStats("classic-persistent", "classic", True, True, dict.fromkeys(probes.COUNTERS, 1.0),
                          {h: Histogram(((1.0, 1.0), (float("inf"), 1.0)), 0.5) for h in probes.HISTOGRAMS},
                          dict.fromkeys(probes.GAUGES, 1.0))
-    texts.append(probe_metrics(ProbeStats(1000.0, (target,), connection_failures={"publisher": 1.0})).decode())
+    texts.append(probe_metrics(ProbeStats(
+        1000.0, (target,), connection_failures={"publisher": 1.0}, entries={"publisher": "rabbit-1:5672"},
+        entry_confirm_latency={("classic-persistent", "rabbit-1:5672"): Histogram(((float("inf"), 1.0),), 0.5)},
+    )).decode())
     found: dict[str, tuple[str, str, set[str], str]] = {}
     for source in (text_string_to_metric_families(t) for t in texts):
         for f in source:

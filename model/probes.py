@@ -64,13 +64,16 @@ class TargetStats:
 
 @dataclass(frozen=True)
 class ProbeStats:
-    """Every target at `taken_at`, whether the broker blocks the probes' publishing connection, and how often
-    the probes' connections failed."""
+    """Every target at `taken_at`, whether the broker blocks the probes' publishing connection, how often the
+    probes' connections failed, which node each is on, and confirm latency per node published through."""
 
     taken_at: float
     targets: tuple[TargetStats, ...] = ()
     publisher_blocked: bool = False
     connection_failures: Mapping[str, float] = field(default_factory=lambda: _EMPTY)  # by role: publisher, consumer
+    entries: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # role -> node (host:port) it is on
+    # (target, entry node) -> confirm latency of publishes made through that node
+    entry_confirm_latency: Mapping[tuple[str, str], Histogram] = field(default_factory=lambda: _EMPTY)
 
     def json(self) -> bytes:
         """/api/probes: every target's counters, gauges and histogram buckets."""

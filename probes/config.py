@@ -9,18 +9,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pika
-
 from ackscope.core import amqp, config
 from ackscope.core.config import ConfigError, Option
-from ackscope.core.secret import Secret
 
-from .runner import ProbeSettings
+from .runner import Entry, ProbeSettings
 from .targets import Target, targets_from_config
 
 OPTIONS = (
     Option("amqp_url", None, str, "AMQP URL the probes connect to, e.g. amqp://ackscope-probe@host:5672/%%2F "
-           "(password from ACKSCOPE_AMQP_PASSWORD[_FILE])"),
+           "(password from ACKSCOPE_AMQP_PASSWORD[_FILE]); in a cluster, one per node, comma-separated: the "
+           "probes use the first that answers and move to the next when theirs is lost"),
     Option("amqp_ca_file", None, config.existing_file, "CA bundle to verify the broker's AMQPS certificate"),
     Option("amqp_insecure_skip_verify", False, config.boolean, "do not verify the broker's AMQPS certificate",
            switch=True),
@@ -45,12 +43,14 @@ SHARED = ("rate", "burst_size", "burst_interval", "prefetch", "requeue_share")
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    amqp_url: Secret  # it may carry the password
-    display_url: str  # the same without it, for logs
-    ssl_options: pika.SSLOptions | None
+    entries: tuple[Entry, ...]  # the nodes the probes may connect to, in the order they try them
     targets: tuple[Target, ...]
     settings: ProbeSettings
     data_dir: str | None
+
+    @property
+    def display_url(self) -> str:
+        return ", ".join(e.display for e in self.entries)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,17 +67,20 @@ def load(args: argparse.Namespace, environ: Mapping[str, str], document: Mapping
     v = config.resolve(OPTIONS, args, environ, section, SECRETS, where=path or "config")
     if v["amqp_url"] is None:
         return None
-    amqp.refuse_password_on_command_line(getattr(args, "amqp_url", None))
+    for flag in (getattr(args, "amqp_url", None) or "").split(","):
+        amqp.refuse_password_on_command_line(flag.strip())
     if v["amqp_ca_file"] and v["amqp_insecure_skip_verify"]:
         raise ConfigError("--amqp-ca-file and --amqp-insecure-skip-verify contradict each other")
-    url = amqp.with_password(v["amqp_url"], v["amqp_password"])
+    urls = [amqp.with_password(u.strip(), v["amqp_password"]) for u in v["amqp_url"].split(",") if u.strip()]
+    if not urls:
+        raise ConfigError(f"amqp_url: no URL in {v['amqp_url']!r}")
     try:
         targets = targets_from_config(rows, {k: v[k] for k in SHARED}, v["reject_publish"])
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{path or 'config'}: {e}") from None
     return ProbeConfig(
-        amqp_url=url.url, display_url=url.display,
-        ssl_options=amqp.ssl_options(url.url.reveal(), v["amqp_ca_file"], v["amqp_insecure_skip_verify"]),
+        entries=tuple(Entry(u.url, u.display, amqp.ssl_options(u.url.reveal(), v["amqp_ca_file"],
+                                                               v["amqp_insecure_skip_verify"])) for u in urls),
         targets=targets,
         settings=ProbeSettings(confirm_timeout=v["confirm_timeout"], loss_deadline=v["loss_deadline"]),
         data_dir=data_dir)

@@ -4,7 +4,8 @@ per target on each, all driven by one I/O loop in one thread.
 Publishers and consumers use separate connections, as RabbitMQ advises: when an alarm blocks publishing,
 the consumers keep draining. A lost connection is re-established with capped exponential backoff and
 jitter; what was unconfirmed when it was lost is published again (and counted), so the audit then shows
-duplicates, never losses.
+duplicates, never losses. Given several entries (a cluster's nodes), a lost connection is re-established on
+the next one, at once; the backoff grows only once every entry has failed.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import pika
 import pika.exceptions
 from pika.adapters.select_connection import IOLoop
 
 from ackscope.core.amqp import describe_close
+from ackscope.core.secret import Secret
 from ackscope.model.probes import CONNECTION_PREFIX
 
 from .audit import DeliveryAudit
@@ -38,6 +42,20 @@ BACKOFF_MIN, BACKOFF_MAX = 1.0, 30.0
 MAX_IN_FLIGHT = 5_000  # unconfirmed publishes per target; beyond it the publisher waits (bounded memory)
 HOUSEKEEPING_S = 1.0
 BURST_SLICE = 2  # publishes made per turn of the I/O loop in a burst (chosen by measurement: docs/benchmarks.md)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A node the probes may connect to: its URL (with the password), the same without it, and its TLS."""
+    url: Secret
+    display: str
+    ssl_options: pika.SSLOptions | None = None
+
+    @property
+    def node(self) -> str:
+        """host:port, the `entry` label of the probes' series (no user, no vhost)."""
+        parts = urlsplit(self.display)
+        return f"{parts.hostname}:{parts.port or (5671 if parts.scheme == 'amqps' else 5672)}"
 
 
 @dataclass(frozen=True)
@@ -187,6 +205,7 @@ class _TargetProbe:
         for s in settled:
             if acked:
                 self.r.stats.observe(self.t, "confirm_latency_seconds", s.latency_s)
+                self.r.stats.observe_entry(self.t, self.r.entry_of("publisher"), s.latency_s)
                 self.event("confirmed", s.seq, seen_us, latency_s=s.latency_s, batch_size=len(settled))
                 if s.seq in self.returned:
                     self.returned.discard(s.seq)
@@ -225,8 +244,11 @@ class _TargetProbe:
         self.update_up()
 
     def _consumer_cancelled(self, channel) -> None:
-        # The broker cancelled us: the queue was deleted. Declare it again and go on consuming.
-        self.fail("consumer", f"queue {self.t.queue} was deleted; declaring it again")
+        # The broker cancelled us (basic.cancel: the queue was deleted, or a classic mirrored queue failed over;
+        # a quorum queue's leader change does not cancel, docs/clusters.md). Declare it again, consume again.
+        self.count("consumer_cancels")
+        self.fail("consumer", f"the broker cancelled the consumer of {self.t.queue} (queue deleted, or failed "
+                              "over); declaring it again and consuming again")
         self.r.later(1.0, lambda: self.declare(channel, lambda: self._consume(channel))
                      if channel.is_open else None)
 
@@ -308,13 +330,11 @@ class _TargetProbe:
 class ProbeRunner:
     """All targets against one broker, in one background thread; start() returns at once."""
 
-    def __init__(self, amqp_url: str, targets: tuple[Target, ...], stats: ProbeStatistics,
-                 settings: ProbeSettings = ProbeSettings(), events: EventLog | None = None,
-                 ssl_options: pika.SSLOptions | None = None, display_url: str = ""):
-        self.params = pika.URLParameters(amqp_url)
-        if ssl_options is not None:
-            self.params.ssl_options = ssl_options
-        self.display_url = display_url or "the broker"
+    def __init__(self, entries: Sequence[Entry], targets: tuple[Target, ...], stats: ProbeStatistics,
+                 settings: ProbeSettings = ProbeSettings(), events: EventLog | None = None):
+        if not entries:
+            raise ValueError("the probes need at least one AMQP URL")
+        self.entries = tuple(entries)
         self.targets = targets
         self.stats = stats
         self.settings = settings
@@ -328,6 +348,7 @@ class ProbeRunner:
         self._connections: dict[str, TimedConnection | None] = {"publisher": None, "consumer": None}
         self._backoff = {"publisher": BACKOFF_MIN, "consumer": BACKOFF_MIN}
         self._errors: dict[str, str | None] = {"publisher": None, "consumer": None}
+        self._at = {"publisher": 0, "consumer": 0}  # each role's entry: the one it is on, or tries next
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -373,17 +394,25 @@ class ProbeRunner:
     def _connect(self, role: str) -> None:
         if self.stopping:
             return
-        params = self.params
+        entry = self.entries[self._at[role]]
+        params = pika.URLParameters(entry.url.reveal())
+        if entry.ssl_options is not None:
+            params.ssl_options = entry.ssl_options
         params.client_properties = {"connection_name": f"{CONNECTION_PREFIX} {role}"}
         self._connections[role] = TimedConnection(
             params, on_open_callback=lambda c: self._opened(role, c),
             on_open_error_callback=lambda c, e: self._lost(role, e),
             on_close_callback=lambda c, e: self._lost(role, e), custom_ioloop=self.ioloop)
 
+    def entry_of(self, role: str) -> str:
+        """The node (host:port) the role's connection is on, or tries next."""
+        return self.entries[self._at[role]].node
+
     def _opened(self, role: str, connection) -> None:
         self._backoff[role] = BACKOFF_MIN
+        self.stats.set_entry(role, self.entry_of(role))
         if self._errors[role] is not None:
-            log.info("probe %s connection to %s is back", role, self.display_url)
+            log.info("probe %s connection to %s is back", role, self.entries[self._at[role]].display)
             self._errors[role] = None
         if role == "publisher":
             connection.add_on_connection_blocked_callback(self._on_blocked)
@@ -393,18 +422,31 @@ class ProbeRunner:
 
     def _lost(self, role: str, reason) -> None:
         self._connections[role] = None
+        self.stats.set_entry(role, None)
         if role == "publisher" and self.blocked:
             self._on_unblocked()
         if self.stopping:
             return
         self.stats.connection_failed(role)
-        message = describe_close(reason)
+        message, failed = describe_close(reason), self.entries[self._at[role]]
+        self._at[role] = (self._at[role] + 1) % len(self.entries)
+        if self._at[role]:  # another node to try: at once
+            log.error("probe %s connection to %s: %s; trying %s", role, failed.display, message,
+                      self.entries[self._at[role]].display)
+            self._errors[role] = message  # said: its coming back is said too
+            self.later(0, lambda: self._connect(role))
+            return
         if message != self._errors[role]:
-            log.error("probe %s connection to %s: %s; retrying with backoff", role, self.display_url, message)
+            log.error("probe %s connection to %s: %s; retrying with backoff", role,
+                      self.display if len(self.entries) > 1 else failed.display, message)
             self._errors[role] = message
         delay = self._backoff[role] * random.uniform(0.5, 1.0)  # jitter: many probes must not retry in step
         self._backoff[role] = min(self._backoff[role] * 2, BACKOFF_MAX)
         self.later(delay, lambda: self._connect(role))
+
+    @property
+    def display(self) -> str:
+        return ", ".join(e.display for e in self.entries)
 
     def reopen(self, probe: _TargetProbe, role: str, connection) -> None:
         """Open a target's channel again on the connection it lost it on. If that connection has gone

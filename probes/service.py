@@ -16,8 +16,7 @@ class Probes:
         self.cfg = cfg
         self.statistics = ProbeStatistics(cfg.targets)
         self.events = EventLog(cfg.data_dir) if cfg.data_dir else None
-        self.runner = ProbeRunner(cfg.amqp_url.reveal(), cfg.targets, self.statistics, cfg.settings, self.events,
-                                  cfg.ssl_options, cfg.display_url)
+        self.runner = ProbeRunner(cfg.entries, cfg.targets, self.statistics, cfg.settings, self.events)
 
     def stats(self) -> ProbeStats:
         return self.statistics.snapshot()

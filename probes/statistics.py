@@ -26,7 +26,7 @@ BATCH_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
 HISTOGRAMS = {"confirm_latency_seconds": LATENCY_BUCKETS, "confirm_batch_size": BATCH_BUCKETS,
               "delivery_latency_seconds": LATENCY_BUCKETS, "redelivery_latency_seconds": LATENCY_BUCKETS}
 COUNTERS = ("published", "confirmed", "nacked", "returned", "confirm_timeouts", "republished", "held_back",
-            "delivered", "redelivered", "requeued", "duplicates", "lost", "reconnects")
+            "delivered", "redelivered", "requeued", "duplicates", "lost", "reconnects", "consumer_cancels")
 GAUGES = ("consumer_unacked", "consumer_prefetch", "awaiting_delivery", "oldest_awaiting_seconds")
 ROLES = ("publisher", "consumer")
 
@@ -73,6 +73,9 @@ class ProbeStatistics:
         self._targets = {t.name: _Target(t) for t in targets}
         self._blocked = False
         self._connection_failures = dict.fromkeys(ROLES, 0)
+        self._entries: dict[str, str] = {}  # role -> the node its connection is on, while it is open
+        # (target, entry node) -> confirm latency through that node: few entries, so a bounded set of series
+        self._by_entry: dict[tuple[str, str], Bucketed] = {}
 
     def count(self, t: Target, name: str, n: int = 1) -> None:
         if n:
@@ -82,6 +85,20 @@ class ProbeStatistics:
     def observe(self, t: Target, histogram: str, value: float) -> None:
         with self._lock:
             self._targets[t.name].histograms[histogram].observe(value)
+
+    def observe_entry(self, t: Target, entry: str, latency_s: float) -> None:
+        with self._lock:
+            h = self._by_entry.get((t.name, entry))
+            if h is None:
+                h = self._by_entry[(t.name, entry)] = Bucketed(LATENCY_BUCKETS)
+            h.observe(latency_s)
+
+    def set_entry(self, role: str, entry: str | None) -> None:
+        with self._lock:
+            if entry is None:
+                self._entries.pop(role, None)
+            else:
+                self._entries[role] = entry
 
     def set_gauge(self, t: Target, name: str, value: float) -> None:
         with self._lock:
@@ -108,4 +125,6 @@ class ProbeStatistics:
                             gauges=MappingProxyType({k: float(v) for k, v in s.gauges.items()}))
                 for _, s in sorted(self._targets.items()))
             return ProbeStats(time.time() if now is None else now, targets, self._blocked,
-                              MappingProxyType({k: float(v) for k, v in self._connection_failures.items()}))
+                              MappingProxyType({k: float(v) for k, v in self._connection_failures.items()}),
+                              MappingProxyType(dict(self._entries)),
+                              MappingProxyType({k: h.frozen() for k, h in sorted(self._by_entry.items())}))

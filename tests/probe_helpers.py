@@ -12,7 +12,7 @@ from helpers import Samples, parse, value, wait_for
 from ackscope.core.secret import Secret
 from ackscope.exporter.exposition import probe_metrics
 from ackscope.probes.config import ProbeConfig
-from ackscope.probes.runner import ProbeSettings
+from ackscope.probes.runner import Entry, ProbeSettings
 from ackscope.probes.service import Probes
 from ackscope.probes.targets import Target
 from ackscope.workloads.private_broker import LocalBroker
@@ -25,10 +25,12 @@ def quick(name: str, queue_type: str = "classic", persistent: bool = True, **ove
     return Target(name, queue_type, persistent, **{**QUICK, **overrides}).validate()
 
 
-def probe_config(broker: LocalBroker, vhost: str, targets: tuple[Target, ...], *, data_dir: str | None = None,
-                 loss_deadline: float = 15.0, confirm_timeout: float = 5.0, url: str | None = None) -> ProbeConfig:
-    url = url or broker.amqp_url(vhost)
-    return ProbeConfig(amqp_url=Secret(url), display_url=url.split("@")[-1], ssl_options=None, targets=targets,
+def probe_config(broker: LocalBroker | None, vhost: str, targets: tuple[Target, ...], *,
+                 data_dir: str | None = None, loss_deadline: float = 15.0, confirm_timeout: float = 5.0,
+                 url: str | None = None, urls: tuple[str, ...] = ()) -> ProbeConfig:
+    """Probes on `broker`'s vhost, or on `url`, or on each of `urls` in turn (a cluster's nodes)."""
+    urls = urls or (url or broker.amqp_url(vhost),)
+    return ProbeConfig(entries=tuple(Entry(Secret(u), "amqp://" + u.split("@")[-1]) for u in urls), targets=targets,
                        settings=ProbeSettings(confirm_timeout=confirm_timeout, loss_deadline=loss_deadline),
                        data_dir=data_dir)
 

@@ -97,8 +97,20 @@ def test_probe_targets_and_settings_come_from_the_toml_probe_table(tmp_path):
     assert [(t.name, t.queue_type, t.rate) for t in probes.targets] == [("orders", "quorum", 20.0),
                                                                         ("events", "stream", 2.0)]
     assert probes.settings.loss_deadline == 60.0
-    assert probes.amqp_url.reveal() == "amqp://prober:probe-pw@rabbit:5672/%2F"
+    assert [e.url.reveal() for e in probes.entries] == ["amqp://prober:probe-pw@rabbit:5672/%2F"]
     assert "probe-pw" not in repr(probes) and probes.display_url == "amqp://prober@rabbit:5672/%2F"
+
+
+def test_a_clusters_nodes_are_the_probes_entries_in_order_each_with_the_password(tmp_path):
+    path = _toml(tmp_path, '[probe]\namqp_url = "amqp://prober@rabbit-1:5672/%2F, amqps://prober@rabbit-2/%2F"\n')
+    probes = load(cli_args(config=path), {"ACKSCOPE_AMQP_PASSWORD": "probe-pw"}).probes
+    assert [e.url.reveal() for e in probes.entries] == ["amqp://prober:probe-pw@rabbit-1:5672/%2F",
+                                                        "amqps://prober:probe-pw@rabbit-2/%2F"]
+    assert [e.node for e in probes.entries] == ["rabbit-1:5672", "rabbit-2:5671"]
+    assert probes.entries[0].ssl_options is None and probes.entries[1].ssl_options is not None
+    assert "probe-pw" not in repr(probes)
+    with pytest.raises(ConfigError, match="must not carry a password"):
+        load(cli_args(amqp_url="amqp://a@rabbit-1/%2F,amqp://a:pw@rabbit-2/%2F"), {})
 
 
 def test_no_amqp_url_means_no_probes(tmp_path):

@@ -31,6 +31,8 @@ COUNTERS = {
     "duplicates": "Deliveries of a sequence number already delivered and not requeued by the probe.",
     "lost": "Confirmed messages not delivered within the loss deadline.",
     "reconnects": "Times the probe's connection was re-established after it was lost.",
+    "consumer_cancels": "Times the broker cancelled the probe's consumer (basic.cancel: its queue deleted, a classic "
+                        "mirrored queue failing over); the probe consumes again.",
 }
 GAUGES = {
     "consumer_unacked": "Deliveries the probe's consumer holds unacknowledged (client side).",
@@ -75,6 +77,18 @@ class ProbeCollector:
         for role, n in sorted(self._stats.connection_failures.items()):
             failures.add_metric([role], n)
         yield failures
+        by_entry = HistogramMetricFamily(
+            "ackscope_probe_entry_confirm_latency_seconds", "Confirm latency by the node the probe published through "
+            "(label entry, host:port of one of its AMQP URLs): through a quorum queue's leader against through "
+            "another node, the hop between nodes.", labels=("target", "entry"))
+        for (target, entry), h in self._stats.entry_confirm_latency.items():
+            by_entry.add_metric([target, entry], [(floatToGoString(le), n) for le, n in h.buckets], h.sum)
+        yield by_entry
+        entries = GaugeMetricFamily("ackscope_probe_connection_entry", "1 for the node (host:port) each of the "
+                                    "probes' connections is on, while it is open.", labels=("role", "entry"))
+        for role, entry in sorted(self._stats.entries.items()):
+            entries.add_metric([role, entry], 1)
+        yield entries
         yield GaugeMetricFamily("ackscope_probe_publisher_blocked", "1 while the broker blocks the probe's "
                                 "publishing connection (a memory or disk alarm).",
                                 value=int(self._stats.publisher_blocked))
