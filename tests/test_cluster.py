@@ -1,13 +1,17 @@
 """A three-node cluster of private nodes (joined with rabbitmqctl join_cluster): a node killed, then a second,
-then both back; what ackscope names at each step, read from the exporter as a user reads it."""
+then both back; what ackscope names at each step, read from the exporter as a user reads it, and what its probes
+see: confirms while a quorum stands, confirm timeouts without one, a leader change, a move to another node."""
 
 from __future__ import annotations
+
+import time
 
 import pika
 import requests
 from helpers import scrape, value, wait_for
+from probe_helpers import probe_config, probe_samples, probe_value, quick, running_probes, settled_since, wait_probe
 
-from ackscope.workloads.private_broker import LocalCluster
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalCluster, LocalBroker
 
 QUEUE = "ackscope.test.quorum"
 
@@ -20,6 +24,24 @@ def of(url: str, rule: str, obj: str) -> dict | None:
     return next((f for f in findings(url) if f["rule"] == rule and f["object"] == obj), None)
 
 
+# Quorum probe targets, steady and nothing requeued on purpose: what they count is the cluster's doing.
+QUORUM = quick("quorum", "quorum", burst_size=0, requeue_share=0.0)
+
+
+def listed(node: LocalBroker, queue: str) -> dict:
+    r = requests.get(f"{node.management_url}/api/queues/%2F/{queue}", auth=(ADMIN_USER, ADMIN_PASSWORD), timeout=5)
+    return r.json() if r.status_code == 200 else {}
+
+
+def leader(node: LocalBroker, queue: str) -> str | None:
+    return listed(node, queue).get("node")
+
+
+def all_online(node: LocalBroker, queue: str) -> bool:
+    q = listed(node, queue)
+    return bool(q.get("members")) and sorted(q.get("online") or []) == sorted(q["members"])
+
+
 def test_a_dead_node_and_a_quorum_queue_losing_members_then_its_quorum_are_named_and_clear_on_return(
         cluster: LocalCluster, start_exporter):
     first, second, third = cluster.nodes
@@ -28,6 +50,20 @@ def test_a_dead_node_and_a_quorum_queue_losing_members_then_its_quorum_are_named
     conn.close()
     exporter = start_exporter(first.management_url, source="management", interval=0.5, timeout=5.0)
     url = exporter.url
+    # The probes on node 1, where their quorum queue is declared, so led: they keep their node throughout.
+    with running_probes(probe_config(None, "/", (QUORUM,), url=first.amqp_url(), confirm_timeout=3.0,
+                                     loss_deadline=90.0)) as probes:
+        wait_probe(probes, "ackscope_probe_delivered_total", QUORUM.name, 10)
+        _lose_nodes_and_come_back(cluster, url, exporter, probes)
+        # Nothing confirmed was lost: what was published while there was no quorum is confirmed (past its
+        # timeout) and delivered once the members are back.
+        back = time.monotonic()
+        wait_for(lambda: settled_since(probes, back), timeout=60, what="every confirmed message delivered")
+        assert probe_value(probes, "ackscope_probe_lost_total", QUORUM.name) == 0
+
+
+def _lose_nodes_and_come_back(cluster: LocalCluster, url: str, exporter, probes) -> None:
+    first, second, third = cluster.nodes
     members = wait_for(lambda: value(scrape(exporter), "ackscope_queue_members", queue=QUEUE), 30,
                        "the quorum queue's members")
     assert members == 3
@@ -41,17 +77,70 @@ def test_a_dead_node_and_a_quorum_queue_losing_members_then_its_quorum_are_named
     samples = scrape(exporter)
     assert value(samples, "ackscope_node_running", node=third.nodename) == 0
     assert value(samples, "ackscope_queue_members_online", queue=QUEUE) == 2
+    # Two of three members: a quorum, so the probe's publishes are still confirmed.
+    confirmed = probe_value(probes, "ackscope_probe_confirmed_total", QUORUM.name)
+    wait_probe(probes, "ackscope_probe_confirmed_total", QUORUM.name, confirmed + 20)
+    assert probe_value(probes, "ackscope_probe_confirm_timeouts_total", QUORUM.name) == 0
 
     second.kill()
     lost = wait_for(lambda: of(url, "quorum-queue-no-quorum", f"queue {QUEUE}"), 60, "quorum-queue-no-quorum")
     assert lost["severity"] == "critical"
     assert sorted(lost["evidence"]["missing"]) == sorted([second.nodename, third.nodename])
+    # No quorum: publishes wait for confirms that do not come, and count as confirm timeouts.
+    wait_probe(probes, "ackscope_probe_confirm_timeouts_total", QUORUM.name, 5)
 
     second.start()
     third.start()
     cluster.wait_running(3)
     wait_for(lambda: not any(f["rule"] in ("node-down", "quorum-queue-degraded", "quorum-queue-no-quorum")
                              for f in findings(url)), 60, "the cluster findings to clear")
+
+
+def test_a_quorum_leader_change_cancels_no_consumer_and_probes_move_to_the_next_node_when_theirs_dies(
+        cluster: LocalCluster):
+    first, second, third = cluster.nodes
+    target = quick("quorum-led-elsewhere", "quorum", burst_size=0, requeue_share=0.0)
+    # Declared through node 3, so led there (queue_leader_locator client-local); the probes use node 1, then 2.
+    conn = pika.BlockingConnection(pika.URLParameters(third.amqp_url()))
+    conn.channel().queue_declare(target.queue, durable=True, arguments=target.arguments())
+    conn.close()
+    wait_for(lambda: leader(first, target.queue) == third.nodename, 30, "the queue listed, led by node 3")
+    entries = (first.amqp_url(), second.amqp_url())
+    with running_probes(probe_config(None, "/", (target,), urls=entries, confirm_timeout=10.0,
+                                     loss_deadline=90.0)) as probes:
+        wait_probe(probes, "ackscope_probe_delivered_total", target.name, 10)
+        assert probes.stats().entries == {"publisher": f"127.0.0.1:{first.ports.amqp}",
+                                          "consumer": f"127.0.0.1:{first.ports.amqp}"}
+
+        # The leader's node dies: a follower becomes leader, and the consumer on node 1 goes on receiving,
+        # not cancelled (a quorum queue's consumers follow its leader; a mirrored queue's would be cancelled).
+        third.kill()
+        wait_for(lambda: leader(first, target.queue) in (first.nodename, second.nodename), 60, "a new leader")
+        delivered = probe_value(probes, "ackscope_probe_delivered_total", target.name)
+        wait_probe(probes, "ackscope_probe_delivered_total", target.name, delivered + 20)
+        assert probe_value(probes, "ackscope_probe_consumer_cancels_total", target.name) == 0
+        third.start()
+        cluster.wait_running(3)
+        wait_for(lambda: all_online(second, target.queue), 60, "the queue's three members online again")
+
+        # The probes' own node dies: both connections move to node 2, and publishing and consuming go on.
+        first.kill()
+        on_second = f"127.0.0.1:{second.ports.amqp}"
+        wait_for(lambda: probes.stats().entries == {"publisher": on_second, "consumer": on_second}, 60,
+                 "the probes' connections on node 2")
+        assert probe_value(probes, "ackscope_probe_reconnects_total", target.name) >= 2
+        confirmed = probe_value(probes, "ackscope_probe_confirmed_total", target.name)
+        wait_for(lambda: probe_value(probes, "ackscope_probe_confirmed_total", target.name) >= confirmed + 20, 60,
+                 lambda: f"confirms through node 2 (probe {probe_samples(probes)}, queue {listed(second, target.queue)})")
+        first.start()
+        cluster.wait_running(3)
+        back = time.monotonic()
+        wait_for(lambda: settled_since(probes, back), timeout=60, what="every confirmed message delivered")
+        assert probe_value(probes, "ackscope_probe_lost_total", target.name) == 0
+        # Confirm latency is kept per node published through: both nodes have theirs.
+        by_entry = probes.stats().entry_confirm_latency
+        assert by_entry[(target.name, f"127.0.0.1:{first.ports.amqp}")].count > 0
+        assert by_entry[(target.name, on_second)].count > 0
 
 
 def test_a_memory_alarm_on_one_member_is_named(cluster: LocalCluster, start_exporter):
@@ -65,3 +154,30 @@ def test_a_memory_alarm_on_one_member_is_named(cluster: LocalCluster, start_expo
     finally:
         third.ctl("set_vm_memory_high_watermark", "0.4")
     wait_for(lambda: of(exporter.url, "memory-alarm", f"node {third.nodename}") is None, 30, "the alarm to clear")
+
+
+def test_with_statistics_off_a_dead_member_and_the_quorum_queue_it_leaves_degraded_are_named_at_the_next_poll(
+        statsoff_cluster: LocalCluster, start_exporter):
+    first, _, third = statsoff_cluster.nodes
+    conn = pika.BlockingConnection(pika.URLParameters(first.amqp_url()))
+    conn.channel().queue_declare(QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
+    conn.close()
+    # Statistics off: auto reads the Prometheus plugin, and the management API's lists (the queue list once a
+    # minute: the members online are taken from the nodes running, read every poll).
+    exporter = start_exporter(first.management_url, prometheus_url=first.prometheus_url, interval=0.5,
+                              timeout=5.0)
+    wait_for(lambda: value(scrape(exporter), "ackscope_queue_members", queue=QUEUE) == 3, 30,
+             "the quorum queue's members")
+    assert value(scrape(exporter), "ackscope_queue_members_online", queue=QUEUE) == 3
+    third.kill()
+    try:
+        down = wait_for(lambda: of(exporter.url, "node-down", f"node {third.nodename}"), 30, "node-down")
+        assert down["severity"] == "critical"
+        degraded = wait_for(lambda: of(exporter.url, "quorum-queue-degraded", f"queue {QUEUE}"), 10,
+                            "quorum-queue-degraded, within a few polls and not the queue list's minute")
+        assert degraded["evidence"]["missing"] == [third.nodename]
+        assert value(scrape(exporter), "ackscope_queue_members_online", queue=QUEUE) == 2
+    finally:
+        third.start()
+        statsoff_cluster.wait_running(3)
+    wait_for(lambda: of(exporter.url, "quorum-queue-degraded", f"queue {QUEUE}") is None, 30, "the finding to clear")
