@@ -54,6 +54,18 @@ def cluster() -> Iterator[LocalCluster]:
         nodes.remove()
 
 
+@pytest.fixture(scope="session")
+def statsoff_cluster() -> Iterator[LocalCluster]:
+    """Three nodes joined into one cluster, management statistics off (the container image's default)."""
+    nodes = LocalCluster(3, name="ackscope-statsoff-cluster", statistics=False)
+    try:
+        nodes.start()
+        yield nodes
+    finally:
+        nodes.stop()
+        nodes.remove()
+
+
 @pytest.fixture
 def vhost(broker: LocalBroker) -> Iterator[str]:
     """A fresh vhost per test, so tests never see each other's queues, channels or connections."""
@@ -165,7 +177,7 @@ def rabbitmq_server() -> str:
 # -- tiers ----------------------------------------------------------------------------------------------
 SERVICE_OF_FIXTURE = {
     "broker": "broker", "spare_broker": "broker", "crash_broker": "broker", "large_broker": "broker",
-    "rabbitmq_server": "broker", "cluster": "broker",
+    "rabbitmq_server": "broker", "cluster": "broker", "statsoff_cluster": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",
     "spark": "spark", "java": "spark",
     "chromium": "browser",

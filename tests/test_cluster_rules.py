@@ -6,6 +6,7 @@ from __future__ import annotations
 from snapshot_builders import connection, consumer, node, queue, snapshot
 
 from ackscope.diagnosis.rules import Context, evaluate
+from ackscope.sources.prometheus_plugin.normalise import online_from_nodes
 
 A, B, C = "rabbit@a", "rabbit@b", "rabbit@c"
 
@@ -77,3 +78,11 @@ def test_a_mirrored_queue_with_a_mirror_behind_is_unsynchronised():
                          queue("ha-ok", node=A, mirrors=(B,), synchronised_mirrors=(B,))])
     [f] = found(s, "mirrored-queue-unsynchronised")
     assert (f.severity, f.object, f.evidence["unsynchronised"]) == ("warning", "queue ha", [C])
+
+
+def test_the_plugin_source_takes_a_members_online_from_the_nodes_running_at_each_poll():
+    listed = queue("orders", type="quorum", node=A, members=(A, B, C), online=(A, B, C))  # a minute-old list
+    plain = queue("cache", node=A)
+    got = list(online_from_nodes([listed, plain], [node(A), node(B), node(C, running=False)]))
+    assert got[0].online == (A, B) and got[1] == plain
+    assert list(online_from_nodes([listed], [])) == [listed]  # no nodes listed: nothing to judge by

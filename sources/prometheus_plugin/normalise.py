@@ -10,7 +10,7 @@ Its confirm mode is inferred: only a channel in confirm mode counts confirms or 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from ackscope.model import snapshot as facts
@@ -265,6 +265,18 @@ def plugin_only_base(detailed: Samples | None, metrics: Samples | None, taken_at
     )
 
 
+def online_from_nodes(queues: Iterable[Queue], nodes: Sequence[Node]) -> Iterator[Queue]:
+    """Each replicated queue with its members online taken as those on running nodes. The queue list that
+    names the members is read once a minute; the nodes every poll: a member's node going down is seen at the
+    next poll, not a minute later. (A member whose node runs but whose replica does not is not seen here.)"""
+    running = {n.name for n in nodes if n.running}
+    for q in queues:
+        if q.members is None or not nodes:
+            yield q
+        else:
+            yield replace(q, online=tuple(m for m in q.members if m in running))
+
+
 def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
              selection: Selection = Selection(), absent: Collection[str] = (),
              channels_listed: bool = False, counted: bool = False) -> Snapshot:
@@ -276,6 +288,7 @@ def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
     `counted`: base's queues carry the plugin's counts already (see queue_counts)."""
     queues = tuple(queue_counts(detailed, base.queues, absent)) if detailed is not None and not counted \
         else base.queues
+    queues = tuple(online_from_nodes(queues, base.nodes))
     if channels_listed:
         return replace(base, queues=queues, unreported=base.unreported | {facts.QUEUE_PERSISTENT_COUNTS},
                        nodes=tuple(node_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes,
