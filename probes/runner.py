@@ -107,12 +107,18 @@ class _TargetProbe:
         """The exchange, the queue and its binding, then `then` (on either connection: both must cope with
         the queue having gone)."""
         t = self.t
+
+        def next_step(step: Callable[[], object]) -> Callable[[object], None]:
+            # A reply can come as the channel closes (its node failing over): the step would raise inside
+            # pika's reader and abort the whole connection. The channel's close callback takes over instead.
+            return lambda _frame: step() if channel.is_open else None
+
         channel.exchange_declare(
             EXCHANGE, exchange_type="direct", durable=True,
-            callback=lambda _f: channel.queue_declare(
+            callback=next_step(lambda: channel.queue_declare(
                 t.queue, durable=True, arguments=t.arguments(),
-                callback=lambda _f: channel.queue_bind(t.queue, EXCHANGE, routing_key=t.queue,
-                                                       callback=lambda _f: then())))
+                callback=next_step(lambda: channel.queue_bind(t.queue, EXCHANGE, routing_key=t.queue,
+                                                              callback=next_step(then))))))
 
     # -- publisher --------------------------------------------------------------------------------------
     def open_publisher(self, connection) -> None:
@@ -125,6 +131,8 @@ class _TargetProbe:
             ack_nack_callback=self._on_confirm, callback=lambda _f: self._publisher_ready(channel)))
 
     def _publisher_ready(self, channel) -> None:
+        if not channel.is_open:  # closed as confirm.select was answered: its close callback takes over
+            return
         self.pub_channel = channel
         self.pub_wire = channel.connection.wire
         if self.ever_opened["publisher"]:
@@ -234,6 +242,8 @@ class _TargetProbe:
             prefetch_count=self.t.prefetch, callback=lambda _f: self._consume(channel)))
 
     def _consume(self, channel) -> None:
+        if not channel.is_open:  # closed as basic.qos was answered: its close callback takes over
+            return
         args = {"x-stream-offset": "next"} if self.t.queue_type == "stream" else None
         channel.basic_consume(self.t.queue, self._on_delivery, auto_ack=False, arguments=args)
         self.con_channel = channel
@@ -244,11 +254,11 @@ class _TargetProbe:
         self.update_up()
 
     def _consumer_cancelled(self, channel) -> None:
-        # The broker cancelled us (basic.cancel: the queue was deleted, or a classic mirrored queue failed over;
-        # a quorum queue's leader change does not cancel, docs/clusters.md). Declare it again, consume again.
+        # The broker cancelled us (basic.cancel: the queue was deleted, its node failed, or a mirrored queue
+        # failed over; a quorum queue's leader change does not cancel, docs/clusters.md). Declare it, consume again.
         self.count("consumer_cancels")
-        self.fail("consumer", f"the broker cancelled the consumer of {self.t.queue} (queue deleted, or failed "
-                              "over); declaring it again and consuming again")
+        self.fail("consumer", f"the broker cancelled the consumer of {self.t.queue} (queue deleted, its node "
+                              "down, or failed over); declaring it again and consuming again")
         self.r.later(1.0, lambda: self.declare(channel, lambda: self._consume(channel))
                      if channel.is_open else None)
 

@@ -31,8 +31,8 @@ COUNTERS = {
     "duplicates": "Deliveries of a sequence number already delivered and not requeued by the probe.",
     "lost": "Confirmed messages not delivered within the loss deadline.",
     "reconnects": "Times the probe's connection was re-established after it was lost.",
-    "consumer_cancels": "Times the broker cancelled the probe's consumer (basic.cancel: its queue deleted, a classic "
-                        "mirrored queue failing over); the probe consumes again.",
+    "consumer_cancels": "Times the broker cancelled the probe's consumer (basic.cancel: its queue deleted, its "
+                        "queue's node down, a mirrored queue failing over); the probe consumes again.",
 }
 GAUGES = {
     "consumer_unacked": "Deliveries the probe's consumer holds unacknowledged (client side).",
