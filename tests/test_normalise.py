@@ -156,3 +156,14 @@ def test_unchanged_channels_and_consumers_are_the_last_polls_records_and_changed
     third = normalise.snapshot(renamed, 3.0, built=built)
     assert third == normalise.snapshot(renamed, 3.0)
     assert {c.connection_name for c in third.channels if c.connection == conn} == {"renamed"}
+
+
+def test_a_quorum_queue_listed_before_its_statistics_has_its_leader_as_its_node_and_its_members():
+    # As a 3.10 node listed it (columns=) a moment after one member's node was killed: no node, no state.
+    raw = {"leader": "rabbit-1@localhost", "name": "qq", "type": "quorum", "vhost": "/",
+           "members": ["rabbit-1@localhost", "rabbit-3@localhost", "rabbit-2@localhost"],
+           "online": ["rabbit-1@localhost", "rabbit-2@localhost"]}
+    q = normalise.queue(raw)
+    assert q.node == "rabbit-1@localhost" and q.state is None
+    assert q.members == ("rabbit-1@localhost", "rabbit-2@localhost", "rabbit-3@localhost")
+    assert q.online == ("rabbit-1@localhost", "rabbit-2@localhost")

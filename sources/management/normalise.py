@@ -32,7 +32,9 @@ _STATS = ("publish", "confirm", "deliver_get", "ack", "redeliver", "return_unrou
 
 
 # A replicated queue's nodes: a quorum queue's members and those online, a classic mirrored queue's mirrors (3.x).
-REPLICAS = ("members", "online", "slave_nodes", "synchronised_slave_nodes")
+# A quorum queue's `leader` is listed always; its `node` only once the statistics have it (seen missing for a
+# moment after a member's node died, on 3.10).
+REPLICAS = ("members", "online", "leader", "slave_nodes", "synchronised_slave_nodes")
 
 
 def _stats_columns(*names: str) -> tuple[str, ...]:
@@ -253,7 +255,7 @@ def queue(raw: dict) -> Queue:
         auto_delete=_bool(raw.get("auto_delete")),
         exclusive=_bool(raw.get("exclusive")),
         state=_str(raw.get("state")),
-        node=_str(raw.get("node")),
+        node=_str(raw.get("node")) or _str(raw.get("leader")),
         messages_ready=_int(raw.get("messages_ready")),
         messages_unacked=_int(raw.get("messages_unacknowledged")),
         messages_persistent=_int(raw.get("messages_persistent")),
