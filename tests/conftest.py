@@ -54,6 +54,26 @@ def cluster() -> Iterator[LocalCluster]:
         nodes.remove()
 
 
+@pytest.fixture
+def cluster_whole(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The session's cluster, every node started again after the test if it left one killed."""
+    yield cluster
+    cluster.restart_dead()
+
+
+@pytest.fixture
+def partition_pair() -> Iterator[LocalCluster]:
+    """Two nodes of their own that count a silent peer down after 10 s (net_ticktime): for a partition, which
+    leaves them to be restarted, so not the session's cluster."""
+    pair = LocalCluster(2, name="ackscope-partition", net_ticktime=10)
+    try:
+        pair.start()
+        yield pair
+    finally:
+        pair.stop()
+        pair.remove()
+
+
 @pytest.fixture(scope="session")
 def statsoff_cluster() -> Iterator[LocalCluster]:
     """Three nodes joined into one cluster, management statistics off (the container image's default)."""
@@ -178,6 +198,7 @@ def rabbitmq_server() -> str:
 SERVICE_OF_FIXTURE = {
     "broker": "broker", "spare_broker": "broker", "crash_broker": "broker", "large_broker": "broker",
     "rabbitmq_server": "broker", "cluster": "broker", "statsoff_cluster": "broker",
+    "cluster_whole": "broker", "partition_pair": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",
     "spark": "spark", "java": "spark",
     "chromium": "browser",

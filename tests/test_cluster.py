@@ -8,12 +8,14 @@ import time
 
 import pika
 import requests
+from dashboard_helpers import frames, page
 from helpers import scrape, value, wait_for
 from probe_helpers import probe_config, probe_samples, probe_value, quick, running_probes, settled_since, wait_probe
 
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalCluster, LocalBroker
 
 QUEUE = "ackscope.test.quorum"
+MIRRORED = "ackscope.test.mirrored"  # a classic queue mirrored on every node (RabbitMQ 3.x: ha-mode all)
 
 
 def findings(url: str) -> list[dict]:
@@ -43,10 +45,17 @@ def all_online(node: LocalBroker, queue: str) -> bool:
 
 
 def test_a_dead_node_and_a_quorum_queue_losing_members_then_its_quorum_are_named_and_clear_on_return(
-        cluster: LocalCluster, start_exporter):
+        cluster_whole: LocalCluster, start_exporter, monkeypatch):
+    cluster = cluster_whole
     first, second, third = cluster.nodes
+    first.api("PUT", "/policies/%2F/ackscope-test-mirrored", json={
+        "pattern": f"^{MIRRORED}$", "definition": {"ha-mode": "all"}, "apply-to": "queues"})
     conn = pika.BlockingConnection(pika.URLParameters(first.amqp_url()))
-    conn.channel().queue_declare(QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
+    channel = conn.channel()
+    channel.queue_declare(QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
+    channel.queue_declare(MIRRORED, durable=True)
+    for i in range(10):  # what a mirror that comes back lacks, unsynchronised (ha-sync-mode manual)
+        channel.basic_publish("", MIRRORED, b"%d" % i, pika.BasicProperties(delivery_mode=2))
     conn.close()
     exporter = start_exporter(first.management_url, source="management", interval=0.5, timeout=5.0)
     url = exporter.url
@@ -54,7 +63,7 @@ def test_a_dead_node_and_a_quorum_queue_losing_members_then_its_quorum_are_named
     with running_probes(probe_config(None, "/", (QUORUM,), url=first.amqp_url(), confirm_timeout=3.0,
                                      loss_deadline=90.0)) as probes:
         wait_probe(probes, "ackscope_probe_delivered_total", QUORUM.name, 10)
-        _lose_nodes_and_come_back(cluster, url, exporter, probes)
+        _lose_nodes_and_come_back(cluster, url, exporter, probes, monkeypatch)
         # Nothing confirmed was lost: what was published while there was no quorum is confirmed (past its
         # timeout) and delivered once the members are back.
         back = time.monotonic()
@@ -62,11 +71,13 @@ def test_a_dead_node_and_a_quorum_queue_losing_members_then_its_quorum_are_named
         assert probe_value(probes, "ackscope_probe_lost_total", QUORUM.name) == 0
 
 
-def _lose_nodes_and_come_back(cluster: LocalCluster, url: str, exporter, probes) -> None:
+def _lose_nodes_and_come_back(cluster: LocalCluster, url: str, exporter, probes, monkeypatch) -> None:
     first, second, third = cluster.nodes
     members = wait_for(lambda: value(scrape(exporter), "ackscope_queue_members", queue=QUEUE), 30,
                        "the quorum queue's members")
     assert members == 3
+    wait_for(lambda: value(scrape(exporter), "ackscope_queue_members", queue=MIRRORED) == 3, 30,
+             "the mirrored queue's leader and two mirrors")
     assert value(scrape(exporter), "ackscope_node_running", node=third.nodename) == 1
 
     third.kill()
@@ -77,6 +88,11 @@ def _lose_nodes_and_come_back(cluster: LocalCluster, url: str, exporter, probes)
     samples = scrape(exporter)
     assert value(samples, "ackscope_node_running", node=third.nodename) == 0
     assert value(samples, "ackscope_queue_members_online", queue=QUEUE) == 2
+    # The Broker page shows the node down and the queue's replicas with the one missing.
+    nodes, degraded_table = frames(page(monkeypatch, "broker", url))[:2]
+    assert not nodes.set_index("node").loc[third.nodename, "running"]
+    row = degraded_table.set_index("queue").loc[QUEUE]
+    assert (row["leader"], row["missing or unsynchronised"], row["quorum"]) == (first.nodename, third.nodename, True)
     # Two of three members: a quorum, so the probe's publishes are still confirmed.
     confirmed = probe_value(probes, "ackscope_probe_confirmed_total", QUORUM.name)
     wait_probe(probes, "ackscope_probe_confirmed_total", QUORUM.name, confirmed + 20)
@@ -94,10 +110,19 @@ def _lose_nodes_and_come_back(cluster: LocalCluster, url: str, exporter, probes)
     cluster.wait_running(3)
     wait_for(lambda: not any(f["rule"] in ("node-down", "quorum-queue-degraded", "quorum-queue-no-quorum")
                              for f in findings(url)), 60, "the cluster findings to clear")
+    # The mirrors back on nodes 2 and 3 are empty: unsynchronised, named, until the queue is gone.
+    behind = wait_for(lambda: of(url, "mirrored-queue-unsynchronised", f"queue {MIRRORED}"), 60,
+                      "mirrored-queue-unsynchronised")
+    assert behind["severity"] == "warning"
+    assert sorted(behind["evidence"]["unsynchronised"]) == sorted([second.nodename, third.nodename])
+    first.api("DELETE", f"/queues/%2F/{MIRRORED}")
+    first.api("DELETE", "/policies/%2F/ackscope-test-mirrored")
+    wait_for(lambda: of(url, "mirrored-queue-unsynchronised", f"queue {MIRRORED}") is None, 30, "it to clear")
 
 
 def test_a_quorum_leader_change_cancels_no_consumer_and_probes_move_to_the_next_node_when_theirs_dies(
-        cluster: LocalCluster):
+        cluster_whole: LocalCluster):
+    cluster = cluster_whole
     first, second, third = cluster.nodes
     target = quick("quorum-led-elsewhere", "quorum", burst_size=0, requeue_share=0.0)
     # Declared through node 3, so led there (queue_leader_locator client-local); the probes use node 1, then 2.
@@ -128,10 +153,11 @@ def test_a_quorum_leader_change_cancels_no_consumer_and_probes_move_to_the_next_
         on_second = f"127.0.0.1:{second.ports.amqp}"
         wait_for(lambda: probes.stats().entries == {"publisher": on_second, "consumer": on_second}, 60,
                  "the probes' connections on node 2")
-        assert probe_value(probes, "ackscope_probe_reconnects_total", target.name) >= 2
+        wait_probe(probes, "ackscope_probe_reconnects_total", target.name, 2)  # its channels opened again
         confirmed = probe_value(probes, "ackscope_probe_confirmed_total", target.name)
         wait_for(lambda: probe_value(probes, "ackscope_probe_confirmed_total", target.name) >= confirmed + 20, 60,
-                 lambda: f"confirms through node 2 (probe {probe_samples(probes)}, queue {listed(second, target.queue)})")
+                 lambda: f"confirms through node 2 (probe {probe_samples(probes)}, "
+                         f"queue {listed(second, target.queue)})")
         first.start()
         cluster.wait_running(3)
         back = time.monotonic()
@@ -181,3 +207,26 @@ def test_with_statistics_off_a_dead_member_and_the_quorum_queue_it_leaves_degrad
         third.start()
         statsoff_cluster.wait_running(3)
     wait_for(lambda: of(exporter.url, "quorum-queue-degraded", f"queue {QUEUE}") is None, 30, "the finding to clear")
+
+
+def test_a_node_that_stops_answering_longer_than_net_ticktime_leaves_a_partition_named_on_both_sides(
+        partition_pair: LocalCluster, start_exporter):
+    # Node 2 paused (SIGSTOP) for longer than net_ticktime, as behind a broken network. On resuming, each node
+    # lists the other as unreachable (cluster_partition_handling = ignore, the default) until one is restarted.
+    first, second = partition_pair.nodes
+    exporter = start_exporter(first.management_url, source="management", interval=0.5, timeout=5.0)
+    wait_for(lambda: value(scrape(exporter), "ackscope_node_partitions", node=second.nodename) == 0, 30,
+             "both nodes listed, whole")
+    second.pause()
+    try:
+        wait_for(lambda: value(scrape(exporter), "ackscope_node_running", node=second.nodename) == 0, 60,
+                 "node 1 to count the silent node 2 down")
+    finally:
+        second.resume()
+    seen = wait_for(lambda: of(exporter.url, "network-partition", f"node {first.nodename}"), 60,
+                    "network-partition named by node 1")
+    assert seen["severity"] == "critical" and seen["evidence"]["cannot_reach"] == [second.nodename]
+    assert value(scrape(exporter), "ackscope_node_partitions", node=first.nodename) == 1
+    second.restart()
+    wait_for(lambda: of(exporter.url, "network-partition", f"node {first.nodename}") is None, 90,
+             "the partition finding to clear once node 2 is restarted")

@@ -20,6 +20,7 @@ import pytest
 import requests
 from conftest import exporter_config
 from faults import FaultProxy
+from dashboard_helpers import frames, page, run_page
 from helpers import markdown_table, prometheus_query, wait_for
 from probe_helpers import probe_config, quick
 from streamlit.testing.v1 import AppTest
@@ -61,32 +62,13 @@ def live(broker):
         broker.api("DELETE", f"/vhosts/{vhost}")
 
 
-def _run_page(name: str) -> None:
-    from ackscope.dashboard.pages import one
-    one(name)
-
-
-def _page(monkeypatch, name: str, url: str, **env: str) -> AppTest:
-    monkeypatch.setenv("ACKSCOPE_EXPORTER_URL", url)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    app = AppTest.from_function(_run_page, args=(name,), default_timeout=30)
-    app.run()
-    assert not app.exception, [e.value for e in app.exception]
-    return app
-
-
-def _frames(app: AppTest) -> list:
-    return [d.value for d in app.dataframe]
-
-
 def _charts(app: AppTest) -> int:
     return len(app.get("plotly_chart"))
 
 
 def test_overview_shows_findings_with_their_culprits_unacked_against_prefetch_and_probe_latency(monkeypatch, live):
-    app = _page(monkeypatch, "overview", live.url)
-    findings, *rest = _frames(app)
+    app = page(monkeypatch, "overview", live.url)
+    findings, *rest = frames(app)
     assert len(app.markdown) >= 3  # the worst findings as cards
     assert findings["since"].str.endswith(" UTC").all()  # and since when each holds
     culprits = " ".join(findings["culprit"])
@@ -104,12 +86,12 @@ def test_overview_shows_findings_with_their_culprits_unacked_against_prefetch_an
 
 
 def test_consumers_page_searches_and_shows_the_findings_about_consumers(monkeypatch, live):
-    app = AppTest.from_function(_run_page, args=("consumers",), default_timeout=30)
+    app = AppTest.from_function(run_page, args=("consumers",), default_timeout=30)
     monkeypatch.setenv("ACKSCOPE_EXPORTER_URL", live.url)
     app.run()
     app.text_input(key="consumer-search").input("saturated").run()
     assert not app.exception
-    prefetch, findings = _frames(app)
+    prefetch, findings = frames(app)
     assert list(prefetch["client"]) == ["ackscope-scenario prefetch-saturated"]
     assert {"prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"} <= set(findings["rule"])
 
@@ -118,15 +100,15 @@ def test_redeliveries_page_puts_the_requeue_loop_first(monkeypatch, live):
     wait_for(lambda: any(q["name"] == f"{PREFIX}requeue-loop" and (q["message_stats"].get("redeliver") or 0) > 50
                          for q in requests.get(live.url + "/api/snapshot", timeout=5).json()["snapshot"]["queues"]),
              timeout=30, what="the requeue loop's redeliveries in the snapshot")
-    app = _page(monkeypatch, "redeliveries", live.url)
-    queues = _frames(app)[0]
+    app = page(monkeypatch, "redeliveries", live.url)
+    queues = frames(app)[0]
     assert queues.iloc[0]["queue"] == f"{PREFIX}requeue-loop" and queues.iloc[0]["share"] > 0.9
     assert _charts(app) == 1
 
 
 def test_confirms_page_shows_latency_batching_and_settlement_counts(monkeypatch, live):
-    app = _page(monkeypatch, "confirms", live.url)
-    latency, settled = _frames(app)
+    app = page(monkeypatch, "confirms", live.url)
+    latency, settled = frames(app)
     assert set(latency["target"]) == set(settled["target"]) == {"classic-persistent", "quorum"}
     assert (settled["confirmed"] > 0).all() and (settled["nacked"] == 0).all()
     assert _charts(app) >= 2  # latency and batch sizes
@@ -134,15 +116,15 @@ def test_confirms_page_shows_latency_batching_and_settlement_counts(monkeypatch,
 
 
 def test_probe_audit_page_says_nothing_was_lost(monkeypatch, live):
-    app = _page(monkeypatch, "audit", live.url)
-    audit = _frames(app)[0]
+    app = page(monkeypatch, "audit", live.url)
+    audit = frames(app)[0]
     assert (audit["lost"] == 0).all() and (audit["delivered"] > 0).all() and audit["up"].all()
     assert app.success and "Every confirmed message was delivered" in app.success[0].value
 
 
 def test_broker_page_shows_nodes_and_no_blocked_connections(monkeypatch, live):
-    app = _page(monkeypatch, "broker", live.url)
-    nodes = _frames(app)[0]
+    app = page(monkeypatch, "broker", live.url)
+    nodes = frames(app)[0]
     assert len(nodes) == 1 and nodes.iloc[0]["running"] and nodes.iloc[0]["alarms"] == ""
     assert "No connection is blocked." in [s.value for s in app.success]
 
@@ -161,30 +143,30 @@ def test_history_page_reads_the_pipeline_reports_and_names_an_unreadable_one(mon
     (reports / "lost_messages" / "part-0.parquet").write_bytes(b"PAR1 cut short")
     (reports / "summary.json").write_text(json.dumps({"data_dir": "/data", "files_read": 3, "files_skipped": 0,
                                                       "rows": 1234}))
-    app = _page(monkeypatch, "history", live.url, ACKSCOPE_REPORTS=str(reports))
+    app = page(monkeypatch, "history", live.url, ACKSCOPE_REPORTS=str(reports))
     assert any("lost_messages cannot be read" in w.value for w in app.warning)
-    assert _frames(app)[0]["lost"].tolist() == [2]
+    assert frames(app)[0]["lost"].tolist() == [2]
     assert _charts(app) == 1
     assert "1,234 rows" in " ".join(c.value for c in app.caption)
 
 
 def test_unreachable_exporter_is_a_banner_not_a_traceback(monkeypatch):
-    app = _page(monkeypatch, "overview", "http://127.0.0.1:9")
+    app = page(monkeypatch, "overview", "http://127.0.0.1:9")
     assert "cannot be reached" in app.error[0].value and "stale" in app.error[0].value
 
 
 def test_when_the_exporter_fails_the_last_good_data_stays_marked_stale(monkeypatch, live):
     proxy = FaultProxy(live.url)
     try:
-        app = _page(monkeypatch, "overview", proxy.url)
-        before = _frames(app)[0]
+        app = page(monkeypatch, "overview", proxy.url)
+        before = frames(app)[0]
         assert not app.error and len(before) > 0
         proxy.faults["snapshot"] = "malformed"
         # Sessions within a second share one fetch: the banner comes with the first fetch after it.
         wait_for(lambda: app.run().error, timeout=10, what="the dashboard to fetch again and fail")
         assert not app.exception
         assert "malformed JSON" in app.error[0].value and "stale" in app.error[0].value
-        assert _frames(app)[0]["rule"].tolist() == before["rule"].tolist()  # the last good findings, still shown
+        assert frames(app)[0]["rule"].tolist() == before["rule"].tolist()  # the last good findings, still shown
     finally:
         proxy.close()
 
@@ -224,30 +206,30 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
     with dashboard(live.url) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1500, "height": 2600})
+            tab = browser.new_page(viewport={"width": 1500, "height": 2600})
             script_errors: list[str] = []
-            page.on("pageerror", lambda e: script_errors.append(str(e)))
-            page.goto(url)
-            page.get_by_text("What is wrong:").wait_for(timeout=30_000)
-            cells = page.locator("[data-testid=stMarkdown] table").filter(has_text="prefetch limit").locator("td")
+            tab.on("pageerror", lambda e: script_errors.append(str(e)))
+            tab.goto(url)
+            tab.get_by_text("What is wrong:").wait_for(timeout=30_000)
+            cells = tab.locator("[data-testid=stMarkdown] table").filter(has_text="prefetch limit").locator("td")
             cells.first.wait_for(timeout=30_000)
-            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
-            text = page.inner_text("body")
+            tab.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+            text = tab.inner_text("body")
             prefetch = " ".join(cells.all_text_contents())
             for scenario in ("prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"):
                 assert f"ackscope-scenario {scenario}" in prefetch  # the prefetch table names the client
             assert "ackscope-scenario prefetch-saturated" in text  # and so does a finding card
             assert "Remedy:" in text
             # The charts are drawn one after another: wait for the second, do not count at the first.
-            page.locator(".js-plotly-plot").nth(1).wait_for(timeout=30_000)
+            tab.locator(".js-plotly-plot").nth(1).wait_for(timeout=30_000)
             assert "Traceback" not in text
-            page.screenshot(path=str(ARTIFACTS / "dashboard-landing.png"), full_page=True)
-            # The refresh (every 5 s here) redraws the data in place: the page is not reloaded.
-            page.evaluate("window.ackscopeMarker = 42")
-            updated = page.get_by_text("Updated ").first.inner_text()
-            wait_for(lambda: page.get_by_text("Updated ").first.inner_text() != updated, timeout=20,
+            tab.screenshot(path=str(ARTIFACTS / "dashboard-landing.png"), full_page=True)
+            # The refresh (every 5 s here) redraws the data in place: the tab is not reloaded.
+            tab.evaluate("window.ackscopeMarker = 42")
+            updated = tab.get_by_text("Updated ").first.inner_text()
+            wait_for(lambda: tab.get_by_text("Updated ").first.inner_text() != updated, timeout=20,
                      what="the live data to refresh")
-            assert page.evaluate("window.ackscopeMarker") == 42
+            assert tab.evaluate("window.ackscopeMarker") == 42
             assert not script_errors, script_errors
         finally:
             browser.close()
@@ -280,9 +262,9 @@ def test_history_page_draws_the_probes_p99_from_a_real_prometheus(monkeypatch, l
         wait_for(lambda: prometheus_query(url, "histogram_quantile(0.99, sum by (le, target) "
                                                       "(rate(ackscope_probe_confirm_latency_seconds_bucket[5m])))"),
                  timeout=40, what="the probes' p99 in Prometheus")
-        app = _page(monkeypatch, "history", live.url, ACKSCOPE_PROMETHEUS_URL=url)
+        app = page(monkeypatch, "history", live.url, ACKSCOPE_PROMETHEUS_URL=url)
         assert not app.warning and _charts(app) == 1
         app.select_slider[0].set_value(1).run()
         assert not app.exception and _charts(app) == 1
-    stopped = _page(monkeypatch, "history", live.url, ACKSCOPE_PROMETHEUS_URL=url)
+    stopped = page(monkeypatch, "history", live.url, ACKSCOPE_PROMETHEUS_URL=url)
     assert stopped.warning[0].value == f"Prometheus at {url} cannot be reached"

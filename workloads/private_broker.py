@@ -61,12 +61,14 @@ class LocalBroker:
     """One RabbitMQ node under `base_dir`, started and stopped by this process."""
 
     def __init__(self, base_dir: Path | None = None, name: str = "ackscope", stats_interval_ms: int = 500,
-                 statistics: bool = True, plugins: tuple[str, ...] = PLUGINS, cookie: str | None = None):
+                 statistics: bool = True, plugins: tuple[str, ...] = PLUGINS, cookie: str | None = None,
+                 net_ticktime: int | None = None):
         """`statistics=False` configures the node as the official container image does: management
         statistics off (management_agent.disable_metrics_collector), the Prometheus plugin still on.
         `plugins` are the plugins it enables (both by default; ("rabbitmq_prometheus",) for a node that
         has no management API at all). `cookie`: the Erlang cookie it shares with the nodes of its cluster
-        (by default one of its own)."""
+        (by default one of its own). `net_ticktime`: seconds after which an unresponsive peer counts as down
+        (Erlang's default 60)."""
         if base_dir is None:
             # The node runs as the rabbitmq user, which must be able to reach its files: a private
             # 0700 temp dir (pytest's, for one) would not do.
@@ -79,6 +81,7 @@ class LocalBroker:
         self.statistics = statistics
         self.plugins = plugins
         self.cookie = cookie or secrets.token_hex(16).upper()
+        self.net_ticktime = net_ticktime
         self._process: subprocess.Popen | None = None
         self._user = "rabbitmq" if os.geteuid() == 0 else None
 
@@ -123,6 +126,17 @@ class LocalBroker:
             _signal(pid, signal.SIGKILL)
         self._reap(30)
 
+    def pause(self) -> None:
+        """SIGSTOP the Erlang VM: to its peers, a node that stopped answering (as behind a broken network)."""
+        pid = self.beam_pid()
+        if pid:
+            _signal(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        pid = self.beam_pid()
+        if pid:
+            _signal(pid, signal.SIGCONT)
+
     def restart(self, timeout: float = 120.0) -> None:
         self.stop()
         self.start(timeout)
@@ -165,6 +179,7 @@ class LocalBroker:
             f"collect_statistics_interval = {self.stats_interval_ms}\n"
             "log.console = false\nlog.file.level = warning\n"
             + ("" if self.statistics else "management_agent.disable_metrics_collector = true\n")
+            + ("" if self.net_ticktime is None else f"net_ticktime = {self.net_ticktime}\n")
         )
         (self.base_dir / "enabled_plugins").write_text("[" + ",".join(self.plugins) + "].\n")
         (self.base_dir / "rabbitmq-env.conf").write_text("")  # shadows /etc/rabbitmq/rabbitmq-env.conf
@@ -256,10 +271,11 @@ class LocalCluster:
     each with its own ports and data directory, all with one Erlang cookie."""
 
     def __init__(self, size: int = 3, name: str = "ackscope-cluster", stats_interval_ms: int = 500,
-                 statistics: bool = True):
+                 statistics: bool = True, net_ticktime: int | None = None):
         cookie = secrets.token_hex(16).upper()
         self.nodes = [LocalBroker(name=f"{name}{i + 1}", stats_interval_ms=stats_interval_ms,
-                                  statistics=statistics, cookie=cookie) for i in range(size)]
+                                  statistics=statistics, cookie=cookie, net_ticktime=net_ticktime)
+                      for i in range(size)]
 
     def start(self, timeout: float = 180.0) -> None:
         """Start every node; the second and later join the first as disc nodes."""
@@ -285,6 +301,14 @@ class LocalCluster:
                     return
             time.sleep(0.5)
         raise LocalBrokerError(f"the cluster did not list {count} running nodes within {timeout:.0f}s")
+
+    def restart_dead(self) -> None:
+        """Start again every node whose VM is gone (killed by a test that then failed), and wait for all."""
+        dead = [n for n in self.nodes if not (pid := n.beam_pid()) or not _alive(pid)]
+        for node in dead:
+            node.start()
+        if dead:
+            self.wait_running(len(self.nodes))
 
     def stop(self) -> None:
         for node in reversed(self.nodes):
