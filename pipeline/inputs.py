@@ -77,7 +77,7 @@ def scan(spark: SparkSession, name: str, root: str, schema: pa.Schema, since: da
     if not fs.exists(path):
         return Input(name, root, (), 0, ())
     base = fs.makeQualified(path).toString().rstrip("/") + "/"
-    expected = {f.name: "INT64" if pa.types.is_timestamp(f.type) else _PHYSICAL[f.type] for f in schema}
+    expected = physical_types(schema)
     listing = fs.listFiles(path, True)
     candidates = []
     while listing.hasNext():
@@ -122,6 +122,11 @@ def _in_range(relative: str, since: date | None, until: date | None) -> bool:
     day = date.fromisoformat(m.group(1))
     return ((since is None or day >= since - timedelta(days=1))
             and (until is None or day <= until + timedelta(days=1)))
+
+
+def physical_types(schema: pa.Schema) -> dict[str, str]:
+    """Each column's Parquet physical type, as a file of `schema` has it in its footer."""
+    return {f.name: "INT64" if pa.types.is_timestamp(f.type) else _PHYSICAL[f.type] for f in schema}
 
 
 def check_footer(item: tuple[str, int, dict[str, str]]) -> tuple[str | None, int]:
