@@ -164,7 +164,7 @@ def test_unreachable_amqp_port_is_one_clear_line_and_probes_down(broker, vhost):
         assert probe_value(probes, "ackscope_probe_up", target.name) == 0
     # One line per connection, in whichever order the two attempts fail.
     assert sorted(line for line in lines if "connection to" in line) == [
-        f"probe {role} connection to {closed.split('@')[-1]}: cannot connect (Connection refused); retrying "
+        f"probe {role} connection to amqp://{closed.split('@')[-1]}: cannot connect (Connection refused); retrying "
         "with backoff" for role in ("consumer", "publisher")]
 
 
