@@ -19,7 +19,6 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 from conftest import exporter_config
-from faults import FaultProxy
 from dashboard_helpers import frames, page, run_page
 from helpers import markdown_table, prometheus_query, wait_for
 from probe_helpers import probe_config, quick
@@ -29,6 +28,7 @@ from ackscope.apps.exporter import Exporter
 from ackscope.core.processes import stop_process
 from ackscope.core.secret import Secret
 from ackscope.sources import Selection
+from ackscope.workloads.fault_proxy import FaultProxy
 from ackscope.workloads.private_broker import ADMIN_USER, free_port
 from ackscope.workloads.scenarios import BY_NAME, PREFIX, Running
 

@@ -7,8 +7,9 @@ import time
 
 import pytest
 import requests
-from faults import FaultProxy
 from helpers import private_broker, scrape, value, wait_for, wait_for_sample
+
+from ackscope.workloads.fault_proxy import FaultProxy
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,13 @@ import uuid
 
 import pytest
 import requests
-from faults import FaultProxy
 from helpers import (markdown_table, polls_seen, scenarios_running, scrape, suspended_queue, value, wait_for,
                      wait_for_sample)
 from probe_helpers import captured_log
 
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
+from ackscope.workloads.fault_proxy import FaultProxy
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, RABBITMQ_SBIN
 from ackscope.workloads.scenarios import PREFIX, SCENARIOS
 

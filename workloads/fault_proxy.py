@@ -1,4 +1,5 @@
-"""A proxy in front of the real management API that breaks one endpoint on demand.
+"""A proxy in front of the real management API that breaks one endpoint, or all, on demand (the tests' and the
+soak's faults).
 
 The broker's answers stay real; only the fault is injected: an API that hangs, trickles, answers with
 malformed or truncated JSON, an HTML error page, a 500, or (for the Prometheus plugin) an answer without
@@ -19,7 +20,7 @@ FAULTS = ("hang", "trickle", "malformed", "truncated", "html", "500")
 class FaultProxy:
     def __init__(self, upstream: str):
         self.upstream = upstream.rstrip("/")
-        self.faults: dict[str, str] = {}  # endpoint ("queues") -> fault
+        self.faults: dict[str, str] = {}  # endpoint ("queues", or "*" for every one) -> fault
         self.requests: list[str] = []
         self._closing = threading.Event()
         proxy = self
@@ -30,7 +31,7 @@ class FaultProxy:
             def do_GET(self):
                 endpoint = self.path.split("?", 1)[0].removeprefix("/api/")
                 proxy.requests.append(endpoint)
-                fault = proxy.faults.get(endpoint)
+                fault = proxy.faults.get(endpoint, proxy.faults.get("*"))
                 if fault == "hang":
                     proxy._closing.wait(120)
                     return
@@ -53,8 +54,11 @@ class FaultProxy:
                     return self._reply(500, b'{"error":"internal_error"}', "application/json")
                 if fault == "html":
                     return self._reply(200, b"<html><body><h1>502 Bad Gateway</h1></body></html>", "text/html")
-                upstream = requests.get(proxy.upstream + self.path, headers={"Authorization":
-                                        self.headers.get("Authorization", "")}, timeout=30)
+                try:
+                    upstream = requests.get(proxy.upstream + self.path, headers={"Authorization":
+                                            self.headers.get("Authorization", "")}, timeout=30)
+                except requests.RequestException:  # the broker is down: as a load balancer in front says it
+                    return self._reply(502, b"<html><body><h1>502 Bad Gateway</h1></body></html>", "text/html")
                 body = upstream.content
                 # "without:TEXT": a plugin that does not know a family gives none of its lines.
                 if fault is not None and fault.startswith("without:"):
