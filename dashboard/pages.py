@@ -83,8 +83,15 @@ _MARKDOWN = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~])")
 CARDS = 5
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_NAMED = {"\n": "n", "\r": "r", "\t": "t"}
+
+
 def _md(text: str) -> str:
-    return _MARKDOWN.sub(r"\\\1", text)
+    """`text` shown as itself in Markdown: its Markdown and HTML escaped, and a control character (a line
+    break in a client's name would split a table row) shown as its escape, \\n or \\x07."""
+    escaped = _MARKDOWN.sub(r"\\\1", text)
+    return _CONTROL.sub(lambda m: "\\\\" + _NAMED.get(m.group(), f"x{ord(m.group()):02x}"), escaped)
 
 
 def _findings_section(data: Live, min_severity: str = "warning") -> pd.DataFrame:
