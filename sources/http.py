@@ -8,6 +8,7 @@ import http.client
 import json
 import logging
 import re
+import ssl
 import threading
 import time
 from urllib.parse import urlsplit
@@ -93,8 +94,7 @@ class HttpReader:
             raise
         # Each cause becomes a FetchError whose sentence is the whole story: no chained traceback.
         except requests.exceptions.SSLError as e:
-            raise FetchError(endpoint, "tls", f"TLS handshake with {self.base_url} failed "
-                             f"({_root_cause(e)}); set --ca-file, or --insecure-skip-verify for tests") from None
+            raise FetchError(endpoint, "tls", f"TLS handshake with {self.base_url} failed: {_tls_advice(e)}") from None
         except requests.exceptions.Timeout:
             raise FetchError(endpoint, "timeout", f"no answer from {self.base_url} within {wait:.1f}s") from None
         except requests.exceptions.ConnectionError as e:
@@ -115,6 +115,9 @@ class HttpReader:
                                  "(a proxy's error page?)")
             return
         if status == 401:
+            if "not management user" in _broker_reason(response).lower():  # the password was right
+                raise FetchError(endpoint, "unauthorized", f"user {self.username!r} has no management tag, so the "
+                                 "management API refuses it: give it the 'monitoring' tag")
             raise FetchError(endpoint, "unauthorized", f"login failed for user {self.username!r}: check "
                              "ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD / ACKSCOPE_PASSWORD_FILE")
         if status == 403:
@@ -188,6 +191,31 @@ def _root_cause(error: BaseException) -> str:
         if marker in text:
             return marker
     return text.split(": ")[-1][:120] or type(error).__name__
+
+
+# OpenSSL's verify codes for what a trusted CA does not fix (X509_V_ERR_CERT_HAS_EXPIRED, _CERT_NOT_YET_VALID,
+# _HOSTNAME_MISMATCH, _IP_ADDRESS_MISMATCH): naming them spares the operator a --ca-file that would change nothing.
+_WRONG_HOST = "the server's certificate is not for this host name or address: use one it was issued for in the URL"
+_CERT_ADVICE = {10: "the server's certificate has expired: renew it",
+                9: "the server's certificate is not valid yet: check the clocks, or the certificate's dates",
+                62: _WRONG_HOST, 64: _WRONG_HOST}
+
+
+def _tls_advice(error: BaseException) -> str:
+    """Why verification failed, and what to do, in one line."""
+    seen, todo = set(), [error]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ssl.SSLCertVerificationError):
+            if e.verify_code in _CERT_ADVICE:
+                return _CERT_ADVICE[e.verify_code]
+            return f"{e.verify_message}; set --ca-file to the CA that issued it, or --insecure-skip-verify for tests"
+        todo.extend(x for x in (e.__cause__, e.__context__, getattr(e, "reason", None), *e.args)
+                    if isinstance(x, BaseException))
+    return f"{_root_cause(error)}; set --ca-file, or --insecure-skip-verify for tests"
 
 
 def _broker_reason(response: requests.Response) -> str:

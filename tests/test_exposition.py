@@ -125,6 +125,28 @@ def test_management_api_tls_is_verified_against_ca_file_unless_turned_off(start_
     assert value(s, "ackscope_poll_errors_total", endpoint="overview", reason="tls") is None
 
 
+@pytest.mark.parametrize("case, identity, expires, says", [
+    ("expired", "127.0.0.1", -1, "certificate has expired: renew it"),
+    ("wrong host", "rabbit.other.example", 30, "not for this host name"),
+])
+def test_an_expired_or_wrong_host_management_certificate_is_refused_in_one_line(start_exporter, tmp_path, case,
+                                                                                 identity, expires, says):
+    import datetime
+
+    ca = trustme.CA()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = ca.issue_cert(identity, not_before=now - datetime.timedelta(days=60),
+                         not_after=now + datetime.timedelta(days=expires))
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    fake = start_exporter("http://127.0.0.1:9", web=WebSecurity(tls_cert=str(tmp_path / "server.pem"),
+                                                                 tls_key=str(tmp_path / "server.pem")))
+    exporter = start_exporter(fake.url, interval=0.3, verify=str(tmp_path / "ca.pem"))  # the CA is trusted
+    wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="overview", reason="tls")
+    error = requests.get(exporter.url + "/api/snapshot", timeout=5).json()["last_error"]
+    assert says in error.lower() and "\n" not in error, (case, error)
+
+
 def test_docs_metrics_reference_is_the_one_generated_from_the_code():
     from pathlib import Path
 

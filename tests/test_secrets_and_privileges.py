@@ -100,3 +100,18 @@ def test_fetch_errors_and_secret_reprs_do_not_contain_the_password():
         ManagementClient(f"http://someone:{PASSWORD}@127.0.0.1:15672", "someone", Secret("x"))
     assert PASSWORD not in str(refused.value)
     assert re.search("must not carry credentials", str(refused.value))
+
+
+def test_a_user_without_the_monitoring_tag_gets_one_line_that_says_to_add_it(broker, tmp_path):
+    broker.api("PUT", "/users/watcher", json={"password": PASSWORD, "tags": ""})
+    try:
+        proc, url = _run_exporter(broker.management_url, {"ACKSCOPE_PASSWORD": PASSWORD})
+        try:
+            wait_for(lambda: "unauthorized" in requests.get(url + "/metrics", timeout=5).text, what="the refusal")
+        finally:
+            out = _stop(proc)
+    finally:
+        broker.api("DELETE", "/users/watcher")
+    said = [line for line in out.splitlines() if "monitoring" in line]
+    assert len(said) == 1 and "no management tag" in said[0], out
+    assert "login failed" not in out and "Traceback" not in out
