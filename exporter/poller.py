@@ -72,6 +72,7 @@ class Poller:
         except SourceFailed as failure:
             self._publish_failure(failure.errors, started, started_wall)
         else:
+            self._say_overrun(time.monotonic() - started)  # a failed poll is down, not slow: said as such
             was_up = self.status.up or self.status.last_attempt_at is None
             self.diagnosis = self._diagnose(snapshot, self.snapshot)
             self.snapshot = snapshot
@@ -84,7 +85,6 @@ class Poller:
                 log.info("%s", note)
                 self._notes_logged.add(note)
         self.exposition = render(self.snapshot, self.status, self.limits, self.diagnosis, self._label_sets)
-        self._say_overrun(time.monotonic() - started)
 
     def _say_overrun(self, took: float) -> None:
         """A poll longer than the interval is slow, not down: the next starts when it ends, the metrics are
@@ -127,9 +127,12 @@ class Poller:
     def _publish_failure(self, errors: list[FetchError], started: float, started_wall: float) -> None:
         message = "; ".join(str(e) for e in errors)
         failing = frozenset((e.endpoint, e.reason) for e in errors)
-        # One line when the trouble starts or changes, not one per interval while it lasts.
-        if failing != self.status.failing:
+        # One line when the outage starts (and one when it ends), not one per interval or per change of reason
+        # while it lasts: the reason of the moment is in /api/snapshot and ackscope_poll_errors_total.
+        if self.status.up or self.status.last_attempt_at is None:
             log.error("poll failed: %s", message)
+        elif failing != self.status.failing:
+            log.debug("poll still failing, now: %s", message)
         self.status = replace(self.status, up=False, last_duration=time.monotonic() - started,
                               last_attempt_at=started_wall, last_error=message, failing=failing,
                               errors=self._counted(errors))

@@ -357,7 +357,10 @@ class ProbeRunner:
         self.ioloop = IOLoop()
         self._connections: dict[str, TimedConnection | None] = {"publisher": None, "consumer": None}
         self._backoff = {"publisher": BACKOFF_MIN, "consumer": BACKOFF_MIN}
-        self._errors: dict[str, str | None] = {"publisher": None, "consumer": None}
+        # What was said when the probes lost the broker, until both connections are open again: an outage is
+        # one line when it starts and one when it ends, whichever connection fails first and however its
+        # reason changes meanwhile (the counts are in ackscope_probe_connection_failures_total).
+        self._outage: str | None = None
         self._at = {"publisher": 0, "consumer": 0}  # each role's entry: the one it is on, or tries next
         self._thread: threading.Thread | None = None
 
@@ -421,9 +424,10 @@ class ProbeRunner:
     def _opened(self, role: str, connection) -> None:
         self._backoff[role] = BACKOFF_MIN
         self.stats.set_entry(role, self.entry_of(role))
-        if self._errors[role] is not None:
-            log.info("probe %s connection to %s is back", role, self.entries[self._at[role]].display)
-            self._errors[role] = None
+        if self._outage is not None and all(c is not None and c.is_open for c in self._connections.values()):
+            log.info("probe connections are back (publisher on %s, consumer on %s)", self.entry_of("publisher"),
+                     self.entry_of("consumer"))
+            self._outage = None
         if role == "publisher":
             connection.add_on_connection_blocked_callback(self._on_blocked)
             connection.add_on_connection_unblocked_callback(self._on_unblocked)
@@ -440,23 +444,20 @@ class ProbeRunner:
         self.stats.connection_failed(role)
         message, failed = describe_close(reason), self.entries[self._at[role]]
         self._at[role] = (self._at[role] + 1) % len(self.entries)
-        if self._at[role]:  # another node to try: at once
-            log.error("probe %s connection to %s: %s; trying %s", role, failed.display, message,
-                      self.entries[self._at[role]].display)
-            self._errors[role] = message  # said: its coming back is said too
+        elsewhere = self._at[role] != 0  # another node to try, at once
+        then = f"trying {self.entries[self._at[role]].display}" if elsewhere else "retrying with backoff"
+        said = f"probe {role} connection to {failed.display}: {message}; {then}"
+        if self._outage is None:
+            log.error("%s", said)
+            self._outage = said
+        else:
+            log.debug("%s", said)
+        if elsewhere:
             self.later(0, lambda: self._connect(role))
             return
-        if message != self._errors[role]:
-            log.error("probe %s connection to %s: %s; retrying with backoff", role,
-                      self.display if len(self.entries) > 1 else failed.display, message)
-            self._errors[role] = message
         delay = self._backoff[role] * random.uniform(0.5, 1.0)  # jitter: many probes must not retry in step
         self._backoff[role] = min(self._backoff[role] * 2, BACKOFF_MAX)
         self.later(delay, lambda: self._connect(role))
-
-    @property
-    def display(self) -> str:
-        return ", ".join(e.display for e in self.entries)
 
     def reopen(self, probe: _TargetProbe, role: str, connection) -> None:
         """Open a target's channel again on the connection it lost it on. If that connection has gone
