@@ -1,0 +1,38 @@
+"""Five minutes of the soak (bench/soak.py runs 30): the exporter with its probes and a data dir, as its own
+process, through a broker killed with kill -9, a memory alarm, a management API that hangs and then answers
+garbage, and a graceful restart. What an operator relies on: every outage seen and recovered from, nothing
+confirmed lost, and each fault said in a few log lines, not a flood."""
+
+from __future__ import annotations
+
+import pytest
+
+from ackscope.workloads.soak import Soak
+
+
+@pytest.fixture(scope="module")
+def soak(rabbitmq_server) -> Soak:
+    return Soak(minutes=5, interval=3.0, fault_every=60.0, hold=15.0).run()
+
+
+def test_every_outage_is_seen_and_recovered_from_within_two_intervals_of_the_broker_answering(soak):
+    outages = [f for f in soak.faults if "restart" in f.name or "API" in f.name]
+    assert len(outages) >= 3, [f.name for f in soak.faults]
+    for f in outages:
+        assert f.down_at is not None, f"{f.name}: ackscope_up never went to 0"
+        assert f.recovery_s is not None and f.recovery_s <= 2 * soak.interval + 1, (f.name, f.recovery_s)
+
+
+def test_no_confirmed_persistent_message_is_lost_across_the_faults(soak):
+    assert soak.lost() == 0
+    assert any(f.probes.get("republished", 0) > 0 for f in soak.faults)  # the crashes did cut publishes short
+
+
+def test_each_fault_costs_a_few_log_lines_and_the_alarm_is_named(soak):
+    for f in soak.faults:
+        # Its start and its end, on each path it breaks: the exporter's polls (HTTP) and, when the broker itself
+        # goes, the probes' connections (AMQP).
+        paths = 2 if "restart" in f.name else 1
+        assert len(f.log_lines) <= 2 * paths, (f.name, f.log_lines)
+    alarm = next(f for f in soak.faults if f.name == "memory alarm")
+    assert "memory-alarm" in alarm.findings

@@ -1,0 +1,236 @@
+"""The soak: `ackscope exporter` with its probes and a data dir, as an operator runs it (its own process), over a
+private node running failure scenarios and a healthy client, while faults come one after another: the broker
+killed with kill -9, restarted gracefully, a memory alarm, a disk alarm, and the management API hanging, then
+answering HTML, then truncated JSON (a proxy in front of it).
+
+Sampled every second from outside, as Prometheus and an operator see it: /metrics (how long it takes,
+ackscope_up, the probes' counters), /api/findings, the exporter's RSS and open files, and its log. Per fault:
+when ackscope_up went to 0 and came back after the broker answered again, the log lines it cost, the findings
+that fired, and the probes' confirm timeouts, republishes, duplicates and losses across it.
+
+Run by bench/soak.py (30 minutes) and, for 5 minutes, by the suite (tests/test_soak.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from ackscope.core.processes import stop_process
+from ackscope.core.quantile import sample_quantile
+from ackscope.core.secret import Secret
+
+from .fault_proxy import FaultProxy
+from .private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
+from .scenarios import BY_NAME, Running
+
+log = logging.getLogger("ackscope.soak")
+
+SCENARIOS = ("prefetch-saturated", "requeue-loop", "publisher-without-confirms", "unroutable-dropped", "healthy")
+PROBE_COUNTERS = ("confirm_timeouts", "republished", "duplicates", "lost")
+
+
+@dataclass
+class Sample:
+    at: float  # seconds since the soak started
+    up: float | None  # ackscope_up, None when the scrape failed
+    scrape_ms: float | None
+    rss_mib: float
+    fds: int
+    probes: dict[str, float]  # PROBE_COUNTERS summed over the targets
+    findings: frozenset[str]  # the rules with a finding now
+
+
+@dataclass
+class Fault:
+    name: str
+    started: float
+    cleared: float | None = None  # the broker answers again, or the fault was lifted
+    down_at: float | None = None  # ackscope_up first seen 0
+    up_at: float | None = None  # ackscope_up 1 again, after `cleared`
+    log_lines: list[str] = field(default_factory=list)
+    findings: set[str] = field(default_factory=set)
+    probes: dict[str, float] = field(default_factory=dict)  # counter increases across the fault
+
+    @property
+    def recovery_s(self) -> float | None:
+        """From the broker answering again (the fault lifted) to ackscope_up 1."""
+        if self.cleared is None or self.up_at is None:
+            return None
+        return max(0.0, self.up_at - self.cleared)
+
+
+class Soak:
+    def __init__(self, minutes: float, interval: float = 3.0, fault_every: float = 120.0, hold: float = 20.0,
+                 workdir: Path | None = None):
+        self.minutes, self.interval, self.fault_every, self.hold = minutes, interval, fault_every, hold
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="ackscope-soak-"))
+        self.samples: list[Sample] = []
+        self.faults: list[Fault] = []
+        self.log_lines: list[tuple[float, str]] = []
+        self._t0 = time.monotonic()
+        self._stop = threading.Event()
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    # -- the run -----------------------------------------------------------------------------------------------
+    def run(self) -> Soak:
+        broker = LocalBroker(name="ackscope-soak")
+        broker.start()
+        proxy = FaultProxy(broker.management_url)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        env = dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD, ACKSCOPE_AMQP_PASSWORD=ADMIN_PASSWORD)
+        exporter = subprocess.Popen(
+            [sys.executable, "-m", "ackscope", "exporter", "--management-url", proxy.url, "--username", ADMIN_USER,
+             "--amqp-url", broker.amqp_url().replace(f":{ADMIN_PASSWORD}@", "@"), "--listen", f"127.0.0.1:{port}",
+             "--interval", str(self.interval), "--data-dir", str(self.workdir / "data")],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=self._read_log, args=(exporter,), daemon=True).start()
+        scenarios = Running([BY_NAME[n] for n in SCENARIOS], Secret(broker.amqp_url())).start()
+        self._t0 = time.monotonic()
+        sampler = threading.Thread(target=self._sample, args=(psutil.Process(exporter.pid),), daemon=True)
+        sampler.start()
+        faults = itertools.cycle(self._faults(broker, proxy))
+        try:
+            end = self.minutes * 60
+            next_fault = min(self.fault_every, end)
+            while self.now() < end:
+                time.sleep(max(0.0, min(next_fault, end) - self.now()))
+                if self.now() >= end:
+                    break
+                name, apply = next(faults)
+                fault = Fault(name, self.now())
+                self.faults.append(fault)
+                log.info("soak %.0f s: %s", fault.started, name)
+                restarted = apply()
+                fault.cleared = self.now()
+                if restarted:  # the scenarios' connections died with the broker: run them again
+                    scenarios.stop()
+                    scenarios = Running([BY_NAME[n] for n in SCENARIOS], Secret(broker.amqp_url())).start()
+                next_fault = fault.started + self.fault_every
+        finally:
+            self._stop.set()
+            sampler.join(timeout=5)
+            scenarios.stop()
+            stop_process(exporter, timeout=30)
+            proxy.close()
+            broker.stop()
+            broker.remove()
+        self._attribute()
+        return self
+
+    def _faults(self, broker: LocalBroker, proxy: FaultProxy) -> list[tuple[str, Callable[[], bool]]]:
+        """(name, apply): apply() does the fault and lifts it, returning whether the broker restarted."""
+        def kill9() -> bool:
+            broker.kill()
+            broker.start()
+            return True
+
+        def restart() -> bool:
+            broker.restart()
+            return True
+
+        def alarm(ctl: tuple[str, str], clear: tuple[str, str]) -> Callable[[], bool]:
+            def apply() -> bool:
+                broker.ctl(*ctl)
+                time.sleep(self.hold)
+                broker.ctl(*clear)
+                return False
+            return apply
+
+        def api() -> bool:
+            for fault, seconds in (("hang", self.hold), ("html", self.hold / 2), ("truncated", self.hold / 2)):
+                proxy.faults["*"] = fault
+                time.sleep(seconds)
+            proxy.faults.clear()
+            return False
+
+        return [("broker kill -9 and restart", kill9),
+                ("memory alarm", alarm(("set_vm_memory_high_watermark", "0.0000001"),
+                                       ("set_vm_memory_high_watermark", "0.4"))),
+                ("management API: hang, HTML, truncated JSON", api),
+                ("broker graceful restart", restart),
+                ("disk alarm", alarm(("set_disk_free_limit", "100000GB"), ("set_disk_free_limit", "50MB")))]
+
+    # -- watching ----------------------------------------------------------------------------------------------
+    def _read_log(self, exporter: subprocess.Popen) -> None:
+        assert exporter.stderr is not None
+        for line in exporter.stderr:
+            self.log_lines.append((self.now(), line.rstrip("\n")))
+
+    def _sample(self, process: psutil.Process) -> None:
+        while not self._stop.wait(max(0.0, 1.0 - (self.now() % 1.0))):
+            up = scrape_ms = None
+            probes: dict[str, float] = {}
+            findings: frozenset[str] = frozenset()
+            try:
+                started = time.monotonic()
+                text = requests.get(self.url + "/metrics", timeout=5).text
+                scrape_ms = (time.monotonic() - started) * 1000
+                for family in text_string_to_metric_families(text):
+                    for s in family.samples:
+                        if s.name == "ackscope_up":
+                            up = s.value
+                        elif s.name.startswith("ackscope_probe_") and s.name.endswith("_total"):
+                            key = s.name.removeprefix("ackscope_probe_").removesuffix("_total")
+                            if key in PROBE_COUNTERS:
+                                probes[key] = probes.get(key, 0.0) + s.value
+                findings = frozenset(f["rule"] for f in
+                                     requests.get(self.url + "/api/findings", timeout=5).json()["findings"])
+            except (requests.RequestException, ValueError, KeyError):
+                pass
+            try:
+                memory, fds = process.memory_info().rss / 2**20, process.num_fds()
+            except psutil.Error:
+                return
+            self.samples.append(Sample(self.now(), up, scrape_ms, memory, fds, probes, findings))
+
+    def _attribute(self) -> None:
+        """Each fault's window (from its start to the next fault's) read from the samples and the log."""
+        for fault, following in zip(self.faults, [*self.faults[1:], None]):
+            until = following.started if following else float("inf")
+            window = [s for s in self.samples if fault.started <= s.at < until]
+            fault.down_at = next((s.at for s in window if s.up == 0), None)
+            after = fault.cleared if fault.cleared is not None else fault.started
+            fault.up_at = next((s.at for s in window if s.at >= after and s.up == 1), None)
+            before = next((s for s in reversed(self.samples) if s.at < fault.started and s.probes), None)
+            for s in window:  # what the fault raised: not what the scenarios keep raising anyway
+                fault.findings |= s.findings - (before.findings if before else frozenset())
+            last = next((s for s in reversed(window) if s.probes), None)
+            if before and last:
+                fault.probes = {k: last.probes.get(k, 0.0) - before.probes.get(k, 0.0) for k in PROBE_COUNTERS}
+            fault.log_lines = [line for at, line in self.log_lines if fault.started <= at < until]
+
+    # -- figures -----------------------------------------------------------------------------------------------
+    def scrape_p99_ms(self) -> float | None:
+        return sample_quantile([s.scrape_ms for s in self.samples if s.scrape_ms is not None], 0.99)
+
+    def growth(self, after_s: float = 300.0) -> tuple[float, float, int, int]:
+        """(RSS MiB at `after_s`, RSS MiB at the end, fds at `after_s`, fds at the end)."""
+        settled = [s for s in self.samples if s.at >= min(after_s, self.samples[-1].at)]
+        return settled[0].rss_mib, self.samples[-1].rss_mib, settled[0].fds, self.samples[-1].fds
+
+    def lost(self) -> float:
+        return max((s.probes.get("lost", 0.0) for s in self.samples), default=0.0)
+
+    def rows(self) -> Iterator[dict]:
+        for f in self.faults:
+            yield {"fault": f.name, "at_s": round(f.started), "down_after_s": None if f.down_at is None else
+                   round(f.down_at - f.started, 1), "recovered_s": None if f.recovery_s is None else
+                   round(f.recovery_s, 1), "log_lines": len(f.log_lines), "findings": ", ".join(sorted(f.findings)),
+                   **{k: int(v) for k, v in f.probes.items()}}
