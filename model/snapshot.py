@@ -115,10 +115,12 @@ class Channel:
     def prefetch_limit(self) -> int | None:
         """How many unacked deliveries the channel may hold, as RabbitMQ applies basic.qos; None when
         nothing limits it (see binding_limit)."""
-        own = self.consumer_prefetch
-        if own is None:
-            own = (self.prefetch_count or 0,) * max(self.consumer_count or 0, 1)
-        return binding_limit(own, self.global_prefetch_count)
+        if self.consumer_prefetch is not None:
+            return binding_limit(self.consumer_prefetch, self.global_prefetch_count)
+        # Each of its consumers held to prefetch_count: their sum is that times their number, computed, not
+        # spelt out as a tuple of them (an answer claiming 10**12 consumers must not cost that much memory).
+        each = self.prefetch_count or 0
+        return _tighter(each * max(self.consumer_count or 0, 1) if each else None, self.global_prefetch_count)
 
     def limit_for(self, consumer_prefetch: int | None) -> int | None:
         """The limit that binds one consumer of this channel: its own prefetch, capped by the channel-wide
@@ -133,6 +135,11 @@ def binding_limit(consumer_prefetch: Sequence[int | None], global_prefetch: int 
     to the channel-wide prefetch (global=true). 0 means no limit. None when nothing binds: no consumer, or
     one without a prefetch of its own and no channel-wide one."""
     own = None if not consumer_prefetch or not all(consumer_prefetch) else sum(consumer_prefetch)
+    return _tighter(own, global_prefetch)
+
+
+def _tighter(own: int | None, global_prefetch: int | None) -> int | None:
+    """The lower of the consumers' own limit and the channel-wide one, 0 or None meaning no limit."""
     limits = [n for n in (own, global_prefetch) if n]
     return min(limits) if limits else None
 
