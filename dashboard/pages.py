@@ -336,21 +336,21 @@ def broker() -> None:
                    f"cluster {overview.get('cluster_name')}")
         st.subheader("Nodes and alarms")
         _table(views.nodes(data.snapshot))
-        degraded = views.degraded_queues(data.snapshot)
-        st.subheader("Replicated queues missing a replica")
-        if degraded.empty:
-            st.success("Every replicated queue has all its replicas (or the broker has none).")
-        else:
-            _table(degraded)
-        blocked = views.blocked_connections(data.snapshot)
-        st.subheader("Blocked connections")
-        if blocked.empty:
-            st.success("No connection is blocked.")
-        else:
-            _table(blocked)
+        _table_or_all_clear("Replicated queues missing a replica", views.degraded_queues(data.snapshot),
+                            "Every replicated queue has all its replicas (or the broker has none).")
+        _table_or_all_clear("Blocked connections", views.blocked_connections(data.snapshot),
+                            "No connection is blocked.")
         for note in data.snapshot.get("notes", []):
             st.caption(note)
     _live_page(render)
+
+
+def _table_or_all_clear(title: str, df: pd.DataFrame, all_clear: str) -> None:
+    st.subheader(title)
+    if df.empty:
+        st.success(all_clear)
+    else:
+        _table(df)
 
 
 def _findings_by_rule(data: Live, rules: tuple[str, ...]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pika
 import pytest
@@ -42,16 +43,22 @@ def plugin_only_broker() -> Iterator[LocalBroker]:
         yield node
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[LocalCluster]:
-    """Three private nodes joined into one cluster (about 150 MiB each), started once for the session."""
-    nodes = LocalCluster(3, name="ackscope-cluster")
+@contextmanager
+def running_cluster(nodes: LocalCluster) -> Iterator[LocalCluster]:
+    """`nodes` started and joined; stopped and their files removed afterwards, whatever happened."""
     try:
         nodes.start()
         yield nodes
     finally:
         nodes.stop()
         nodes.remove()
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    """Three private nodes joined into one cluster (about 150 MiB each), started once for the session."""
+    with running_cluster(LocalCluster(3, name="ackscope-cluster")) as nodes:
+        yield nodes
 
 
 @pytest.fixture
@@ -65,25 +72,15 @@ def cluster_whole(cluster: LocalCluster) -> Iterator[LocalCluster]:
 def partition_pair() -> Iterator[LocalCluster]:
     """Two nodes of their own that count a silent peer down after 10 s (net_ticktime): for a partition, which
     leaves them to be restarted, so not the session's cluster."""
-    pair = LocalCluster(2, name="ackscope-partition", net_ticktime=10)
-    try:
-        pair.start()
+    with running_cluster(LocalCluster(2, name="ackscope-partition", net_ticktime=10)) as pair:
         yield pair
-    finally:
-        pair.stop()
-        pair.remove()
 
 
 @pytest.fixture(scope="session")
 def statsoff_cluster() -> Iterator[LocalCluster]:
     """Three nodes joined into one cluster, management statistics off (the container image's default)."""
-    nodes = LocalCluster(3, name="ackscope-statsoff-cluster", statistics=False)
-    try:
-        nodes.start()
+    with running_cluster(LocalCluster(3, name="ackscope-statsoff-cluster", statistics=False)) as nodes:
         yield nodes
-    finally:
-        nodes.stop()
-        nodes.remove()
 
 
 @pytest.fixture

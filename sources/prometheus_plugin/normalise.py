@@ -271,10 +271,9 @@ def online_from_nodes(queues: Iterable[Queue], nodes: Sequence[Node]) -> Iterato
     next poll, not a minute later. (A member whose node runs but whose replica does not is not seen here.)"""
     running = {n.name for n in nodes if n.running}
     for q in queues:
-        if q.members is None or not nodes:
-            yield q
-        else:
-            yield replace(q, online=tuple(m for m in q.members if m in running))
+        online = None if q.members is None or not nodes else tuple(m for m in q.members if m in running)
+        # Unchanged, the same record: model.snapshot.sharing then finds it from the last poll by identity.
+        yield q if online is None or online == q.online else replace(q, online=online)
 
 
 def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
