@@ -14,6 +14,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from ackscope.core import native_memory
+from ackscope.core.episode import Episode
 from ackscope.model.findings import Diagnosis
 from ackscope.model.snapshot import Snapshot, sharing
 from ackscope.model.source import FetchError, Source, SourceFailed
@@ -24,6 +25,8 @@ from .text_format import LabelSets
 from .status import PollStatus
 
 log = logging.getLogger("ackscope.exporter")
+
+SETTLE_INTERVALS = 5  # an outage or overrun is over, and said to be, once polls have been good this many intervals
 
 
 class Poller:
@@ -41,7 +44,10 @@ class Poller:
         self.exposition: Exposition = render(None, self.status, limits)
         self._label_sets = LabelSets()  # each series' labels as the last render wrote them
         self._notes_logged: set[str] = set()
-        self._overrunning = False  # polls take longer than the interval (said once, when it starts and ends)
+        # Said when each starts, and when it has been over for five intervals: a flapping link is one episode.
+        self._outage = Episode(settle=SETTLE_INTERVALS * interval)
+        self._overrun = Episode(settle=SETTLE_INTERVALS * interval)
+        self._partial = Episode(settle=SETTLE_INTERVALS * interval)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -73,12 +79,11 @@ class Poller:
             self._publish_failure(failure.errors, started, started_wall)
         else:
             self._say_overrun(time.monotonic() - started)  # a failed poll is down, not slow: said as such
-            was_up = self.status.up or self.status.last_attempt_at is None
             self.diagnosis = self._diagnose(snapshot, self.snapshot)
             self.snapshot = snapshot
             if self.record is not None:
                 self.record(snapshot)
-            if not was_up:
+            if self._outage.update(False) == "end":
                 log.info("the broker answers again at %s", self.source.base_url)
             self._publish_success(snapshot, started, started_wall)
             for note in set(snapshot.notes) - self._notes_logged:
@@ -89,15 +94,14 @@ class Poller:
     def _say_overrun(self, took: float) -> None:
         """A poll longer than the interval is slow, not down: the next starts when it ends, the metrics are
         that much older (ackscope_snapshot_age_seconds), and ackscope_up stays 1. Said once, with what to do."""
-        overrunning = took > self.interval
-        if overrunning and not self._overrunning:
+        said = self._overrun.update(took > self.interval)
+        if said == "start":
             log.warning("polls take longer than the interval (this one %.1fs, --interval %gs): each starts when "
                         "the last ends and the metrics are that old; raise --interval, read the broker's "
                         "Prometheus plugin (--source prometheus), or watch fewer vhosts or queues "
                         "(--include-vhosts, --include-queues)", took, self.interval)
-        elif self._overrunning and not overrunning:
+        elif said == "end":
             log.info("polls fit the %gs interval again (this one %.1fs)", self.interval, took)
-        self._overrunning = overrunning
 
     def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> Diagnosis:
         if self.diagnose is None:
@@ -114,12 +118,15 @@ class Poller:
         unread = snapshot.unread
         failing = frozenset((u.endpoint, u.reason) for u in unread)
         message = "; ".join(u.message for u in unread) or None
-        # One line when the trouble starts or changes, not one per interval while it lasts.
-        if failing != self.status.failing:
-            if unread:
-                log.warning("poll partial, the rest is exported: %s", message)
-            elif self.status.up:
-                log.info("every endpoint answers again")
+        # One line when the trouble starts and one when it is over, not one per interval or change while it lasts:
+        # the endpoints failing at the moment are in /api/snapshot and ackscope_poll_errors_total.
+        said = self._partial.update(bool(unread))
+        if said == "start":
+            log.warning("poll partial, the rest is exported: %s", message)
+        elif said == "end":
+            log.info("every endpoint answers again")
+        elif unread and failing != self.status.failing:
+            log.debug("poll still partial, now: %s", message)
         self.status = replace(self.status, up=True, last_duration=time.monotonic() - started,
                               last_attempt_at=started_wall, last_success_at=started_wall, last_error=message,
                               failing=failing, errors=self._counted(unread), source=self.source.name)
@@ -129,7 +136,7 @@ class Poller:
         failing = frozenset((e.endpoint, e.reason) for e in errors)
         # One line when the outage starts (and one when it ends), not one per interval or per change of reason
         # while it lasts: the reason of the moment is in /api/snapshot and ackscope_poll_errors_total.
-        if self.status.up or self.status.last_attempt_at is None:
+        if self._outage.update(True) == "start":
             log.error("poll failed: %s", message)
         elif failing != self.status.failing:
             log.debug("poll still failing, now: %s", message)
