@@ -14,7 +14,9 @@ from ackscope.core.processes import stop_process
 from ackscope.dashboard.launch import environment, streamlit_command
 
 OPTIONS = (
-    Option("exporter_url", "http://localhost:9577", str, "the ackscope exporter whose /api/* the pages show"),
+    Option("exporter_url", "http://localhost:9577", config.http_url(
+        "ACKSCOPE_WEB_USERNAME and ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE"),
+        "the ackscope exporter whose /api/* the pages show"),
     Option("port", 8501, config.positive_int, "port of the web UI"),
     Option("address", "0.0.0.0", str, "address the web UI listens on"),
     Option("reports", None, str, "the pipeline's --out directory, for the History page"),

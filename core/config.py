@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .secret import Secret
 
@@ -111,6 +112,20 @@ def table(document: Mapping[str, Any], name: str, path: str | None) -> Mapping[s
 
 
 # -- parsers -------------------------------------------------------------------------------------------
+def http_url(credentials_from: str) -> Callable[[Any], str]:
+    """A parser of an http(s) URL that carries no credentials: in a URL they would show in `ps`, in logs and on
+    the dashboard's pages. `credentials_from` says where they go instead."""
+    def parse(v: Any) -> str:
+        url = str(v)
+        parts = urlsplit(url)
+        if parts.username or parts.password:  # checked first: the message must not echo them
+            raise ValueError(f"must not carry credentials: use {credentials_from}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"must look like http(s)://host:port, not {url!r}")
+        return url.rstrip("/")
+    return parse
+
+
 def positive_float(v: Any) -> float:
     f = float(v)
     if not f > 0:

@@ -11,11 +11,11 @@ import re
 import ssl
 import threading
 import time
-from urllib.parse import urlsplit
 
 import requests
 import urllib3
 
+from ackscope.core.config import http_url
 from ackscope.core.secret import Secret
 from ackscope.model.source import FetchError
 
@@ -30,13 +30,7 @@ class HttpReader:
 
     def __init__(self, base_url: str, username: str, password: Secret, *, timeout: float, verify: bool | str,
                  what: str):
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"must look like http(s)://host:port, not {base_url!r}")
-        if parts.username or parts.password:
-            raise ValueError("must not carry credentials: use ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD or "
-                             "ACKSCOPE_PASSWORD_FILE")
-        self.base_url = base_url.rstrip("/")
+        self.base_url = http_url("ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD or ACKSCOPE_PASSWORD_FILE")(base_url)
         self.username = username
         self._password = password
         self.timeout = timeout

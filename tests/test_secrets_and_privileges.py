@@ -115,3 +115,13 @@ def test_a_user_without_the_monitoring_tag_gets_one_line_that_says_to_add_it(bro
     said = [line for line in out.splitlines() if "monitoring" in line]
     assert len(said) == 1 and "no management tag" in said[0], out
     assert "login failed" not in out and "Traceback" not in out
+
+
+def test_the_dashboard_refuses_an_exporter_url_that_carries_credentials_without_echoing_them():
+    # In the URL they would be on the command line (ps), in the startup line and on every page's caption.
+    done = subprocess.run([str(Path(sys.executable).with_name("ackscope")), "dashboard", "--exporter-url",
+                           f"http://ui:{PASSWORD}@127.0.0.1:9577"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    said = done.stderr.strip().splitlines()
+    assert len(said) == 1 and PASSWORD not in done.stderr + done.stdout, said
+    assert "--exporter-url: must not carry credentials: use ACKSCOPE_WEB_USERNAME" in said[0]
