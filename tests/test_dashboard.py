@@ -3,6 +3,7 @@ running failure scenarios; and what the pages show when the exporter fails."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -176,12 +177,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 
 @contextmanager
-def dashboard(exporter_url: str) -> Iterator[str]:
-    """`ackscope dashboard` in a process of its own; yields its URL once it answers."""
+def dashboard(exporter_url: str, **env: str) -> Iterator[str]:
+    """`ackscope dashboard` in a process of its own, `env` added to its environment; yields its URL once it
+    answers."""
     port = free_port()
     proc = subprocess.Popen([str(Path(sys.executable).with_name("ackscope")), "dashboard", "--exporter-url",
                              exporter_url, "--port", str(port), "--address", "127.0.0.1", "--refresh", "5"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _answers(f"{url}/_stcore/health") or proc.poll() is not None, timeout=60,
@@ -234,6 +237,52 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
         finally:
             browser.close()
     assert (ARTIFACTS / "dashboard-landing.png").stat().st_size > 10_000
+
+
+def test_the_browser_is_sent_none_of_the_credentials_the_dashboard_and_the_exporter_hold(broker, start_exporter,
+                                                                                          chromium):
+    from playwright.sync_api import sync_playwright
+
+    from ackscope.core.http_server import WebSecurity
+
+    web_password, broker_password = "ui-" + uuid.uuid4().hex, "mon-" + uuid.uuid4().hex
+    monitor = f"monitor-{uuid.uuid4().hex[:8]}"
+    broker.api("PUT", f"/users/{monitor}", json={"password": broker_password, "tags": "monitoring"})
+    guarded = start_exporter(broker.management_url, username=monitor, password=broker_password, interval=1.0,
+                             web=WebSecurity("ui", Secret(web_password)))
+    # What the browser must never see: the exporter's web password (the dashboard holds it), the Authorization
+    # header made of it, and the broker password the exporter polls with.
+    secrets = [web_password, base64.b64encode(f"ui:{web_password}".encode()).decode(), broker_password]
+    carried: list[bytes] = []
+    with dashboard(guarded.url, ACKSCOPE_WEB_USERNAME="ui", ACKSCOPE_WEB_PASSWORD=web_password) as url, \
+            sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            tab = browser.new_page()
+            responses = []
+            tab.on("request", lambda r: carried.append(repr(sorted(r.headers.items())).encode() + r.url.encode()))
+            tab.on("response", lambda r: responses.append(r))
+            tab.on("websocket", lambda ws: (
+                ws.on("framereceived", lambda f: carried.append(f if isinstance(f, bytes) else f.encode())),
+                ws.on("framesent", lambda f: carried.append(f if isinstance(f, bytes) else f.encode()))))
+            tab.goto(url)
+            tab.get_by_text("Updated ").first.wait_for(timeout=30_000)  # the data came through the basic auth
+            assert "refused" not in tab.inner_text("body")
+            carried.append(tab.content().encode())
+            tab.goto(url + "/broker")
+            tab.get_by_text(broker.nodename).first.wait_for(state="attached", timeout=30_000)  # a table cell
+            carried.append(tab.content().encode())
+            for response in responses:
+                try:
+                    carried.append(response.body())
+                except Exception:  # a redirect or an evicted body: its headers were still checked
+                    carried.append(repr(sorted(response.headers.items())).encode())
+        finally:
+            browser.close()
+            broker.api("DELETE", f"/users/{monitor}")
+    assert len(carried) > 20 and any(broker.nodename.encode() in c for c in carried), "the traffic was seen"
+    for secret in secrets:
+        assert not [c[:120] for c in carried if secret.encode() in c], "a credential reached the browser"
 
 
 def test_exporter_credentials_a_hanging_exporter_and_a_wrong_url_each_get_one_line(broker, start_exporter):
