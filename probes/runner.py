@@ -42,6 +42,7 @@ BACKOFF_MIN, BACKOFF_MAX = 1.0, 30.0
 MAX_IN_FLIGHT = 5_000  # unconfirmed publishes per target; beyond it the publisher waits (bounded memory)
 HOUSEKEEPING_S = 1.0
 BURST_SLICE = 2  # publishes made per turn of the I/O loop in a burst (chosen by measurement: docs/benchmarks.md)
+NACK_RUN_S = 5.0  # every publish nacked this long, none acked: the publishing channel is replaced
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,9 @@ class _TargetProbe:
         self.ever_opened = {"publisher": False, "consumer": False}
         self.last_error: str | None = None
         self._tick = None
+        self.nacked_since: int | None = None  # monotonic ns of the first nack since the last ack
+        self.renewing = None  # the publishing channel closed on purpose, to be opened again at once
+        self.renewals_said = False
 
     # -- events ---------------------------------------------------------------------------------------
     def event(self, kind: str, seq: int, ts_us: int | None = None, **fields) -> None:
@@ -152,6 +156,10 @@ class _TargetProbe:
             self.republish.extend(self.confirms.drain())
             self.returned.clear()
             self.update_up()
+        if self.renewing is channel:
+            self.renewing = None
+            self.r.later(0, lambda: self.r.reopen(self, "publisher", channel.connection))
+            return
         # Only a channel-level error is this target's own; a lost connection is said once, by the runner.
         if isinstance(reason, pika.exceptions.ChannelClosedByBroker) and not self.r.stopping:
             self.fail("publisher", describe_close(reason))
@@ -208,6 +216,7 @@ class _TargetProbe:
         if not settled:
             return
         acked = isinstance(method, pika.spec.Basic.Ack)
+        self._follow_nack_run(acked)
         self.r.stats.observe(self.t, "confirm_batch_size", len(settled))
         seen_us = now_us()  # one frame, one instant: the pipeline tells frames apart by it
         for s in settled:
@@ -222,6 +231,34 @@ class _TargetProbe:
             else:
                 self.event("nacked", s.seq, seen_us, batch_size=len(settled))
         self.count("confirmed" if acked else "nacked", len(settled))
+
+    def _follow_nack_run(self, acked: bool) -> None:
+        """A channel whose every publish is nacked for NACK_RUN_S is replaced: the channel, not the messages, is
+        then the trouble. Seen on RabbitMQ 3.10: a channel opened while a quorum queue elects a new leader (the
+        probes' node, where the leader was, has just died) takes the dead leader from the queue record and nacks
+        every publish to that queue from then on, for as long as it lives (rabbitmq-server#9241 fixed it in 3.11
+        and 3.12). A new channel reads the record again. The nacks stay counted; the replacement is said once per
+        run of nacks, and counted as a reconnect."""
+        now = time.monotonic_ns()
+        if acked:
+            if self.renewals_said:
+                log.info("probe %s: publishes are confirmed again", self.t.name)
+                self.renewals_said = False
+            self.nacked_since = None
+            return
+        if self.nacked_since is None:
+            self.nacked_since = now
+            return
+        channel = self.pub_channel
+        if now - self.nacked_since < NACK_RUN_S * 1e9 or channel is None or not channel.is_open:
+            return
+        (log.debug if self.renewals_said else log.warning)(
+            "probe %s: the broker has nacked every publish for %.0fs; publishing on a new channel",
+            self.t.name, (now - self.nacked_since) / 1e9)
+        self.renewals_said = True
+        self.nacked_since = None
+        self.renewing = channel
+        channel.close()
 
     def _on_return(self, _channel, _method, _props, body) -> None:
         msg = ProbeMessage.decode(body)
