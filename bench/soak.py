@@ -1,13 +1,14 @@
 """The soak (issue 18): `ackscope exporter` with probes and --data-dir over a private node running failure
 scenarios and a healthy client, a fault every --fault-every seconds (kill -9 and restart, memory alarm, the
-management API hanging then answering HTML then truncated JSON, graceful restart, disk alarm, in turn). See
+management API hanging then answering HTML then truncated JSON, --loss % packet loss on the exporter's path to
+the broker (the exporter on a test host in a network namespace; root), graceful restart, disk alarm, in turn). See
 ackscope/workloads/soak.py for what is sampled.
 
 Prints a row per fault and the run's figures against the targets: 0 confirmed persistent messages lost;
 recovery within two intervals after the broker answers; RSS and fds within 10 % from 5 minutes on; scrape p99
 under 50 ms; at most two log lines per fault. `--chart PNG` draws RSS, fds, scrape time and ackscope_up.
 
-    python bench/soak.py [--minutes 30] [--interval 3] [--fault-every 120] [--chart docs/soak.png]
+    python bench/soak.py [--minutes 30] [--interval 3] [--fault-every 120] [--loss 20] [--chart docs/soak.png]
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from ackscope.workloads.soak import PROBE_COUNTERS, Soak
 
 
 def table(soak: Soak) -> str:
-    head = ["fault", "at_s", "down_after_s", "recovered_s", "log_lines", *PROBE_COUNTERS, "findings"]
+    head = ["fault", "at_s", "down_after_s", "recovered_s", "log_lines", "confirm_ms", *PROBE_COUNTERS,
+            "packets_dropped", "findings"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in soak.rows():
         lines.append("| " + " | ".join("" if row.get(k) is None else str(row.get(k)) for k in head) + " |")
@@ -53,12 +55,14 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--interval", type=float, default=3.0)
     parser.add_argument("--fault-every", type=float, default=120.0)
+    parser.add_argument("--loss", type=int, default=20, help="%% of packets lost in the network fault (0: none)")
     parser.add_argument("--chart", type=Path)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("ackscope.soak").setLevel(logging.INFO)
-    soak = Soak(args.minutes, args.interval, args.fault_every).run()
+    soak = Soak(args.minutes, args.interval, args.fault_every, loss_percent=args.loss).run()
     print(table(soak))
+    print(f"\nthe probes' mean confirm latency before the first fault: {soak.baseline_confirm_ms():.1f} ms")
     rss5, rss_end, fds5, fds_end = soak.growth()
     print(f"\nlost (confirmed persistent) {soak.lost():.0f}; scrape p99 {soak.scrape_p99_ms():.1f} ms; "
           f"RSS {rss5:.0f} MiB at 5 min -> {rss_end:.0f} MiB at the end ({(rss_end / rss5 - 1) * 100:+.0f} %); "

@@ -33,6 +33,9 @@ if [ "${1:-}" = "--test" ]; then
   [ -f /usr/share/java/amqp-client.jar ] || need+=(librabbitmq-client-java)
   command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
   command -v npm >/dev/null || need+=(nodejs npm)
+  # The soak's packet loss: nftables in a network namespace (this kernel has no netem), made with iproute2.
+  command -v nft >/dev/null || need+=(nftables)
+  command -v ip >/dev/null || need+=(iproute2)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -18,7 +18,8 @@ FAULTS = ("hang", "trickle", "malformed", "truncated", "html", "500")
 
 
 class FaultProxy:
-    def __init__(self, upstream: str):
+    def __init__(self, upstream: str, host: str = "127.0.0.1"):
+        """`host`: the address it listens on (a test host's link, for one)."""
         self.upstream = upstream.rstrip("/")
         self.faults: dict[str, str] = {}  # endpoint ("queues", or "*" for every one) -> fault
         self.requests: list[str] = []
@@ -80,9 +81,10 @@ class FaultProxy:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.port = self.server.server_address[1]
+        self.url = f"http://{host}:{self.port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:

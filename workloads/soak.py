@@ -1,10 +1,11 @@
 """The soak: `ackscope exporter` with its probes and a data dir, as an operator runs it (its own process), over a
 private node running failure scenarios and a healthy client, while faults come one after another: the broker
-killed with kill -9, restarted gracefully, a memory alarm, a disk alarm, and the management API hanging, then
-answering HTML, then truncated JSON (a proxy in front of it).
+killed with kill -9, restarted gracefully, a memory alarm, a disk alarm, the management API hanging, then
+answering HTML, then truncated JSON (a proxy in front of it), and packet loss on the exporter's path to the broker
+(the exporter runs on a test host in a network namespace, workloads/lossy_link.py).
 
 Sampled every second from outside, as Prometheus and an operator see it: /metrics (how long it takes,
-ackscope_up, the probes' counters), /api/findings, the exporter's RSS and open files, and its log. Per fault:
+ackscope_up, the probes' counters and confirm latency), /api/findings, the exporter's RSS and open files, and its log. Per fault:
 when ackscope_up went to 0 and came back after the broker answered again, the log lines it cost, the findings
 that fired, and the probes' confirm timeouts, republishes, duplicates and losses across it.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -34,7 +36,8 @@ from ackscope.core.quantile import sample_quantile
 from ackscope.core.secret import Secret
 
 from .fault_proxy import FaultProxy
-from .private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
+from .lossy_link import LossyLink
+from .private_broker import LocalBroker, free_port
 from .scenarios import BY_NAME, Running
 
 log = logging.getLogger("ackscope.soak")
@@ -51,6 +54,7 @@ class Sample:
     rss_mib: float
     fds: int
     probes: dict[str, float]  # PROBE_COUNTERS summed over the targets
+    confirm: tuple[float, float]  # the probes' confirm latency histogram: (sum of seconds, count), all targets
     findings: frozenset[str]  # the rules with a finding now
 
 
@@ -64,6 +68,8 @@ class Fault:
     log_lines: list[str] = field(default_factory=list)
     findings: set[str] = field(default_factory=set)
     probes: dict[str, float] = field(default_factory=dict)  # counter increases across the fault
+    confirm_ms: float | None = None  # the probes' mean confirm latency while the fault was on
+    packets_dropped: int | None = None  # what the lossy link dropped (the network fault only)
 
     @property
     def recovery_s(self) -> float | None:
@@ -75,8 +81,11 @@ class Fault:
 
 class Soak:
     def __init__(self, minutes: float, interval: float = 3.0, fault_every: float = 120.0, hold: float = 20.0,
-                 workdir: Path | None = None):
+                 workdir: Path | None = None, loss_percent: int = 20):
+        """`loss_percent`: the packets lost both ways on the exporter's path to the broker in the network fault
+        (0: no test host, the exporter on this host, no network fault)."""
         self.minutes, self.interval, self.fault_every, self.hold = minutes, interval, fault_every, hold
+        self.loss_percent = loss_percent
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="ackscope-soak-"))
         self.samples: list[Sample] = []
         self.faults: list[Fault] = []
@@ -89,23 +98,35 @@ class Soak:
 
     # -- the run -----------------------------------------------------------------------------------------------
     def run(self) -> Soak:
-        broker = LocalBroker(name="ackscope-soak")
+        link = LossyLink() if self.loss_percent else None
+        # The exporter's host: a test host whose link to the broker can lose packets, or this one.
+        broker_side, exporter_side = (link.host_address, link.inner_address) if link else ("127.0.0.1",) * 2
+        broker = LocalBroker(name="ackscope-soak", amqp_also_on=link.host_address if link else None)
         broker.start()
-        proxy = FaultProxy(broker.management_url)
+        # The users README.md's production setup makes: a monitoring-tagged user for the API, and a probe user
+        # whose permissions match only the probes' resources (the guest user could not log in from a test host).
+        monitor, probe, password = "ackscope-monitor", "ackscope-probe", secrets.token_urlsafe(16)
+        for user, tags in ((monitor, "monitoring"), (probe, "")):
+            broker.api("PUT", f"/users/{user}", json={"password": password, "tags": tags})
+        only_probes = r"^ackscope\.probe\."
+        broker.api("PUT", f"/permissions/%2F/{probe}", json={"configure": only_probes, "write": only_probes,
+                                                             "read": only_probes})
+        proxy = FaultProxy(broker.management_url, host=broker_side)
         port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        env = dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD, ACKSCOPE_AMQP_PASSWORD=ADMIN_PASSWORD)
-        exporter = subprocess.Popen(
-            [sys.executable, "-m", "ackscope", "exporter", "--management-url", proxy.url, "--username", ADMIN_USER,
-             "--amqp-url", broker.amqp_url().replace(f":{ADMIN_PASSWORD}@", "@"), "--listen", f"127.0.0.1:{port}",
-             "--interval", str(self.interval), "--data-dir", str(self.workdir / "data")],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.url = f"http://{exporter_side}:{port}"
+        env = dict(os.environ, ACKSCOPE_PASSWORD=password, ACKSCOPE_AMQP_PASSWORD=password)
+        argv = [sys.executable, "-m", "ackscope", "exporter", "--management-url", proxy.url, "--username",
+                monitor, "--amqp-url", f"amqp://{probe}@{broker_side}:{broker.ports.amqp}/%2F",
+                "--listen", f"{exporter_side}:{port}", "--interval", str(self.interval),
+                "--data-dir", str(self.workdir / "data")]
+        exporter = subprocess.Popen(link.command(argv) if link else argv, env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True)
         threading.Thread(target=self._read_log, args=(exporter,), daemon=True).start()
         scenarios = Running([BY_NAME[n] for n in SCENARIOS], Secret(broker.amqp_url())).start()
         self._t0 = time.monotonic()
         sampler = threading.Thread(target=self._sample, args=(psutil.Process(exporter.pid),), daemon=True)
         sampler.start()
-        faults = itertools.cycle(self._faults(broker, proxy))
+        faults = itertools.cycle(self._faults(broker, proxy, link))
         try:
             end = self.minutes * 60
             next_fault = min(self.fault_every, end)
@@ -117,7 +138,7 @@ class Soak:
                 fault = Fault(name, self.now())
                 self.faults.append(fault)
                 log.info("soak %.0f s: %s", fault.started, name)
-                restarted = apply()
+                restarted = apply(fault)
                 fault.cleared = self.now()
                 if restarted:  # the scenarios' connections died with the broker: run them again
                     scenarios.stop()
@@ -131,39 +152,52 @@ class Soak:
             proxy.close()
             broker.stop()
             broker.remove()
+            if link:
+                link.close()
         self._attribute()
         return self
 
-    def _faults(self, broker: LocalBroker, proxy: FaultProxy) -> list[tuple[str, Callable[[], bool]]]:
-        """(name, apply): apply() does the fault and lifts it, returning whether the broker restarted."""
-        def kill9() -> bool:
+    def _faults(self, broker: LocalBroker, proxy: FaultProxy,
+                link: LossyLink | None) -> list[tuple[str, Callable[[Fault], bool]]]:
+        """(name, apply): apply(fault) does the fault and lifts it, returning whether the broker restarted."""
+        def kill9(_: Fault) -> bool:
             broker.kill()
             broker.start()
             return True
 
-        def restart() -> bool:
+        def restart(_: Fault) -> bool:
             broker.restart()
             return True
 
-        def alarm(ctl: tuple[str, str], clear: tuple[str, str]) -> Callable[[], bool]:
-            def apply() -> bool:
+        def alarm(ctl: tuple[str, str], clear: tuple[str, str]) -> Callable[[Fault], bool]:
+            def apply(_: Fault) -> bool:
                 broker.ctl(*ctl)
                 time.sleep(self.hold)
                 broker.ctl(*clear)
                 return False
             return apply
 
-        def api() -> bool:
+        def api(_: Fault) -> bool:
             for fault, seconds in (("hang", self.hold), ("html", self.hold / 2), ("truncated", self.hold / 2)):
                 proxy.faults["*"] = fault
                 time.sleep(seconds)
             proxy.faults.clear()
             return False
 
+        def loss(fault: Fault) -> bool:
+            assert link is not None
+            link.lose(self.loss_percent, (broker.ports.amqp, proxy.port))
+            time.sleep(self.hold)
+            fault.packets_dropped = link.dropped()
+            link.clear()
+            return False
+
+        network = [(f"network: {self.loss_percent} % packet loss", loss)] if link else []
         return [("broker kill -9 and restart", kill9),
                 ("memory alarm", alarm(("set_vm_memory_high_watermark", "0.0000001"),
                                        ("set_vm_memory_high_watermark", "0.4"))),
                 ("management API: hang, HTML, truncated JSON", api),
+                *network,
                 ("broker graceful restart", restart),
                 ("disk alarm", alarm(("set_disk_free_limit", "100000GB"), ("set_disk_free_limit", "50MB")))]
 
@@ -177,6 +211,7 @@ class Soak:
         while not self._stop.wait(max(0.0, 1.0 - (self.now() % 1.0))):
             up = scrape_ms = None
             probes: dict[str, float] = {}
+            confirm = [0.0, 0.0]
             findings: frozenset[str] = frozenset()
             try:
                 started = time.monotonic()
@@ -190,6 +225,10 @@ class Soak:
                             key = s.name.removeprefix("ackscope_probe_").removesuffix("_total")
                             if key in PROBE_COUNTERS:
                                 probes[key] = probes.get(key, 0.0) + s.value
+                        elif s.name == "ackscope_probe_confirm_latency_seconds_sum":
+                            confirm[0] += s.value
+                        elif s.name == "ackscope_probe_confirm_latency_seconds_count":
+                            confirm[1] += s.value
                 findings = frozenset(f["rule"] for f in
                                      requests.get(self.url + "/api/findings", timeout=5).json()["findings"])
             except (requests.RequestException, ValueError, KeyError):
@@ -198,7 +237,8 @@ class Soak:
                 memory, fds = process.memory_info().rss / 2**20, process.num_fds()
             except psutil.Error:
                 return
-            self.samples.append(Sample(self.now(), up, scrape_ms, memory, fds, probes, findings))
+            self.samples.append(Sample(self.now(), up, scrape_ms, memory, fds, probes, (confirm[0], confirm[1]),
+                                       findings))
 
     def _attribute(self) -> None:
         """Each fault's window (from its start to the next fault's) read from the samples and the log."""
@@ -214,6 +254,9 @@ class Soak:
             last = next((s for s in reversed(window) if s.probes), None)
             if before and last:
                 fault.probes = {k: last.probes.get(k, 0.0) - before.probes.get(k, 0.0) for k in PROBE_COUNTERS}
+                # While the fault was on, not across its whole window: the calm after it would dilute the figure.
+                lifted = next((s for s in window if s.at >= after and s.confirm[1] > 0), last)
+                fault.confirm_ms = mean_ms(before.confirm, lifted.confirm)
             fault.log_lines = [line for at, line in self.log_lines if fault.started <= at < until]
 
     # -- figures -----------------------------------------------------------------------------------------------
@@ -225,6 +268,12 @@ class Soak:
         settled = [s for s in self.samples if s.at >= min(after_s, self.samples[-1].at)]
         return settled[0].rss_mib, self.samples[-1].rss_mib, settled[0].fds, self.samples[-1].fds
 
+    def baseline_confirm_ms(self) -> float | None:
+        """The probes' mean confirm latency before the first fault: what a fault's is compared with."""
+        first = self.faults[0].started if self.faults else float("inf")
+        calm = [s for s in self.samples if s.at < first and s.confirm[1] > 0]
+        return mean_ms(calm[0].confirm, calm[-1].confirm) if len(calm) > 1 else None
+
     def lost(self) -> float:
         return max((s.probes.get("lost", 0.0) for s in self.samples), default=0.0)
 
@@ -232,5 +281,14 @@ class Soak:
         for f in self.faults:
             yield {"fault": f.name, "at_s": round(f.started), "down_after_s": None if f.down_at is None else
                    round(f.down_at - f.started, 1), "recovered_s": None if f.recovery_s is None else
-                   round(f.recovery_s, 1), "log_lines": len(f.log_lines), "findings": ", ".join(sorted(f.findings)),
+                   round(f.recovery_s, 1), "log_lines": len(f.log_lines),
+                   "confirm_ms": None if f.confirm_ms is None else round(f.confirm_ms, 1),
+                   "packets_dropped": f.packets_dropped, "findings": ", ".join(sorted(f.findings)),
                    **{k: int(v) for k, v in f.probes.items()}}
+
+
+def mean_ms(before: tuple[float, float], after: tuple[float, float]) -> float | None:
+    """The mean of a histogram's observations between two readings of its (sum, count), in milliseconds; None
+    when none was observed (or the counters restarted)."""
+    count = after[1] - before[1]
+    return (after[0] - before[0]) / count * 1000 if count > 0 else None
