@@ -62,13 +62,13 @@ class LocalBroker:
 
     def __init__(self, base_dir: Path | None = None, name: str = "ackscope", stats_interval_ms: int = 500,
                  statistics: bool = True, plugins: tuple[str, ...] = PLUGINS, cookie: str | None = None,
-                 net_ticktime: int | None = None, amqp_also_on: str | None = None):
+                 net_ticktime: int | None = None):
         """`statistics=False` configures the node as the official container image does: management
         statistics off (management_agent.disable_metrics_collector), the Prometheus plugin still on.
         `plugins` are the plugins it enables (both by default; ("rabbitmq_prometheus",) for a node that
         has no management API at all). `cookie`: the Erlang cookie it shares with the nodes of its cluster
         (by default one of its own). `net_ticktime`: seconds after which an unresponsive peer counts as down
-        (Erlang's default 60). `amqp_also_on`: a second address its AMQP listener takes (a test host's link)."""
+        (Erlang's default 60)."""
         if base_dir is None:
             # The node runs as the rabbitmq user, which must be able to reach its files: a private
             # 0700 temp dir (pytest's, for one) would not do.
@@ -82,7 +82,6 @@ class LocalBroker:
         self.plugins = plugins
         self.cookie = cookie or secrets.token_hex(16).upper()
         self.net_ticktime = net_ticktime
-        self.amqp_also_on = amqp_also_on
         self._process: subprocess.Popen | None = None
         self._user = "rabbitmq" if os.geteuid() == 0 else None
 
@@ -175,7 +174,6 @@ class LocalBroker:
         p = self.ports
         (self.base_dir / "rabbitmq.conf").write_text(
             f"listeners.tcp.1 = 127.0.0.1:{p.amqp}\n"
-            + ("" if self.amqp_also_on is None else f"listeners.tcp.2 = {self.amqp_also_on}:{p.amqp}\n") +
             f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {p.management}\n"
             f"prometheus.tcp.ip = 127.0.0.1\nprometheus.tcp.port = {p.prometheus}\n"
             f"collect_statistics_interval = {self.stats_interval_ms}\n"

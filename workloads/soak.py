@@ -1,8 +1,9 @@
 """The soak: `ackscope exporter` with its probes and a data dir, as an operator runs it (its own process), over a
 private node running failure scenarios and a healthy client, while faults come one after another: the broker
 killed with kill -9, restarted gracefully, a memory alarm, a disk alarm, the management API hanging, then
-answering HTML, then truncated JSON (a proxy in front of it), and packet loss on the exporter's path to the broker
-(the exporter runs on a test host in a network namespace, workloads/lossy_link.py).
+answering HTML, then truncated JSON (a proxy in front of it), packet loss on the exporter's path to the broker
+(the exporter runs on a test host in a network namespace, workloads/lossy_link.py), and latency on that path (a
+relay that holds what passes, workloads/latency_relay.py).
 
 Sampled every second from outside, as Prometheus and an operator see it: /metrics (how long it takes,
 ackscope_up, the probes' counters and confirm latency), /api/findings, the exporter's RSS and open files, and its log. Per fault:
@@ -36,6 +37,7 @@ from ackscope.core.quantile import sample_quantile
 from ackscope.core.secret import Secret
 
 from .fault_proxy import FaultProxy
+from .latency_relay import LatencyRelay
 from .lossy_link import LossyLink
 from .private_broker import LocalBroker, free_port
 from .scenarios import BY_NAME, Running
@@ -81,11 +83,12 @@ class Fault:
 
 class Soak:
     def __init__(self, minutes: float, interval: float = 3.0, fault_every: float = 120.0, hold: float = 20.0,
-                 workdir: Path | None = None, loss_percent: int = 20):
-        """`loss_percent`: the packets lost both ways on the exporter's path to the broker in the network fault
-        (0: no test host, the exporter on this host, no network fault)."""
+                 workdir: Path | None = None, loss_percent: int = 20, latency_ms: int = 50):
+        """`loss_percent`: the packets lost both ways on the exporter's path to the broker in the packet-loss
+        fault (0: no test host, the exporter on this host, no packet-loss fault). `latency_ms`: the delay added
+        each way on that path in the latency fault (0: no latency fault)."""
         self.minutes, self.interval, self.fault_every, self.hold = minutes, interval, fault_every, hold
-        self.loss_percent = loss_percent
+        self.loss_percent, self.latency_ms = loss_percent, latency_ms
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="ackscope-soak-"))
         self.samples: list[Sample] = []
         self.faults: list[Fault] = []
@@ -101,7 +104,7 @@ class Soak:
         link = LossyLink() if self.loss_percent else None
         # The exporter's host: a test host whose link to the broker can lose packets, or this one.
         broker_side, exporter_side = (link.host_address, link.inner_address) if link else ("127.0.0.1",) * 2
-        broker = LocalBroker(name="ackscope-soak", amqp_also_on=link.host_address if link else None)
+        broker = LocalBroker(name="ackscope-soak")
         broker.start()
         # The users README.md's production setup makes: a monitoring-tagged user for the API, and a probe user
         # whose permissions match only the probes' resources (the guest user could not log in from a test host).
@@ -111,12 +114,15 @@ class Soak:
         only_probes = r"^ackscope\.probe\."
         broker.api("PUT", f"/permissions/%2F/{probe}", json={"configure": only_probes, "write": only_probes,
                                                              "read": only_probes})
+        # Both of the exporter's paths to the broker pass through this host's side of the link: the management
+        # API through the fault proxy, AMQP through the latency relay.
         proxy = FaultProxy(broker.management_url, host=broker_side)
+        relay = LatencyRelay(("127.0.0.1", broker.ports.amqp), host=broker_side)
         port = free_port()
         self.url = f"http://{exporter_side}:{port}"
         env = dict(os.environ, ACKSCOPE_PASSWORD=password, ACKSCOPE_AMQP_PASSWORD=password)
         argv = [sys.executable, "-m", "ackscope", "exporter", "--management-url", proxy.url, "--username",
-                monitor, "--amqp-url", f"amqp://{probe}@{broker_side}:{broker.ports.amqp}/%2F",
+                monitor, "--amqp-url", f"amqp://{probe}@{broker_side}:{relay.port}/%2F",
                 "--listen", f"{exporter_side}:{port}", "--interval", str(self.interval),
                 "--data-dir", str(self.workdir / "data")]
         exporter = subprocess.Popen(link.command(argv) if link else argv, env=env, stdout=subprocess.DEVNULL,
@@ -126,7 +132,7 @@ class Soak:
         self._t0 = time.monotonic()
         sampler = threading.Thread(target=self._sample, args=(psutil.Process(exporter.pid),), daemon=True)
         sampler.start()
-        faults = itertools.cycle(self._faults(broker, proxy, link))
+        faults = itertools.cycle(self._faults(broker, proxy, relay, link))
         try:
             end = self.minutes * 60
             next_fault = min(self.fault_every, end)
@@ -150,6 +156,7 @@ class Soak:
             scenarios.stop()
             stop_process(exporter, timeout=30)
             proxy.close()
+            relay.close()
             broker.stop()
             broker.remove()
             if link:
@@ -157,7 +164,7 @@ class Soak:
         self._attribute()
         return self
 
-    def _faults(self, broker: LocalBroker, proxy: FaultProxy,
+    def _faults(self, broker: LocalBroker, proxy: FaultProxy, relay: LatencyRelay,
                 link: LossyLink | None) -> list[tuple[str, Callable[[Fault], bool]]]:
         """(name, apply): apply(fault) does the fault and lifts it, returning whether the broker restarted."""
         def kill9(_: Fault) -> bool:
@@ -186,19 +193,30 @@ class Soak:
 
         def loss(fault: Fault) -> bool:
             assert link is not None
-            link.lose(self.loss_percent, (broker.ports.amqp, proxy.port))
+            link.lose(self.loss_percent, (relay.port, proxy.port))
             time.sleep(self.hold)
             fault.packets_dropped = link.dropped()
             link.clear()
             return False
 
-        network = [(f"network: {self.loss_percent} % packet loss", loss)] if link else []
+        def latency(_: Fault) -> bool:
+            # Each way on AMQP; on HTTP, a request's round trip held before it is passed on.
+            relay.delay = self.latency_ms / 1000
+            proxy.faults["*"] = f"slow:{2 * relay.delay}"
+            time.sleep(self.hold)
+            proxy.faults.clear()
+            relay.delay = 0.0
+            return False
+
+        lossy = [(f"network: {self.loss_percent} % packet loss", loss)] if link else []
+        slow = [(f"network: {self.latency_ms} ms latency each way", latency)] if self.latency_ms else []
         return [("broker kill -9 and restart", kill9),
                 ("memory alarm", alarm(("set_vm_memory_high_watermark", "0.0000001"),
                                        ("set_vm_memory_high_watermark", "0.4"))),
                 ("management API: hang, HTML, truncated JSON", api),
-                *network,
+                *lossy,
                 ("broker graceful restart", restart),
+                *slow,
                 ("disk alarm", alarm(("set_disk_free_limit", "100000GB"), ("set_disk_free_limit", "50MB")))]
 
     # -- watching ----------------------------------------------------------------------------------------------
