@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from ackscope.workloads.soak import PROBE_COUNTERS, Soak
 
 def table(soak: Soak) -> str:
     head = ["fault", "at_s", "down_after_s", "recovered_s", "log_lines", "confirm_ms", *PROBE_COUNTERS,
-            "packets_dropped", "findings"]
+            "packets_dropped", "findings", "not_cleared"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in soak.rows():
         lines.append("| " + " | ".join("" if row.get(k) is None else str(row.get(k)) for k in head) + " |")
@@ -60,6 +61,8 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=int, default=50, help="added each way in the latency fault (0: none)")
     parser.add_argument("--chart", type=Path)
     args = parser.parse_args()
+    # A SIGTERM (timeout(1), a CI runner) unwinds like Ctrl-C, so the soak removes its node and test host.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("ackscope.soak").setLevel(logging.INFO)
     # The scenarios' clients lose their connections with the broker by design; pika logs each with its stack.

@@ -60,3 +60,10 @@ def test_each_fault_costs_a_few_log_lines_and_the_alarm_is_named(soak):
         assert len(f.log_lines) <= 2 * paths, (f.name, f.log_lines)
     alarm = next(f for f in soak.faults if f.name == "memory alarm")
     assert "memory-alarm" in alarm.findings
+
+
+def test_what_a_fault_raises_clears_once_it_is_over(soak):
+    # A finding that outlives its fault would tell the on-call engineer of a trouble that is gone.
+    for f in soak.faults:
+        assert not f.findings_left & {"memory-alarm", "disk-alarm", "connection-blocked", "probe-down"}, (
+            f.name, f.findings_left)

@@ -6,9 +6,10 @@ answering HTML, then truncated JSON (a proxy in front of it), packet loss on the
 relay that holds what passes, workloads/latency_relay.py).
 
 Sampled every second from outside, as Prometheus and an operator see it: /metrics (how long it takes,
-ackscope_up, the probes' counters and confirm latency), /api/findings, the exporter's RSS and open files, and its log. Per fault:
-when ackscope_up went to 0 and came back after the broker answered again, the log lines it cost, the findings
-that fired, and the probes' confirm timeouts, republishes, duplicates and losses across it.
+ackscope_up, the probes' counters and confirm latency), /api/findings, the exporter's RSS and open files, and its
+log. Per fault: when ackscope_up went to 0 and came back after the broker answered again, the log lines it cost,
+the findings that fired and whether they cleared by the next fault, and the probes' confirm timeouts,
+republishes, duplicates and losses across it.
 
 Run by bench/soak.py (30 minutes) and, for 5 minutes, by the suite (tests/test_soak.py).
 """
@@ -68,7 +69,8 @@ class Fault:
     down_at: float | None = None  # ackscope_up first seen 0
     up_at: float | None = None  # ackscope_up 1 again, after `cleared`
     log_lines: list[str] = field(default_factory=list)
-    findings: set[str] = field(default_factory=set)
+    findings: set[str] = field(default_factory=set)  # the rules that fired during the fault's window
+    findings_left: set[str] = field(default_factory=set)  # of those, the ones still firing at the window's end
     probes: dict[str, float] = field(default_factory=dict)  # counter increases across the fault
     confirm_ms: float | None = None  # the probes' mean confirm latency while the fault was on
     packets_dropped: int | None = None  # what the lossy link dropped (the network fault only)
@@ -269,6 +271,8 @@ class Soak:
             before = next((s for s in reversed(self.samples) if s.at < fault.started and s.probes), None)
             for s in window:  # what the fault raised: not what the scenarios keep raising anyway
                 fault.findings |= s.findings - (before.findings if before else frozenset())
+            read = [s for s in window if s.up is not None]
+            fault.findings_left = fault.findings & read[-1].findings if read else set(fault.findings)
             last = next((s for s in reversed(window) if s.probes), None)
             if before and last:
                 fault.probes = {k: last.probes.get(k, 0.0) - before.probes.get(k, 0.0) for k in PROBE_COUNTERS}
@@ -302,6 +306,7 @@ class Soak:
                    round(f.recovery_s, 1), "log_lines": len(f.log_lines),
                    "confirm_ms": None if f.confirm_ms is None else round(f.confirm_ms, 1),
                    "packets_dropped": f.packets_dropped, "findings": ", ".join(sorted(f.findings)),
+                   "not_cleared": ", ".join(sorted(f.findings_left)),
                    **{k: int(v) for k, v in f.probes.items()}}
 
 
