@@ -1,9 +1,8 @@
 """Five minutes of the soak (bench/soak.py runs 30): the exporter with its probes and a data dir, as its own
 process on a test host (a network namespace), through a broker killed with kill -9, a memory alarm, a management
 API that hangs and then answers garbage, 20 % packet loss on the path to the broker, a graceful restart and 50 ms
-latency each way on that path. What
-an operator relies on: every outage seen and recovered from, nothing confirmed lost, and each fault said in a few
-log lines, not a flood."""
+latency each way on that path. What an operator relies on: every outage seen and recovered from, nothing
+confirmed lost, what a fault raised cleared after it, and each fault said in a few log lines, not a flood."""
 
 from __future__ import annotations
 

@@ -101,9 +101,8 @@ class LatencyRelay:
         self._closing.set()
         self._listener.close()
         with self._lock:
-            for s in self._sockets:
-                s.close()
-            self._sockets.clear()
+            relayed = list(self._sockets)
+        self._forget(*relayed)
 
 
 class _Pair:

@@ -271,8 +271,8 @@ class Soak:
             before = next((s for s in reversed(self.samples) if s.at < fault.started and s.probes), None)
             for s in window:  # what the fault raised: not what the scenarios keep raising anyway
                 fault.findings |= s.findings - (before.findings if before else frozenset())
-            read = [s for s in window if s.up is not None]
-            fault.findings_left = fault.findings & read[-1].findings if read else set(fault.findings)
+            read = next((s for s in reversed(window) if s.up is not None), None)
+            fault.findings_left = fault.findings & read.findings if read else set(fault.findings)
             last = next((s for s in reversed(window) if s.probes), None)
             if before and last:
                 fault.probes = {k: last.probes.get(k, 0.0) - before.probes.get(k, 0.0) for k in PROBE_COUNTERS}
