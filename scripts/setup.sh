@@ -36,6 +36,8 @@ if [ "${1:-}" = "--test" ]; then
   # The soak's packet loss: nftables in a network namespace (this kernel has no netem), made with iproute2.
   command -v nft >/dev/null || need+=(nftables)
   command -v ip >/dev/null || need+=(iproute2)
+  # The release matrix's RabbitMQ 4 nodes run from Debian roots that debootstrap makes (below).
+  command -v debootstrap >/dev/null || need+=(debootstrap)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -72,5 +74,8 @@ else
 fi
 if [ "${1:-}" = "--test" ]; then
   step "installing amqplib from npm (tests/clients/node)" npm ci --prefix tests/clients/node --no-audit --no-fund
+  # RabbitMQ 4.0 (Debian 13) and the newest 4.x (Debian unstable), each in a root of its own, built once and
+  # cached outside the repository: the suite's release matrix. It says itself which step failed.
+  bash scripts/rabbitmq-roots.sh
 fi
 echo "setup: ackscope $(.venv/bin/python -c 'import ackscope; print(ackscope.__version__)') is installed in .venv"

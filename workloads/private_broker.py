@@ -1,7 +1,9 @@
 """A private RabbitMQ node for the demo, the tests and the benchmarks.
 
 It runs Debian's `rabbitmq-server` with its own node name, free ports, data directory, Erlang cookie and
-feature-flags file, so it never touches a node that already runs on the default ports.
+feature-flags file, so it never touches a node that already runs on the default ports. The machine's own
+package is one release; the others of the suite's matrix run from Debian roots (scripts/rabbitmq-roots.sh):
+the same package of a later Debian, with its own Erlang, started through chroot (see Release).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from pathlib import Path
 import requests
 
 RABBITMQ_SBIN = Path("/usr/lib/rabbitmq/bin")
+# Where scripts/rabbitmq-roots.sh leaves the Debian roots, one folder per suite (trixie, sid).
+ROOTS = Path(os.environ.get("ACKSCOPE_ROOTS", "/var/cache/ackscope/roots"))
+ROOT_SUITES = ("trixie", "sid")
 PLUGINS = ("rabbitmq_management", "rabbitmq_prometheus")
 # The broker's own default account; RabbitMQ lets it log in from loopback only.
 ADMIN_USER = "guest"
@@ -31,6 +36,55 @@ class LocalBrokerError(RuntimeError):
     """The private node could not be installed, started or stopped."""
 
 
+@dataclass(frozen=True)
+class Release:
+    """A RabbitMQ release the suite can start: the machine's own package (root None), or the one installed in
+    a Debian root. `version` is the package's, as dpkg holds it (4.0.5-6+deb13u2)."""
+
+    version: str
+    root: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """major.minor: what a behaviour that differs by release is looked up by."""
+        return ".".join(self.version.split(":")[-1].split(".")[:2])
+
+    @property
+    def major(self) -> int:
+        return int(self.name.split(".")[0])
+
+    def at_least(self, major: int, minor: int = 0) -> bool:
+        return tuple(int(x) for x in self.name.split(".")) >= (major, minor)
+
+    @classmethod
+    def host(cls) -> Release:
+        return cls(_package_version(Path("/")))
+
+    @classmethod
+    def in_root(cls, suite: str) -> Release:
+        """The release installed in the root of Debian `suite`, or LocalBrokerError saying how to build it."""
+        root = ROOTS / suite
+        ready = root / ".ackscope-ready"
+        if not ready.exists():
+            raise LocalBrokerError(f"no RabbitMQ root for Debian {suite} at {root}: run scripts/rabbitmq-roots.sh "
+                                   f"{suite} as root (scripts/setup.sh --test does)")
+        return cls(ready.read_text().strip(), root)
+
+
+def _package_version(root: Path) -> str:
+    """The rabbitmq-server package's version in `root`'s dpkg database."""
+    done = subprocess.run(["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W", "-f", "${Version}",
+                           "rabbitmq-server"], capture_output=True, text=True)
+    if done.returncode != 0 or not done.stdout:
+        raise LocalBrokerError(f"rabbitmq-server is not installed in {root}: run scripts/setup.sh as root")
+    return done.stdout.strip()
+
+
+def matrix() -> tuple[Release, ...]:
+    """The releases the suite runs on: the machine's own, then each Debian root's."""
+    return (Release.host(), *(Release.in_root(suite) for suite in ROOT_SUITES))
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:
@@ -38,9 +92,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ensure_rabbitmq_installed() -> None:
+def ensure_rabbitmq_installed(root: Path | None = None) -> None:
     """Installing is setup's job (scripts/setup.sh, as root): here we only say what is missing."""
-    if not (RABBITMQ_SBIN / "rabbitmq-server").exists():
+    if root is not None:
+        if not (root / RABBITMQ_SBIN.relative_to("/") / "rabbitmq-server").exists():
+            raise LocalBrokerError(f"rabbitmq-server is not installed in the root {root}: run "
+                                   "scripts/rabbitmq-roots.sh as root")
+    elif not (RABBITMQ_SBIN / "rabbitmq-server").exists():
         raise LocalBrokerError("rabbitmq-server is not installed: run scripts/setup.sh as root, or "
                                "apt-get install rabbitmq-server")
 
@@ -62,17 +120,21 @@ class LocalBroker:
 
     def __init__(self, base_dir: Path | None = None, name: str = "ackscope", stats_interval_ms: int = 500,
                  statistics: bool = True, plugins: tuple[str, ...] = PLUGINS, cookie: str | None = None,
-                 net_ticktime: int | None = None):
+                 net_ticktime: int | None = None, release: Release | None = None, config: tuple[str, ...] = ()):
         """`statistics=False` configures the node as the official container image does: management
         statistics off (management_agent.disable_metrics_collector), the Prometheus plugin still on.
+        `release`: the RabbitMQ to run (the machine's own package by default). `config`: more rabbitmq.conf
+        lines, as a user would add them (RabbitMQ 4's deprecated_features.permit.* ...).
         `plugins` are the plugins it enables (both by default; ("rabbitmq_prometheus",) for a node that
         has no management API at all). `cookie`: the Erlang cookie it shares with the nodes of its cluster
         (by default one of its own). `net_ticktime`: seconds after which an unresponsive peer counts as down
         (Erlang's default 60)."""
+        self.release = release or Release.host()
+        self.root = self.release.root
         if base_dir is None:
             # The node runs as the rabbitmq user, which must be able to reach its files: a private
-            # 0700 temp dir (pytest's, for one) would not do.
-            base_dir = Path(tempfile.mkdtemp(prefix=f"{name}-broker-"))
+            # 0700 temp dir (pytest's, for one) would not do. A root's node sees only what is inside it.
+            base_dir = Path(tempfile.mkdtemp(prefix=f"{name}-broker-", dir=self.root / "tmp" if self.root else None))
             base_dir.chmod(0o755)
         self.base_dir = Path(base_dir)
         self.ports = Ports.free()
@@ -82,8 +144,11 @@ class LocalBroker:
         self.plugins = plugins
         self.cookie = cookie or secrets.token_hex(16).upper()
         self.net_ticktime = net_ticktime
+        self.config = config
         self._process: subprocess.Popen | None = None
         self._user = "rabbitmq" if os.geteuid() == 0 else None
+        if self.root is not None and self._user is None:
+            raise LocalBrokerError("a node from a Debian root is started through chroot, which needs root")
 
     # -- addresses -------------------------------------------------------------------------------------
     @property
@@ -101,14 +166,16 @@ class LocalBroker:
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> None:
         """Start the node (first time: lay out its directories) and wait until its HTTP API answers."""
-        ensure_rabbitmq_installed()
+        ensure_rabbitmq_installed(self.root)
+        if self.root is not None:
+            _mount_kernel_filesystems(self.root)
         if not (self.base_dir / "rabbitmq.conf").exists():
             self._lay_out()
         with open(self.base_dir / "log" / "console.log", "ab") as log:
             self._process = subprocess.Popen(
-                [str(RABBITMQ_SBIN / "rabbitmq-server")],
+                self._command("rabbitmq-server"),
                 env=self._env(), cwd=self.base_dir, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, user=self._user, start_new_session=True,
+                stdin=subprocess.DEVNULL, user=self._run_as, start_new_session=True,
             )
         self._wait_ready(timeout)
 
@@ -144,9 +211,9 @@ class LocalBroker:
     def ctl(self, *args: str, timeout: float = 60.0) -> str:
         """Run rabbitmqctl against this node and return its output."""
         done = subprocess.run(
-            [str(RABBITMQ_SBIN / "rabbitmqctl"), "-n", self.nodename, *args],
+            self._command("rabbitmqctl", "-n", self.nodename, *args),
             env=self._env(), cwd=self.base_dir, capture_output=True, text=True, timeout=timeout,
-            user=self._user,
+            user=self._run_as,
         )
         if done.returncode != 0:
             raise LocalBrokerError(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
@@ -163,6 +230,22 @@ class LocalBroker:
         shutil.rmtree(self.base_dir, ignore_errors=True)
 
     # -- internals -------------------------------------------------------------------------------------
+    @property
+    def _run_as(self) -> str | None:
+        """The user Popen switches to: the node's, on the machine's own package; chroot switches for a root's."""
+        return None if self.root is not None else self._user
+
+    def _command(self, tool: str, *args: str) -> list[str]:
+        path = str(RABBITMQ_SBIN / tool)
+        if self.root is None:
+            return [path, *args]
+        entry = _root_user(self.root, self._user)
+        return ["chroot", f"--userspec={entry[0]}:{entry[1]}", str(self.root), path, *args]
+
+    def _inside(self, path: Path) -> Path:
+        """`path` as the node sees it: under its root, the part below the root."""
+        return path if self.root is None else Path("/") / path.resolve().relative_to(self.root.resolve())
+
     def _lay_out(self) -> None:
         if self._user:
             for parent in self.base_dir.resolve().parents:
@@ -180,6 +263,7 @@ class LocalBroker:
             "log.console = false\nlog.file.level = warning\n"
             + ("" if self.statistics else "management_agent.disable_metrics_collector = true\n")
             + ("" if self.net_ticktime is None else f"net_ticktime = {self.net_ticktime}\n")
+            + "".join(f"{line}\n" for line in self.config)
         )
         (self.base_dir / "enabled_plugins").write_text("[" + ",".join(self.plugins) + "].\n")
         (self.base_dir / "rabbitmq-env.conf").write_text("")  # shadows /etc/rabbitmq/rabbitmq-env.conf
@@ -187,13 +271,19 @@ class LocalBroker:
         cookie.write_text(self.cookie)
         cookie.chmod(0o400)
         if self._user:
-            entry = pwd.getpwnam(self._user)
+            if self.root is not None:
+                uid, gid = _root_user(self.root, self._user)
+            else:
+                entry = pwd.getpwnam(self._user)
+                uid, gid = entry.pw_uid, entry.pw_gid
             for path in [self.base_dir, *self.base_dir.rglob("*")]:
-                os.chown(path, entry.pw_uid, entry.pw_gid)
+                os.chown(path, uid, gid)
 
     def _env(self) -> dict[str, str]:
-        d, p = self.base_dir, self.ports
+        d, p = self._inside(self.base_dir), self.ports
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
+        if self.root is not None:  # the root's own tools, whatever the host's PATH holds
+            env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
         env.update(
             HOME=str(d / "home"),
             RABBITMQ_NODENAME=self.nodename,
@@ -271,10 +361,10 @@ class LocalCluster:
     each with its own ports and data directory, all with one Erlang cookie."""
 
     def __init__(self, size: int = 3, name: str = "ackscope-cluster", stats_interval_ms: int = 500,
-                 statistics: bool = True, net_ticktime: int | None = None):
+                 statistics: bool = True, net_ticktime: int | None = None, release: Release | None = None):
         cookie = secrets.token_hex(16).upper()
         self.nodes = [LocalBroker(name=f"{name}{i + 1}", stats_interval_ms=stats_interval_ms,
-                                  statistics=statistics, cookie=cookie, net_ticktime=net_ticktime)
+                                  statistics=statistics, cookie=cookie, net_ticktime=net_ticktime, release=release)
                       for i in range(size)]
 
     def start(self, timeout: float = 180.0) -> None:
@@ -317,6 +407,27 @@ class LocalCluster:
     def remove(self) -> None:
         for node in self.nodes:
             node.remove()
+
+
+def _root_user(root: Path, user: str) -> tuple[int, int]:
+    """(uid, gid) of `user` in the root's own /etc/passwd: its package made the user, maybe with other ids."""
+    for line in (root / "etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if fields[0] == user:
+            return int(fields[2]), int(fields[3])
+    raise LocalBrokerError(f"no user {user} in {root}/etc/passwd: is rabbitmq-server installed there?")
+
+
+def _mount_kernel_filesystems(root: Path) -> None:
+    """/proc, /sys and /dev inside the root, as Erlang and the node's scripts expect them (bound once; they
+    stay for the next node started from the same root)."""
+    for fs in ("proc", "sys", "dev"):
+        target = root / fs
+        if os.path.ismount(target):
+            continue
+        done = subprocess.run(["mount", "--bind", f"/{fs}", str(target)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise LocalBrokerError(f"cannot bind /{fs} into {root}: {done.stderr.strip()}")
 
 
 def _alive(pid: int) -> bool:
