@@ -16,7 +16,7 @@ from ackscope.core.config import ConfigError
 from ackscope.core.durations import parse_duration
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.model.findings import Diagnosis, Finding
-from ackscope.model.snapshot import Snapshot
+from ackscope.model.snapshot import CHANNELS, CONNECTIONS, QUEUE_COUNTS, Snapshot
 from ackscope.model.source import SourceFailed
 from ackscope.probes import config as probe_config
 from ackscope.probes.service import Probes
@@ -103,12 +103,21 @@ def exit_code(findings: list[Finding]) -> int:
     return CRITICAL if "critical" in severities else WARNING if "warning" in severities else OK
 
 
+# Each count and the fact without which it is no count (a list that was not read is not a list of none).
+_COUNTED = (("queues", QUEUE_COUNTS), ("channels", CHANNELS), ("connections", CONNECTIONS),
+            ("consumers", CHANNELS))
+
+
+def _counts(s: Snapshot) -> dict[str, int | None]:
+    """How many of each object the poll read; None for those it could not read."""
+    return {what: None if fact in s.unreported else len(getattr(s, what)) for what, fact in _COUNTED}
+
+
 def _broker(s: Snapshot) -> dict:
     ov = s.overview
     return {"rabbitmq_version": ov.rabbitmq_version, "erlang_version": ov.erlang_version,
             "cluster_name": ov.cluster_name, "taken_at": s.taken_at, "nodes": [n.name for n in s.nodes],
-            "vhosts": list(s.vhosts), "queues": len(s.queues), "channels": len(s.channels),
-            "connections": len(s.connections), "consumers": len(s.consumers)}
+            "vhosts": list(s.vhosts), **_counts(s)}
 
 
 def _print_table(verdict: Diagnosis, s: Snapshot, url: str) -> None:
@@ -120,8 +129,10 @@ def _print_table(verdict: Diagnosis, s: Snapshot, url: str) -> None:
 
     console = Console(highlight=False, soft_wrap=True)
     ov = s.overview
-    console.print(f"[bold]{escape(url)}[/bold]: RabbitMQ {ov.rabbitmq_version}, {len(s.queues)} queues, "
-                  f"{len(s.channels)} channels, {len(s.connections)} connections")
+    counts = _counts(s)
+    console.print(f"[bold]{escape(url)}[/bold]: RabbitMQ {ov.rabbitmq_version}, " + ", ".join(
+        f"{what} not read" if counts[what] is None else f"{counts[what]} {what}"
+        for what in ("queues", "channels", "connections")))
     findings = verdict.findings
     counts = {sev: sum(1 for f in findings if f.severity == sev) for sev in ("critical", "warning", "info")}
     console.print(", ".join(f"[{COLOURS[k]}]{n} {k}[/]" for k, n in counts.items() if n) if findings

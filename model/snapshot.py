@@ -196,6 +196,7 @@ QUEUE_DURABILITY = "the queue's durability"
 CHANNELS = "the channels and their consumers"
 QUEUE_COUNTS = "the queues' depths and counters"
 NODE_ALARMS = "the nodes' memory and disk alarms"
+CONNECTIONS = "the connections and their clients"  # a count of 0 is a count only where they were read
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,14 @@ sentence a human understands. Credentials never appear in either."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
-from .snapshot import Snapshot
+from .snapshot import Snapshot, Unread
+
+# Errors that are the configuration's, not the moment's: a poll that meets one fails loudly rather than export
+# the part that answered (a wrong password answers nothing right on any endpoint).
+FATAL = frozenset({"unauthorized", "forbidden", "tls"})
 
 
 class FetchError(Exception):
@@ -26,6 +31,21 @@ class SourceFailed(Exception):
         errors = sorted(errors, key=lambda e: e.endpoint)
         super().__init__("; ".join(str(e) for e in errors))
         self.errors = errors
+
+
+def as_fetch_error(endpoint: str, error: BaseException) -> FetchError:
+    """A read's failure as a FetchError; anything else is a bug, said in one line all the same."""
+    return error if isinstance(error, FetchError) else FetchError(endpoint, "internal",
+                                                                  f"{type(error).__name__}: {error}")
+
+
+def partial(snapshot: Snapshot, errors: list[FetchError], missed: frozenset[str]) -> Snapshot:
+    """`snapshot` as a partial poll: the endpoints in `errors` unread, the facts they give (`missed`)
+    unreported, so that the rules needing them say "not evaluated" instead of judging an empty list."""
+    if not errors:
+        return snapshot
+    return replace(snapshot, unreported=snapshot.unreported | missed,
+                   unread=tuple(Unread(e.endpoint, e.reason, str(e)) for e in sorted(errors, key=lambda e: e.endpoint)))
 
 
 class Source(Protocol):

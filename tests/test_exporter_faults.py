@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import pytest
 import requests
 from helpers import private_broker, scrape, value, wait_for, wait_for_sample
 
+from ackscope.sources import Selection
 from ackscope.workloads.fault_proxy import FaultProxy
 
 
@@ -87,7 +89,7 @@ def test_hanging_api_cannot_stretch_a_poll_past_its_deadline(broker, proxy, star
     exporter = start_exporter(proxy.url, interval=1.0, timeout=10.0, deadline=2.0)
     s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="queues",
                         reason="deadline")
-    assert value(s, "ackscope_up") == 0
+    assert value(s, "ackscope_up") == 1, "the lists that answered are exported"
     assert value(s, "ackscope_poll_duration_seconds") < 2.0 + 0.5
     started = time.perf_counter()
     scrape(exporter)
@@ -104,16 +106,37 @@ def test_trickling_api_cannot_stretch_a_poll_past_its_deadline(broker, proxy, st
 
 @pytest.mark.parametrize("fault,reason", [("malformed", "malformed"), ("truncated", "malformed"),
                                           ("html", "malformed"), ("500", "server_error")])
-def test_bad_answers_are_counted_and_the_exporter_recovers(broker, proxy, start_exporter, caplog, fault, reason):
+def test_a_bad_list_costs_only_its_part_is_counted_said_once_and_recovered_from(broker, vhost, clients, proxy,
+                                                                                start_exporter, caplog, fault,
+                                                                                reason):
     caplog.set_level(logging.INFO, logger="ackscope")
+    setup = clients(broker, vhost, "setup").channel()
+    setup.queue_declare("kept", durable=True)
+    setup.basic_publish("", "kept", b"x")
     proxy.faults["consumers"] = fault
-    exporter = start_exporter(proxy.url, interval=0.3)
+    exporter = start_exporter(proxy.url, interval=0.3, selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
     s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 2, endpoint="consumers",
                         reason=reason)
-    assert value(s, "ackscope_up") == 0
+    assert value(s, "ackscope_up") == 1, "one list never blinds the poll"
+    wait_for_sample(exporter, "ackscope_queue_messages_ready", 1, queue="kept", vhost=vhost)
+    findings = requests.get(exporter.url + "/api/findings", timeout=5).json()
+    waiting = {n["rule"]: n["needs"] for n in findings["not_evaluated"]}
+    assert waiting.get("prefetch-unlimited") == ["the channels and their consumers"], waiting
+    partial = [r.getMessage() for r in caplog.records if "poll partial" in r.getMessage()]
+    assert len(partial) == 1 and "consumers" in partial[0], partial
     assert not any(r.exc_info for r in caplog.records), "no traceback in the log"
     del proxy.faults["consumers"]
-    wait_for_sample(exporter, "ackscope_up", 1)
+    wait_for(lambda: any("every endpoint answers again" in r.getMessage() for r in caplog.records),
+             what="the all-clear once the list answers")
+
+
+def test_every_list_failing_is_a_failed_poll(broker, proxy, start_exporter):
+    for name in ("nodes", "vhosts", "connections", "channels", "consumers", "queues"):
+        proxy.faults[name] = "500"
+    exporter = start_exporter(proxy.url, interval=0.3)
+    s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="queues",
+                        reason="server_error")
+    assert value(s, "ackscope_up") == 0
 
 
 def test_healthz_stays_ok_while_the_broker_is_unreachable(start_exporter):

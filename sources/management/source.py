@@ -2,24 +2,36 @@
 deadline, normalised into a Snapshot.
 
 /api/overview goes first, alone: it proves the API is reachable and the login good, so a broker that is
-down or a wrong password costs one request per read, not a burst against every endpoint.
+down or a wrong password costs one request per read, not a burst against every endpoint. A list that fails
+after it costs only its own part: the poll is partial (Snapshot.unread), and the rules that need what the list
+gives say "not evaluated" (RabbitMQ 4.0 and 4.3 answer a paginated /api/vhosts with HTTP 500, for one).
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from ackscope.core.secret import Secret
+from ackscope.model import snapshot as facts
 from ackscope.model.snapshot import Snapshot
-from ackscope.model.source import FetchError, SourceFailed
+from ackscope.model.source import FATAL, FetchError, SourceFailed, as_fetch_error, partial
 
 from ..selection import Selection
 from . import normalise
 from .client import ManagementClient
 
 LISTS = ("nodes", "vhosts", "connections", "channels", "consumers", "queues")
+# What a poll misses when one list fails while the others answer: the rules that need it say "not evaluated".
+MISSED_WITHOUT = {
+    "nodes": frozenset({facts.NODE_ALARMS}),
+    "vhosts": frozenset(),
+    "connections": frozenset({facts.CONNECTIONS, facts.CONNECTION_HEARTBEATS, facts.CONNECTION_STATES}),
+    "channels": frozenset({facts.CHANNELS, facts.CHANNEL_TRANSACTIONAL}),
+    "consumers": frozenset({facts.CHANNELS}),
+    "queues": frozenset({facts.QUEUE_COUNTS, facts.QUEUE_DURABILITY, facts.QUEUE_PERSISTENT_COUNTS}),
+}
 # Above this many objects a list is asked for in one answer, not in pages: the broker lists and sorts the whole
 # collection for every page it serves, so pages cost it the square of the size. Measured at 5,000 queues:
 # 2.1 s of the broker's CPU in 10 pages, 1.2 s in one answer (docs/benchmarks.md). Below it, pages fetched
@@ -45,14 +57,23 @@ class ManagementSource:
 
     def read(self) -> Snapshot:
         taken_at = time.time()
-        raw = self.fetch()
-        try:
-            return normalise.snapshot(raw, taken_at, self.selection, self._built)
-        except normalise.MalformedResponse as e:
-            raise SourceFailed([FetchError(e.endpoint, "malformed", str(e).split(": ", 1)[-1])]) from None
+        raw, errors = self.fetch()
+        while True:
+            try:
+                snapshot = normalise.snapshot(raw, taken_at, self.selection, self._built)
+                break
+            except normalise.MalformedResponse as e:
+                # A list that is not the shape its endpoint has costs its part, as one that did not answer does.
+                errors.append(FetchError(e.endpoint, "malformed", str(e).split(": ", 1)[-1]))
+                if e.endpoint == "overview" or len(errors) == len(LISTS):
+                    raise SourceFailed(errors) from None
+                raw[e.endpoint] = []
+        return partial(snapshot, errors, frozenset().union(*(MISSED_WITHOUT[e.endpoint] for e in errors)))
 
-    def fetch(self) -> dict[str, Any]:
-        """Every endpoint's JSON, or SourceFailed naming each endpoint that failed; bounded by the deadline."""
+    def fetch(self) -> tuple[dict[str, Any], list[FetchError]]:
+        """Every endpoint's JSON ([] for a list that failed) and the lists that failed; SourceFailed when the
+        overview fails, every list does, or one fails for a reason that is the configuration's (FATAL).
+        Bounded by the deadline."""
         deadline = time.monotonic() + self.deadline
         try:
             raw = {"overview": self.client.fetch("overview", deadline)}
@@ -61,25 +82,19 @@ class ManagementSource:
         totals = normalise.object_totals(raw["overview"])
         futures = {self._pool.submit(self.client.fetch, name, deadline,
                                      paginate=totals.get(name, 0) <= self.pages_up_to): name for name in LISTS}
-        done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_EXCEPTION)
-        errors = []
+        done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+        errors = [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s "
+                             "poll deadline") for f in pending]
         for future in done:
             if future.exception() is not None:
-                error = future.exception()
-                if not isinstance(error, FetchError):
-                    error = FetchError(futures[future], "internal", f"{type(error).__name__}: {error}")
-                errors.append(error)
+                errors.append(as_fetch_error(futures[future], future.exception()))
             else:
                 raw[futures[future]] = future.result()
-        if errors:
-            for future in pending:
-                future.cancel()
-        else:
-            errors = [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s "
-                                 "poll deadline") for f in pending]
-        if errors:
+        if len(errors) == len(LISTS) or any(e.reason in FATAL for e in errors):
             raise SourceFailed(errors)
-        return raw
+        for e in errors:
+            raw[e.endpoint] = []
+        return raw, sorted(errors, key=lambda e: e.endpoint)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

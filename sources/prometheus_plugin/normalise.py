@@ -261,7 +261,7 @@ def plugin_only_base(detailed: Samples | None, metrics: Samples | None, taken_at
         queues=queues,
         notes=("no management API answers: the broker's Prometheus plugin alone gives queues by name, without "
                "type, durability or connections",),
-        unreported=frozenset({facts.QUEUE_DURABILITY}),
+        unreported=frozenset({facts.QUEUE_DURABILITY, facts.CONNECTIONS}),
     )
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 from ackscope.core.secret import Secret
 from ackscope.model import snapshot as facts
-from ackscope.model.snapshot import Queue, Snapshot, Unread
-from ackscope.model.source import FetchError, SourceFailed
+from ackscope.model.snapshot import Queue, Snapshot
+from ackscope.model.source import FATAL, FetchError, SourceFailed, as_fetch_error, partial
 
 from ..cli import CliEnricher
 from ..http import HttpReader
@@ -43,18 +43,11 @@ QUEUE_LIST_MAX_AGE = 60.0
 QUEUE_COLUMNS = ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node",
                  *management_normalise.REPLICAS)
 PLUGIN = ("metrics/detailed", "metrics")
-# Errors that are the configuration's, not the moment's: the poll fails loudly rather than export a part.
-FATAL = frozenset({"unauthorized", "forbidden", "tls"})
 # What a poll misses when one plugin endpoint fails: the rules that need it say "not evaluated".
 MISSED_WITHOUT = {"metrics/detailed": frozenset({facts.CHANNELS, facts.QUEUE_COUNTS}),
                   "metrics": frozenset({facts.NODE_ALARMS}),
+                  "connections": frozenset({facts.CONNECTIONS}),
                   **{name: frozenset({facts.CHANNELS}) for name in CHANNEL_LISTS}}
-
-
-def as_fetch_error(endpoint: str, error: BaseException) -> FetchError:
-    """A read's failure as a FetchError; anything else is a bug, said in one line all the same."""
-    return error if isinstance(error, FetchError) else FetchError(endpoint, "internal",
-                                                                  f"{type(error).__name__}: {error}")
 
 
 @dataclass(frozen=True)
@@ -180,10 +173,7 @@ class PrometheusPluginSource:
                                       counted=counted is not None and not alone)
         missed |= frozenset().union(*(MISSED_WITHOUT.get(e.endpoint, ()) for e in errors
                                       if e.reason != "incomplete" or e.endpoint == "metrics"))  # its alarms
-        if errors:
-            snapshot = replace(snapshot, unreported=snapshot.unreported | missed,
-                               unread=tuple(Unread(e.endpoint, e.reason, str(e)) for e in
-                                            sorted(errors, key=lambda e: e.endpoint)))
+        snapshot = partial(snapshot, errors, missed)
         # The CLI's own read is bounded by the same deadline, and gives None rather than failing the poll.
         extra = enrichment.result() if enrichment is not None else None
         return normalise.enrich(snapshot, extra) if extra is not None else snapshot
@@ -299,7 +289,8 @@ class PrometheusPluginSource:
                 self._queue_list = listed = self._read_queue_list(deadline, reported)
             except FetchError as e:
                 errors.append(e)
-        if any(e.endpoint in ("overview", *LISTS) for e in errors) or listed is None:
+        # Without the overview there is no management view to build on; a list that failed costs its own part.
+        if any(e.endpoint == "overview" for e in errors) or listed is None:
             base = normalise.plugin_only_base(detailed, metrics, taken_at, self.selection)
             if listed is not None:  # the types and durability known from the last list still hold
                 base = replace(base, queues=tuple(listed.queues.get((q.vhost, q.name), q) for q in base.queues),
@@ -308,7 +299,8 @@ class PrometheusPluginSource:
         try:
             read = self.channels_listed and all(name in answers for name in CHANNEL_LISTS)
             listed_channels = {name: answers[name] if read else [] for name in CHANNEL_LISTS}
-            base = management_normalise.snapshot({**answers, "queues": [], **listed_channels}, taken_at,
+            unanswered = {name: [] for name in LISTS if name not in answers}
+            base = management_normalise.snapshot({**answers, **unanswered, "queues": [], **listed_channels}, taken_at,
                                                  self.selection, self._built)
         except management_normalise.MalformedResponse as e:
             errors.append(FetchError(e.endpoint, "malformed", str(e).split(": ", 1)[-1]))
