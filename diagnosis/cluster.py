@@ -1,0 +1,137 @@
+"""Rules about the nodes and the cluster: alarms, members down, partitions, replicas, leaders."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ackscope.model.findings import Finding
+from ackscope.model.snapshot import NODE_ALARMS
+
+from .context import Context, Rule, consumers_named
+
+
+def _alarm(field: str, what: str):
+    def check(ctx: Context, rule: Rule) -> Iterator[Finding]:
+        for n in ctx.snapshot.nodes:
+            if getattr(n, f"{field}_alarm"):
+                evidence = ({"mem_used": n.mem_used, "mem_limit": n.mem_limit} if field == "mem"
+                            else {"disk_free": n.disk_free, "disk_free_limit": n.disk_free_limit})
+                yield rule.finding("critical", "", f"node {n.name}", "", evidence,
+                                   f"node {n.name} raised its {what} alarm: every publishing connection in the "
+                                   "cluster is blocked until it clears.")
+    return check
+
+
+
+def _node_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    running = [n.name for n in ctx.snapshot.nodes if n.running]
+    for n in ctx.snapshot.nodes:
+        if n.running is not False:
+            continue
+        # Its classic queues stay homed there, unavailable; a quorum queue led there elects a leader elsewhere
+        # while a majority of its members runs, so what still names this node has none.
+        stranded = sorted(f"{q.vhost}/{q.name}" for q in ctx.snapshot.queues if q.node == n.name)
+        replicas = sum(1 for q in ctx.snapshot.queues if q.members and n.name in q.members)
+        had = sum(1 for c in ctx.previous.connections if c.node == n.name) if ctx.previous else 0
+        said = [f"{len(stranded)} queue(s) still on it are unavailable until it returns" if stranded else "",
+                f"{replicas} replicated queue(s) lost a member there" if replicas else "",
+                f"its {had} client connection(s) were closed: clients must reconnect to another node and consume "
+                "again" if had else ""]
+        yield rule.finding("critical", "", f"node {n.name}", "", {
+            "running": running, "queues_on_it": len(stranded), "examples": stranded[:5],
+            "replicated_queues_with_a_member_on_it": replicas, "connections_it_had": had},
+            f"cluster member {n.name} is not running" + "".join(f"; {x}" for x in said if x) + ".")
+
+
+def _partition(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for n in ctx.snapshot.nodes:
+        if n.partitions:
+            yield rule.finding("critical", "", f"node {n.name}", "", {"cannot_reach": list(n.partitions)},
+                               f"node {n.name} reports a network partition: it cannot reach "
+                               f"{', '.join(n.partitions)}. Each side may go on alone (pause_minority stops the "
+                               "minority; autoheal restarts the losers, dropping what they accepted).")
+
+
+def _quorum(ctx: Context, rule: Rule, *, lost: bool) -> Iterator[Finding]:
+    for q in ctx.snapshot.queues:
+        if q.type != "quorum" or not q.members or q.online is None:
+            continue
+        online = [m for m in q.online if m in q.members]
+        missing = [m for m in q.members if m not in online]
+        if not missing or (len(online) <= len(q.members) // 2) != lost:
+            continue
+        evidence = {"members": list(q.members), "online": online, "missing": missing, "leader": q.node,
+                    "messages_ready": q.messages_ready}
+        if lost:
+            yield rule.finding("critical", q.vhost, f"queue {q.name}", consumers_named(ctx, q), evidence,
+                               f"only {len(online)} of the quorum queue's {len(q.members)} members are online, "
+                               "not a majority: it has no leader, publishes to it are not confirmed (publishers "
+                               "wait or time out) and its consumers get nothing until members return.")
+        else:
+            yield rule.finding("warning", q.vhost, f"queue {q.name}", consumers_named(ctx, q), evidence,
+                               f"{len(online)} of the quorum queue's {len(q.members)} members are online "
+                               f"(missing: {', '.join(missing)}): it still confirms and delivers, but one more "
+                               "failure " + ("costs its quorum." if len(online) - 1 <= len(q.members) // 2
+                                             else "leaves it with fewer replicas.")
+                               )
+
+
+def _leaders_unbalanced(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    running = [n.name for n in ctx.snapshot.nodes if n.running]
+    led = [q.node for q in ctx.snapshot.queues if q.node in running]
+    if len(running) < 2 or len(led) < ctx.thresholds.leaders_unbalanced_min_queues:
+        return
+    counts = {n: led.count(n) for n in running}
+    node = max(running, key=lambda n: (counts[n], n))
+    share = counts[node] / len(led)
+    if share <= ctx.thresholds.leaders_unbalanced_share:
+        return
+    yield rule.finding("warning" if share == 1 else "info", "", f"node {node}", "",
+                       {"leaders": counts, "share": round(share, 3)},
+                       f"node {node} leads {counts[node]} of the cluster's {len(led)} queues ({share:.0%}; "
+                       f"quorum leaders and classic queues' homes): its CPU, disk and network carry most of "
+                       "the traffic, and its failure moves most of the leaders at once.")
+
+
+def _unsynchronised(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for q in ctx.snapshot.queues:
+        if not q.mirrors or q.synchronised_mirrors is None:
+            continue
+        behind = [m for m in q.mirrors if m not in q.synchronised_mirrors]
+        if behind:
+            yield rule.finding("warning", q.vhost, f"queue {q.name}", consumers_named(ctx, q),
+                               {"leader": q.node, "mirrors": list(q.mirrors), "unsynchronised": behind},
+                               f"the classic mirrored queue's mirrors on {', '.join(behind)} are not synchronised: "
+                               "if its leader fails now, a mirror that is promoted loses the messages it lacks "
+                               "(ha-promote-on-failure), or the queue waits for the leader.")
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("memory-alarm", "A node's memory alarm: every publisher in the cluster is blocked.", "Drain or purge "
+         "queues, add consumers, raise vm_memory_high_watermark only with memory to spare; see RabbitMQ guide "
+         "'Memory and Disk Alarms'.", _alarm("mem", "memory"), needs=(NODE_ALARMS,)),
+    Rule("disk-alarm", "A node's disk alarm: every publisher in the cluster is blocked.", "Free disk space or "
+         "drain queues; see RabbitMQ guide 'Memory and Disk Alarms'.", _alarm("disk_free", "free disk space"),
+         needs=(NODE_ALARMS,)),
+    Rule("node-down", "A cluster member that is not running: what lived there (queue leaders and homes, "
+         "replicas, client connections).", "Restart the node or find why it stopped (its log, the host); clients "
+         "must reconnect to another node and consume again; see RabbitMQ guide 'Clustering'.", _node_down),
+    Rule("network-partition", "A node reporting a network partition, naming the nodes it cannot reach.",
+         "Restore the network between them; choose a partition handling strategy (pause_minority) and restart "
+         "the losing side; see RabbitMQ guide 'Clustering and Network Partitions'.", _partition),
+    Rule("quorum-queue-degraded", "A quorum queue with fewer members online than configured, still a majority.",
+         "Bring the missing members' nodes back; if a node is gone for good, replace the member "
+         "(rabbitmq-queues delete_member / add_member, or grow); see RabbitMQ guide 'Quorum Queues'.",
+         lambda ctx, rule: _quorum(ctx, rule, lost=False)),
+    Rule("quorum-queue-no-quorum", "A quorum queue with no majority of its members online: publishes to it are "
+         "not confirmed and its consumers get nothing.", "Bring members' nodes back until a majority runs; "
+         "publishers should time out their confirms and not drop what is unconfirmed; see RabbitMQ guide "
+         "'Quorum Queues', 'Availability'.", lambda ctx, rule: _quorum(ctx, rule, lost=True)),
+    Rule("queue-leaders-unbalanced", "One node leads most of the cluster's queues (quorum leaders and classic "
+         "queues' homes): info above the threshold share, a warning when it leads them all.",
+         "Rebalance (rabbitmq-queues rebalance quorum) and declare queues with a leader locator "
+         "(queue-leader-locator: balanced); see RabbitMQ guide 'Quorum Queues'.", _leaders_unbalanced),
+    Rule("mirrored-queue-unsynchronised", "A classic mirrored queue (RabbitMQ 3.x) with mirrors that are not "
+         "synchronised.", "Synchronise (rabbitmqctl sync_queue) or set ha-sync-mode: automatic; better, move to "
+         "quorum queues: mirroring is removed in RabbitMQ 4.", _unsynchronised),
+)

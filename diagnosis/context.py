@@ -1,0 +1,139 @@
+"""What every rule works from: the Context (this snapshot, the one before, the recent window, the probes'
+statistics, the thresholds), the Rule record that turns a verdict into a Finding, and the few helpers the
+rules of several concerns share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ackscope.model.findings import Finding
+from ackscope.model.probes import TargetStats
+from ackscope.model.snapshot import Channel, Connection, Consumer, Queue, Snapshot
+
+from .thresholds import Thresholds
+
+ACKS_GUIDE = "RabbitMQ guide 'Consumer Acknowledgements and Publisher Confirms'"
+RELIABILITY_GUIDE = "RabbitMQ guide 'Reliability Guide'"
+
+
+@dataclass(frozen=True)
+class Context:
+    snapshot: Snapshot
+    previous: Snapshot | None = None  # the sample before, for growth between polls; None on the first poll
+    probes: tuple[TargetStats, ...] = ()
+    thresholds: Thresholds = Thresholds()
+    # The snapshot at the start of the recent window (diagnosis.window.Recent) that rate-like rules judge;
+    # the previous sample when None (`ackscope diagnose` reads twice, a window apart).
+    window: Snapshot | None = None
+
+    def __post_init__(self):
+        s = self.snapshot
+        object.__setattr__(self, "_queues", {(q.vhost, q.name): q for q in s.queues})
+        object.__setattr__(self, "_channels", {c.name: c for c in s.channels})
+        by_queue: dict[tuple[str, str], list[Consumer]] = {}
+        for c in s.consumers:
+            by_queue.setdefault((c.vhost, c.queue), []).append(c)
+        object.__setattr__(self, "_consumers", by_queue)
+        by_connection: dict[str, list[Channel]] = {}
+        for ch in s.channels:
+            by_connection.setdefault(ch.connection, []).append(ch)
+        object.__setattr__(self, "_channels_of", by_connection)
+        prev = self.previous
+        object.__setattr__(self, "_prev_channels", {c.name: c for c in prev.channels} if prev else {})
+        before: dict[tuple[str, str], list[Consumer]] = {}
+        for c in prev.consumers if prev else ():
+            before.setdefault((c.vhost, c.queue), []).append(c)
+        object.__setattr__(self, "_prev_consumers", before)
+        start = self.window or prev
+        object.__setattr__(self, "_start", start)
+        object.__setattr__(self, "_start_queues", {(q.vhost, q.name): q for q in start.queues} if start else {})
+        object.__setattr__(self, "_start_channels", {c.name: c for c in start.channels} if start else {})
+
+    def queue(self, vhost: str, name: str) -> Queue | None:
+        return self._queues.get((vhost, name))
+
+    def channel(self, name: str) -> Channel | None:
+        return self._channels.get(name)
+
+    def consumers_of(self, q: Queue) -> list[Consumer]:
+        return self._consumers.get((q.vhost, q.name), [])
+
+    def known_consumers_of(self, q: Queue) -> list[Consumer]:
+        """The queue's consumers, to name them: this poll's, or the previous poll's where this one lists
+        none while the queue counts some (the consumer list failed or lagged this time)."""
+        mine = self.consumers_of(q)
+        return mine if mine or not num(q.consumers) else self._prev_consumers.get((q.vhost, q.name), [])
+
+    def channels_of(self, connection: str) -> list[Channel]:
+        return self._channels_of.get(connection, [])
+
+    def previous_channel(self, name: str) -> Channel | None:
+        return self._prev_channels.get(name)
+
+    # -- the recent window ---------------------------------------------------------------------------------
+    @property
+    def window_seconds(self) -> float | None:
+        """How long the window is: from its first snapshot to this one; None on the first poll."""
+        if self._start is None or self.snapshot.taken_at <= self._start.taken_at:
+            return None
+        return self.snapshot.taken_at - self._start.taken_at
+
+    def at_window_start(self, record: Channel | Queue) -> Channel | Queue | None:
+        if isinstance(record, Queue):
+            return self._start_queues.get((record.vhost, record.name))
+        return self._start_channels.get(record.name)
+
+    def over_window(self, record: Channel | Queue, stat: str) -> int | None:
+        """How much one of a channel's or queue's counters grew over the window: since the window's first
+        snapshot, or since the object appeared within it. None on the first poll or where it is unreported."""
+        now = getattr(record.message_stats, stat)
+        if now is None or self.window_seconds is None:
+            return None
+        then = self.at_window_start(record)
+        return max(0, now - num(getattr(then.message_stats, stat) if then is not None else 0))
+
+    def window_rate(self, record: Channel | Queue, stat: str) -> float | None:
+        """Per second over the window (see over_window)."""
+        change = self.over_window(record, stat)
+        return None if change is None else change / self.window_seconds
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    meaning: str
+    remedy: str
+    check: Callable[[Context, Rule], Iterable[Finding]]
+    needs: tuple[str, ...] = ()  # facts a source may not report (ackscope.model.snapshot's constants)
+
+    def finding(self, severity: str, vhost: str, obj: str, who: Connection | Channel | Consumer | str,
+                evidence: dict, explanation: str) -> Finding:
+        """`who` is the record whose client is the culprit, or a queue's consumers already named."""
+        if isinstance(who, str):
+            name = client = who
+        else:
+            name, client = who.connection_name, who.identity or who.connection_name
+        return Finding(self.id, severity, vhost, obj, name, evidence, explanation, self.remedy, client=client)
+
+
+def num(v) -> int:
+    """A count the source may not have reported, as a number: None counts as 0."""
+    return v or 0
+
+
+MAX_NAMED = 3  # consumers a queue finding names before it counts the rest
+
+
+def consumers_named(ctx: Context, q: Queue) -> str:
+    """Who consumes from a queue, for a queue finding's culprit: its consumers' clients (Connection.identity),
+    the first few and a count of the rest ("" when nobody consumes)."""
+    names = sorted({c.identity or c.connection_name or f"channel {c.channel}" for c in ctx.known_consumers_of(q)})
+    if len(names) <= MAX_NAMED:
+        return ", ".join(names)
+    return f"{', '.join(names[:MAX_NAMED])} and {len(names) - MAX_NAMED} more"
+
+
+def rounded(v: float | None) -> float | None:
+    """A rate or duration for evidence: three decimals."""
+    return None if v is None else round(v, 3)

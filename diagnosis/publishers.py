@@ -1,0 +1,165 @@
+"""Rules about publishers: confirms, transactions, nacks, unconfirmed backlogs, unroutable messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ackscope.model.findings import Finding
+from ackscope.model.snapshot import CHANNEL_TRANSACTIONAL, CHANNELS, Channel
+
+from .context import ACKS_GUIDE, RELIABILITY_GUIDE, Context, Rule, num, rounded
+
+
+def _touching(ch: Channel, **evidence) -> dict:
+    """A channel finding's evidence, with the queues and exchanges the channel touched where the source
+    says: they name a channel known only by its process id (the Prometheus plugin's)."""
+    if ch.queues:
+        evidence["queues"] = list(ch.queues)
+    if ch.exchanges:
+        evidence["exchanges"] = list(ch.exchanges)
+    return evidence
+
+
+def _publishing(ch: Channel) -> bool:
+    return num(ch.message_stats.publish) > 0
+
+
+def publishes_at_stake(ctx: Context, ch: Channel) -> tuple[bool, float | None]:
+    """Whether a channel publishes enough over the window for its way of publishing to matter, and at what
+    rate: a framework's control traffic (Celery's events and pidbox replies, a few small messages a minute)
+    is not the same warning as an application's stream of orders."""
+    rate = ctx.window_rate(ch, "publish")
+    return rate is not None and rate >= ctx.thresholds.publish_rate_at_stake, rate
+
+
+def _without_confirms(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for ch in ctx.snapshot.channels:
+        if _publishing(ch) and ch.confirm is False and ch.transactional is False:
+            stake, rate = publishes_at_stake(ctx, ch)
+            yield rule.finding("warning" if stake else "info", ch.vhost, f"channel {ch.name}", ch,
+                               _touching(ch, published=ch.message_stats.publish, confirm=False,
+                                         publish_rate=rounded(rate), window_seconds=rounded(ctx.window_seconds)),
+                               f"the channel has published {ch.message_stats.publish} messages without publisher "
+                               "confirms: nothing tells it whether the broker took them (at-most-once)" + (
+                                   "." if stake else f"; it publishes little (under "
+                                   f"{ctx.thresholds.publish_rate_at_stake:g}/s lately), so this is info."))
+
+
+def _transactional(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for ch in ctx.snapshot.channels:
+        if _publishing(ch) and ch.transactional is True:
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
+                               _touching(ch, published=ch.message_stats.publish, transactional=True),
+                               "the channel publishes in AMQP transactions, which cost a round trip (and on "
+                               "slow disks an fsync) per commit: the guide puts them at about 250x slower than "
+                               "confirms ('ackscope bench confirms' measures it on this broker).")
+
+
+def _inferred_nacks(ch) -> int | None:
+    s = ch.message_stats
+    if ch.confirm is not True or s.publish is None or s.confirm is None or ch.messages_unconfirmed is None:
+        return None
+    return s.publish - s.confirm - ch.messages_unconfirmed
+
+
+def _sampled_anew(ch: Channel, before: Channel) -> bool:
+    """Whether the broker sampled the channel's confirm counters again since `before`."""
+    now, then = ch.message_stats, before.message_stats
+    return (now.publish, now.confirm, ch.messages_unconfirmed) != (then.publish, then.confirm,
+                                                                   before.messages_unconfirmed)
+
+
+def _nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for ch in ctx.snapshot.channels:
+        nacked = _inferred_nacks(ch)
+        before = ctx.previous_channel(ch.name)
+        # The broker samples these counters at slightly different moments, so one poll can show a gap that
+        # the next closes; nacks are cumulative and stay. Only a gap seen in two samples in a row counts: two
+        # polls that read the same sample (the management API refreshes it every few seconds) are one.
+        if nacked is None or nacked <= 0 or before is None or (_inferred_nacks(before) or 0) <= 0 \
+                or not _sampled_anew(ch, before):
+            continue
+        # And only nacks of the recent window: a channel nacked once an hour ago is not nacked now.
+        start = ctx.at_window_start(ch)
+        recent = nacked - (_inferred_nacks(start) or 0 if start is not None else 0)
+        if recent > 0:
+            s = ch.message_stats
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
+                               _touching(ch, published=s.publish, confirmed=s.confirm,
+                                         unconfirmed=ch.messages_unconfirmed, inferred_nacked=nacked,
+                                         nacked_in_window=recent, window_seconds=rounded(ctx.window_seconds)),
+                               f"about {recent} publishes in the last {ctx.window_seconds:.0f}s were neither "
+                               "confirmed nor are still awaiting a confirm: "
+                               "the broker refused responsibility for them with basic.nack (for example a full "
+                               "queue with x-overflow reject-publish). The broker has no nack counter; ackscope "
+                               "infers this from publish minus confirm minus unconfirmed.")
+
+
+def _unconfirmed_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    t = ctx.thresholds
+    for ch in ctx.snapshot.channels:
+        if ch.confirm is not True or ch.messages_unconfirmed is None:
+            continue
+        before = ctx.previous_channel(ch.name)
+        growth = (ch.messages_unconfirmed - num(before.messages_unconfirmed)) if before else 0
+        # Growth counts only on top of a backlog the previous poll saw too: a healthy publisher's burst,
+        # caught in flight by one poll, is confirmed a few milliseconds later.
+        grew = growth >= t.unconfirmed_growth and before is not None and num(before.messages_unconfirmed) > 0
+        if ch.messages_unconfirmed >= t.unconfirmed_backlog or grew:
+            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
+                               _touching(ch, unconfirmed=ch.messages_unconfirmed, growth=growth),
+                               f"{ch.messages_unconfirmed} published messages await their confirm: the broker is "
+                               "slow to take responsibility (disk, a blocked queue, a quorum queue without its "
+                               "majority), and a crash now would leave the publisher to republish them.")
+
+
+def _unroutable(stat: str, what: str):
+    def check(ctx: Context, rule: Rule) -> Iterator[Finding]:
+        for ch in ctx.snapshot.channels:
+            # What happened in the window, not since the channel opened: one message at a client's start-up
+            # stays in the lifetime count for the life of the connection.
+            count = ctx.over_window(ch, stat)
+            if not count:
+                continue
+            seconds = ctx.window_seconds
+            # One message is info: Celery's worker drops one by design at start-up (a broadcast nobody is
+            # bound to yet); a loss that repeats within the window is a warning.
+            severity = "warning" if count >= ctx.thresholds.unroutable_at_stake else "info"
+            yield rule.finding(severity, ch.vhost, f"channel {ch.name}", ch,
+                               _touching(ch, **{f"{stat}_in_window": count, "window_seconds": rounded(seconds),
+                                                "rate": rounded(count / seconds),
+                                                stat: getattr(ch.message_stats, stat)}),
+                               f"in the last {seconds:.0f}s the channel published {count} messages that matched no "
+                               f"queue and were {what}.")
+    return check
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("publisher-without-confirms", "A channel publishing without confirms and not transactional: "
+         "at-most-once; info when it publishes under publish_rate_at_stake over the window.",
+         f"Enable publisher confirms and handle them asynchronously; see {ACKS_GUIDE}, "
+         "'Publisher Confirms'.",
+         _without_confirms, needs=(CHANNELS, CHANNEL_TRANSACTIONAL)),
+    Rule("transactional-publisher", "A transactional channel publishing.", "Use publisher confirms instead of "
+         f"transactions; see {ACKS_GUIDE}, 'Publisher Confirms'.",
+         _transactional, needs=(CHANNELS, CHANNEL_TRANSACTIONAL)),
+    Rule("publisher-nacked", "A confirm-mode channel whose publishes minus confirms minus unconfirmed grew "
+         "over the window: the broker refused responsibility (inferred: the broker has no nack counter).",
+         "Handle basic.nack by republishing or reporting; check queue length limits with x-overflow "
+         f"reject-publish; see {ACKS_GUIDE}, 'Negative Acknowledgments for Publishes'.", _nacked,
+         needs=(CHANNELS,)),
+    Rule("unconfirmed-backlog", "A channel whose unconfirmed messages are many or growing.",
+         "Check the disk, alarms and quorum queue health; bound the publisher's in-flight window; see "
+         f"{ACKS_GUIDE}, 'Publisher Confirms and Guaranteed Delivery'.", _unconfirmed_backlog,
+         needs=(CHANNELS,)),
+    Rule("unroutable-dropped", "A channel whose messages matched no queue and were dropped silently, over the "
+         "window; info for fewer than unroutable_at_stake.",
+         "Bind a queue for every routing key in use, publish with mandatory to get them back, or set an "
+         f"alternate exchange; see {RELIABILITY_GUIDE}, 'Unroutable Messages'.",
+         _unroutable("drop_unroutable", "dropped silently"), needs=(CHANNELS,)),
+    Rule("unroutable-returned", "A channel whose mandatory messages matched no queue and were returned, over the "
+         "window; info for fewer than unroutable_at_stake.",
+         "Check bindings and routing keys; make sure the publisher handles basic.return; see "
+         f"{RELIABILITY_GUIDE}, 'Unroutable Messages'.", _unroutable("return_unroutable", "returned"),
+         needs=(CHANNELS,)),
+)
