@@ -147,5 +147,8 @@ def _print_table(verdict: Diagnosis, s: Snapshot, url: str) -> None:
     if verdict.not_evaluated:
         console.print()
     for n in verdict.not_evaluated:
+        if n.why:
+            console.print(f"[dim]not evaluated[/dim] [bold]{n.rule}[/bold]: {escape(n.why)}")
+            continue
         console.print(f"[dim]not evaluated[/dim] [bold]{n.rule}[/bold]: needs {escape(', '.join(n.needs))}, which "
                       "this source does not report")

@@ -123,9 +123,10 @@ def _all_findings(found: pd.DataFrame) -> None:
 def _not_evaluated_section(data: Live) -> None:
     """The rules this source cannot feed: named, so their silence is not read as health."""
     if data.not_evaluated:
-        st.info("Not evaluated, the source does not report what they need: "
-                + "; ".join(f"**{_md(n['rule'])}** (needs {_md(', '.join(n['needs']))})"
-                            for n in data.not_evaluated))
+        st.info("Not evaluated, the source does not report what they need or they cannot apply to this "
+                "release: " + "; ".join(f"**{_md(n['rule'])}** ("
+                                        + (_md(n['why']) if n.get('why') else f"needs {_md(', '.join(n['needs']))}")
+                                        + ")" for n in data.not_evaluated))
 
 
 def _prefetch_section(data: Live, search: str = "", top: int = 15, chart: bool = True) -> None:

@@ -106,6 +106,11 @@ def _unsynchronised(ctx: Context, rule: Rule) -> Iterator[Finding]:
                                "(ha-promote-on-failure), or the queue waits for the leader.")
 
 
+
+def _without_mirroring(release: tuple[int, int] | None) -> str | None:
+    return "classic queue mirroring is removed in RabbitMQ 4.0" if release and release >= (4, 0) else None
+
+
 RULES: tuple[Rule, ...] = (
     Rule("memory-alarm", "A node's memory alarm: every publisher in the cluster is blocked.", "Drain or purge "
          "queues, add consumers, raise vm_memory_high_watermark only with memory to spare; see RabbitMQ guide "
@@ -133,5 +138,6 @@ RULES: tuple[Rule, ...] = (
          "(queue-leader-locator: balanced); see RabbitMQ guide 'Quorum Queues'.", _leaders_unbalanced),
     Rule("mirrored-queue-unsynchronised", "A classic mirrored queue (RabbitMQ 3.x) with mirrors that are not "
          "synchronised.", "Synchronise (rabbitmqctl sync_queue) or set ha-sync-mode: automatic; better, move to "
-         "quorum queues: mirroring is removed in RabbitMQ 4.", _unsynchronised),
+         "quorum queues: mirroring is removed in RabbitMQ 4.", _unsynchronised,
+         inapplicable=_without_mirroring),
 )

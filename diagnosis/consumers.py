@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from ackscope.model.findings import Finding
 from ackscope.model.snapshot import CHANNELS, QUEUE_COUNTS, Channel, Queue, binding_limit
@@ -15,14 +16,26 @@ def _prefetch_unlimited(ctx: Context, rule: Rule) -> Iterator[Finding]:
         ch = ctx.channel(con.channel)
         if con.ack_required is not True or con.prefetch_count != 0 or ch is None or num(ch.global_prefetch_count):
             continue
+        q = ctx.queue(con.vhost, con.queue)
+        hidden = ch.global_prefetch_count is None  # RabbitMQ 4 shows no channel-wide (global) prefetch anywhere
+        if hidden and q is not None and num(q.messages_ready) > 0:
+            # The broker pushes an unlimited consumer every ready message: messages left ready mean a limit
+            # binds it, one this release does not show (Celery's global QoS on RabbitMQ 4.0-4.2).
+            continue
         unacked = num(ch.messages_unacked)
-        # A latent risk with nothing at stake is info: no message is held (yet).
+        # A latent risk with nothing at stake is info: no message is held (yet). Where a channel-wide limit may
+        # bind unseen, only what no sane limit allows is more than info.
         severity = ("critical" if unacked >= ctx.thresholds.unlimited_prefetch_unacked_critical
-                    else "warning" if unacked > 0 else "info")
-        yield rule.finding(severity, con.vhost, f"channel {con.channel}",
-                           con, {"queue": con.queue, "prefetch": 0, "unacked": unacked},
+                    else "warning" if unacked > 0 and not hidden else "info")
+        evidence = {"queue": con.queue, "prefetch": 0, "unacked": unacked}
+        if hidden:
+            evidence["channel_prefetch"] = "not reported by this release (inferred unlimited: nothing waits ready)"
+        yield rule.finding(severity, con.vhost, f"channel {con.channel}", con, evidence,
                            f"consumer {con.consumer_tag} on queue {con.queue} acks manually with no prefetch "
-                           f"limit: the broker pushes it every message it can; it holds {unacked} unacked.")
+                           f"limit: the broker pushes it every message it can; it holds {unacked} unacked." + (
+                               " RabbitMQ " + ctx.snapshot.overview.rabbitmq_version + " does not show a "
+                               "channel-wide (global) prefetch: if the client set one, it binds unseen."
+                               if hidden and ctx.snapshot.overview.rabbitmq_version else ""))
 
 
 def _auto_ack(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -101,12 +114,74 @@ def _requeue_loop(ctx: Context, rule: Rule) -> Iterator[Finding]:
         if redeliver < t.requeue_ratio * deliver:
             continue
         critical = deliver > 0 and redeliver >= 0.9 * deliver
+        fate = requeue_fate(ctx, q)
         yield rule.finding("critical" if critical else "warning", q.vhost, f"queue {q.name}", consumers_named(ctx, q),
                            {"redeliver_rate": rounded(redeliver), "deliver_rate": rounded(deliver),
-                            "window_seconds": rounded(ctx.window_seconds), "consumers": q.consumers},
+                            "window_seconds": rounded(ctx.window_seconds), "consumers": q.consumers,
+                            "queue_type": q.type, "delivery_limit": q.delivery_limit, "next": fate.next,
+                            "rabbitmq": ctx.snapshot.overview.rabbitmq_version},
                            f"{redeliver:.1f} of {deliver:.1f} deliveries per second on {q.name} are redeliveries: "
                            "consumers reject or nack with requeue and the same messages come straight back "
-                           "(a poison message, or every consumer failing), burning network and CPU.")
+                           f"(a poison message, or every consumer failing), burning network and CPU. {fate.says}",
+                           fate.remedy)
+
+
+@dataclass(frozen=True)
+class Fate:
+    """What a requeue loop comes to on this release and this queue."""
+
+    next: str  # a word for the evidence: loops-forever, dropped-at-limit, dead-lettered-at-limit
+    says: str  # the sentence for the finding
+    remedy: str
+
+
+_GIVE_UP = ("Find the message consumers reject; nack without requeue to a dead-letter exchange after a few "
+            "attempts (count them in a header)")
+
+
+def requeue_fate(ctx: Context, q: Queue) -> Fate:
+    """Whether the loop goes on forever or the queue's delivery limit ends it, as the broker's release applies
+    it: a classic queue (any release) and a queue without a limit never give up a message; a quorum queue with
+    one drops it at the limit, or dead-letters it where it has a dead-letter exchange (4.0 gives every quorum
+    queue a limit of 20). From 4.3 the limit counts delivery-count, which basic.reject(requeue) raises and
+    basic.nack(requeue) does not: then a nacking consumer loops forever, and only the queue's counters tell the
+    two apart (messages leaving it without acks)."""
+    release = ctx.release
+    limit = q.delivery_limit if q.type == "quorum" else None
+    if limit is None:
+        why = ("classic queues have no delivery limit" if q.type == "classic" else
+               "the queue has no delivery limit")
+        return Fate("loops-forever", f"Nothing ends the loop: {why}, so each message comes back until a consumer "
+                    "acks it or rejects it without requeue.",
+                    f"{_GIVE_UP}; or move the queue to a quorum queue with a delivery limit and a dead-letter "
+                    f"exchange; see {ACKS_GUIDE}, 'Negative Acknowledgement and Requeuing of Deliveries'.")
+    dropped = not q.dead_letter_exchange
+    where = "dropped: no dead-letter exchange is set, so they are lost" if dropped else \
+        f"dead-lettered to exchange '{q.dead_letter_exchange}'"
+    catch = ("Set a dead-letter exchange on the queue (policy key dead-letter-exchange) so that what the limit "
+             "removes is kept, then find why consumers reject it" if dropped else
+             "Read what reaches the dead-letter exchange and find why consumers reject it")
+    if release is not None and release >= (4, 3):
+        leaving = ctx.removed_without_ack(q)
+        if not leaving:
+            return Fate("loops-forever", f"On RabbitMQ {release[0]}.{release[1]} the delivery limit of {limit} "
+                        "counts delivery-count, which basic.nack(requeue=true) (or AMQP 1.0 'released') does not "
+                        "raise: no message is leaving the queue, so its consumers nack, and the loop goes on "
+                        "forever." + _delayed(q),
+                        f"{_GIVE_UP}; or reject with basic.reject(requeue=true), which counts towards the limit of "
+                        f"{limit}; see the RabbitMQ 4.3 release notes on quorum queue delivery limits.")
+        return Fate("dropped-at-limit" if dropped else "dead-lettered-at-limit",
+                    f"Messages are leaving the queue without acks ({leaving} in the window, inferred from its "
+                    f"counters): its consumers reject with requeue, which raises delivery-count, and after {limit} "
+                    f"deliveries each message is {where}." + _delayed(q), f"{catch}.")
+    return Fate("dropped-at-limit" if dropped else "dead-lettered-at-limit",
+                f"The quorum queue's delivery limit ends it: after {limit} deliveries each message is {where}.",
+                f"{catch}; see RabbitMQ guide 'Quorum Queues', 'Poison Message Handling'.")
+
+
+def _delayed(q: Queue) -> str:
+    return (f" Delayed retry holds {q.messages_delayed} messages back before their next delivery."
+            if q.messages_delayed else "")
 
 
 RULES: tuple[Rule, ...] = (

@@ -4,12 +4,13 @@ rules of several concerns share."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ackscope.model.findings import Finding
 from ackscope.model.probes import TargetStats
-from ackscope.model.snapshot import Channel, Connection, Consumer, Queue, Snapshot
+from ackscope.model.snapshot import DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Queue, Snapshot
 
 from .thresholds import Thresholds
 
@@ -71,6 +72,41 @@ class Context:
     def previous_channel(self, name: str) -> Channel | None:
         return self._prev_channels.get(name)
 
+    @property
+    def release(self) -> tuple[int, int] | None:
+        """The broker's (major, minor), for what differs by release; None where it did not say."""
+        return release_of(self.snapshot.overview.rabbitmq_version)
+
+    def dead_lettered_over_window(self) -> dict[tuple[str, str, str], dict[str, int]] | None:
+        """What the nodes' dead-letter counters grew by over the window: {(reason, queue type, strategy): {node:
+        count}}, counts above 0 only; None where the window's start or end lacks the counters. A counter lower
+        than at the start was reset (its node restarted): all of it is new."""
+        start = self._start
+        if start is None or DEAD_LETTER_COUNTS in self.snapshot.unreported or DEAD_LETTER_COUNTS in start.unreported:
+            return None
+        before = {(d.node, d.reason, d.queue_type, d.strategy): d.count for d in start.dead_lettered}
+        grown: dict[tuple[str, str, str], dict[str, int]] = {}
+        for d in self.snapshot.dead_lettered:
+            then = before.get((d.node, d.reason, d.queue_type, d.strategy), 0)
+            change = d.count - then if d.count >= then else d.count
+            if change > 0:
+                grown.setdefault((d.reason, d.queue_type, d.strategy), {})[d.node] = change
+        return grown
+
+    def removed_without_ack(self, q: Queue) -> int | None:
+        """Messages that left the queue over the window neither acked nor delivered with automatic ack: what
+        was published into it, less the acks, the auto-ack deliveries and gets, and what its depth grew. They
+        were dead-lettered, dropped, expired or purged: an inference from the queue's counters, which the
+        broker keeps for none of those. None where a counter is not reported."""
+        published, acked = self.over_window(q, "publish"), self.over_window(q, "ack")
+        if published is None or acked is None or q.messages_ready is None:
+            return None
+        auto = num(self.over_window(q, "deliver_no_ack")) + num(self.over_window(q, "get_no_ack"))
+        start = self.at_window_start(q)
+        depth = num(q.messages_ready) + num(q.messages_unacked)
+        then = num(start.messages_ready) + num(start.messages_unacked) if start is not None else 0
+        return max(0, published - acked - auto - (depth - then))
+
     # -- the recent window ---------------------------------------------------------------------------------
     @property
     def window_seconds(self) -> float | None:
@@ -106,15 +142,26 @@ class Rule:
     remedy: str
     check: Callable[[Context, Rule], Iterable[Finding]]
     needs: tuple[str, ...] = ()  # facts a source may not report (ackscope.model.snapshot's constants)
+    # Why the rule cannot apply to the broker's release, or None where it does (classic queue mirroring is
+    # removed in RabbitMQ 4.0): it stays silent there and says so.
+    inapplicable: Callable[[tuple[int, int] | None], str | None] = lambda release: None
 
     def finding(self, severity: str, vhost: str, obj: str, who: Connection | Channel | Consumer | str,
-                evidence: dict, explanation: str) -> Finding:
-        """`who` is the record whose client is the culprit, or a queue's consumers already named."""
+                evidence: dict, explanation: str, remedy: str | None = None) -> Finding:
+        """`who` is the record whose client is the culprit, or a queue's consumers already named. `remedy`: what
+        to do in this case, where it differs from the rule's (by release, by queue type)."""
         if isinstance(who, str):
             name = client = who
         else:
             name, client = who.connection_name, who.identity or who.connection_name
-        return Finding(self.id, severity, vhost, obj, name, evidence, explanation, self.remedy, client=client)
+        return Finding(self.id, severity, vhost, obj, name, evidence, explanation, remedy or self.remedy,
+                       client=client)
+
+
+def release_of(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a RabbitMQ version string ("4.0.5", "3.13.7+2.g3ab2f1c"); None for none or nonsense."""
+    found = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def num(v) -> int:

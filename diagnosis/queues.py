@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from ackscope.model.findings import Finding
-from ackscope.model.snapshot import QUEUE_COUNTS, QUEUE_DURABILITY, QUEUE_PERSISTENT_COUNTS, Queue
+from ackscope.model.snapshot import DEAD_LETTER_COUNTS, QUEUE_COUNTS, QUEUE_DURABILITY, QUEUE_PERSISTENT_COUNTS, Queue
 
 from .context import RELIABILITY_GUIDE, Context, Rule, consumers_named, num, rounded
 
@@ -69,6 +70,105 @@ def _polled(ctx: Context, rule: Rule) -> Iterator[Finding]:
                               "is pushed them" if behind else "") + ".")
 
 
+
+# -- messages the broker gives up on ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Removal:
+    """Messages one reason removed over the window on one queue: from the nodes' counters (per node, queue type
+    and strategy, no queue named), attributed to the queue its own counters show them leaving."""
+
+    queue: Queue
+    reason: str  # delivery_limit | expired | maxlen | rejected
+    dropped: bool  # no dead-letter exchange: gone
+    counted: int | None  # the nodes' count of the reason and strategy over the window; None without it
+    nodes: tuple[str, ...]  # where they were counted
+    left: int  # what left the queue without acks over the window (removed_without_ack)
+    shared_with: int  # other queues the same count may belong to
+
+    def evidence(self, ctx: Context) -> dict:
+        q = self.queue
+        how = "dropped" if self.dropped else "dead_lettered"
+        counted = {f"{how}_on_nodes": self.counted, "nodes": list(self.nodes)} if self.counted is not None else {}
+        return {"reason": self.reason, **counted, "left_queue_without_ack": self.left,
+                "window_seconds": rounded(ctx.window_seconds), "queue_type": q.type,
+                "delivery_limit": q.delivery_limit, "dead_letter_exchange": q.dead_letter_exchange or None,
+                "redelivered": ctx.over_window(q, "redeliver"),
+                "attribution": "inferred: the broker counts " + (
+                    f"these per node, not per queue; this queue's counters show {self.left} messages leaving it "
+                    "without acks" + (f", and {self.shared_with} other queue(s) could share the count"
+                                      if self.shared_with else "")
+                    if self.counted is not None else
+                    f"no removal per queue, and its Prometheus plugin was not read; this queue's counters show "
+                    f"{self.left} messages leaving it without acks after redeliveries")}
+
+
+def removals(ctx: Context, reasons: tuple[str, ...]) -> Iterator[Removal]:
+    """Each queue that messages left for one of `reasons` over the window. With the nodes' dead-letter counters,
+    a reason's count (queue type, strategy) goes to the queues of that type and strategy whose counters show
+    messages leaving them without acks (for the delivery limit: quorum queues with a limit that redelivered).
+    Without the counters, only the delivery limit is inferred: from a limited quorum queue that redelivered and
+    lost messages without acks."""
+    counted = ctx.dead_lettered_over_window()
+    for reason in reasons:
+        groups = {(t, s): nodes for (r, t, s), nodes in (counted or {}).items() if r == reason}
+        if counted is None:
+            if reason != "delivery_limit":
+                continue
+            groups = {("quorum", None): {}}
+        for (queue_type, strategy), nodes in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1] or "")):
+            dropped = None if strategy is None else strategy == "disabled"
+            found = [(q, left) for q in ctx.snapshot.queues
+                     if q.type == queue_type and _may_remove(ctx, q, reason, dropped)
+                     for left in (ctx.removed_without_ack(q),) if left]
+            for q, left in found:
+                yield Removal(q, reason, not q.dead_letter_exchange if dropped is None else dropped,
+                              sum(nodes.values()) if counted is not None else None, tuple(sorted(nodes)), left,
+                              len(found) - 1)
+
+
+def _may_remove(ctx: Context, q: Queue, reason: str, dropped: bool | None) -> bool:
+    """Whether the queue can be where the nodes counted `reason`: its dead-lettering matches the strategy
+    counted (unknown matches any), and for the delivery limit it has one and redelivered."""
+    if dropped is not None and q.dead_letter_exchange is not None and (q.dead_letter_exchange == "") != dropped:
+        return False
+    return reason != "delivery_limit" or (q.delivery_limit is not None and bool(ctx.over_window(q, "redeliver")))
+
+
+def _delivery_limit(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for r in removals(ctx, ("delivery_limit",)):
+        q = r.queue
+        many = r.counted if r.counted is not None and not r.shared_with else r.left
+        what = ("dropped: the queue has no dead-letter exchange, so messages the broker had confirmed are gone"
+                if r.dropped else f"dead-lettered to exchange '{q.dead_letter_exchange}'")
+        yield rule.finding("critical" if r.dropped else "warning", q.vhost, f"queue {q.name}", consumers_named(ctx, q),
+                           r.evidence(ctx),
+                           f"in the last {ctx.window_seconds:.0f}s about {many} messages reached the delivery limit "
+                           f"of quorum queue {q.name} ({q.delivery_limit} deliveries) and were {what}. Its "
+                           "consumers return them (reject or nack with requeue) until the broker gives up on them.",
+                           None if r.dropped else "Read what reaches the dead-letter exchange and find why the "
+                           "consumers return these messages; see RabbitMQ guide 'Quorum Queues', 'Poison Message "
+                           "Handling'.")
+
+
+# Why a reason removes messages, for the finding's sentence; and how grave each is without a dead-letter exchange.
+_WHY = {"expired": "expired (their TTL passed)", "maxlen": "pushed out of the full queue (its length limit, "
+        "overflow drop-head)", "rejected": "rejected by consumers without requeue"}
+_GRAVITY = {"expired": "info", "maxlen": "warning", "rejected": "warning"}
+
+
+def _dropped(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for r in removals(ctx, tuple(_WHY)):
+        if not r.dropped:
+            continue
+        q = r.queue
+        many = r.counted if not r.shared_with else r.left
+        yield rule.finding(_GRAVITY[r.reason], q.vhost, f"queue {q.name}", consumers_named(ctx, q), r.evidence(ctx),
+                           f"in the last {ctx.window_seconds:.0f}s about {many} messages of {q.name} were "
+                           f"{_WHY[r.reason]} and dropped: the queue has no dead-letter exchange to catch them."
+                           + (" A TTL drops by design; if these messages matter, dead-letter them."
+                              if r.reason == "expired" else ""))
+
+
 RULES: tuple[Rule, ...] = (
     Rule("transient-in-durable-queue", "A durable classic queue holding non-persistent messages (lost on "
          "restart).", "Publish with delivery mode 2 (persistent) where the messages must survive a restart; see "
@@ -85,4 +185,17 @@ RULES: tuple[Rule, ...] = (
          "(a fetched message is lost with its reader) or messages pile up.", "Consume with basic.consume, "
          "manual acks and a prefetch limit instead of polling; see RabbitMQ guide 'Consumers', 'Fetching "
          "Individual Messages (\"Pull API\")'.", _polled, needs=(QUEUE_COUNTS,)),
+    Rule("delivery-limit-reached", "Messages that reached a quorum queue's delivery limit over the window: "
+         "critical when dropped (no dead-letter exchange: confirmed messages are gone, RabbitMQ 4's default limit "
+         "of 20 included), a warning when dead-lettered. From the nodes' dead-letter counters where the "
+         "Prometheus plugin is read, attributed to the queue by its own counters (inferred).",
+         "Set a dead-letter exchange on the queue (policy key dead-letter-exchange) so what the limit removes is "
+         "kept, and find why consumers return these messages; see RabbitMQ guide 'Quorum Queues', 'Poison "
+         "Message Handling'.", _delivery_limit, needs=(QUEUE_COUNTS,)),
+    Rule("messages-dropped", "Messages a queue without a dead-letter exchange dropped over the window because "
+         "they expired (info: a TTL drops by design), overflowed its length limit or were rejected without "
+         "requeue (warning), from the nodes' dead-letter counters, attributed to the queue (inferred).",
+         "Set a dead-letter exchange where these messages matter (policy key dead-letter-exchange); raise the "
+         "length limit or use overflow reject-publish so publishers are told; see RabbitMQ guide 'Dead Letter "
+         "Exchanges'.", _dropped, needs=(QUEUE_COUNTS, DEAD_LETTER_COUNTS)),
 )

@@ -38,13 +38,17 @@ def _without_probes(s: Snapshot | None) -> Snapshot | None:
 
 
 def diagnose(ctx: Context) -> Diagnosis:
-    """Every rule whose needs the snapshot meets, run; the others named, with what they need."""
+    """Every rule that applies to the broker's release and whose needs the snapshot meets, run; the others
+    named, with why they did not."""
     ctx = replace(ctx, snapshot=_without_probes(ctx.snapshot), previous=_without_probes(ctx.previous))
     findings: list[Finding] = []
     skipped = []
     for rule in RULES:
         missing = tuple(n for n in rule.needs if n in ctx.snapshot.unreported)
-        if missing:
+        why = rule.inapplicable(ctx.release)
+        if why:
+            skipped.append(NotEvaluated(rule.id, (), why))
+        elif missing:
             skipped.append(NotEvaluated(rule.id, missing))
         else:
             findings.extend(rule.check(ctx, rule))

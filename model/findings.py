@@ -44,9 +44,15 @@ class NotEvaluated:
 
     rule: str
     needs: tuple[str, ...]
+    why: str = ""  # a rule that cannot apply to the broker's release says why instead (then it needs nothing)
+
+    @property
+    def reason(self) -> str:
+        """Why it did not run, in one phrase."""
+        return self.why or "needs " + ", ".join(self.needs)
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "needs": list(self.needs)}
+        return {"rule": self.rule, "needs": list(self.needs), **({"why": self.why} if self.why else {})}
 
 
 @dataclass(frozen=True)

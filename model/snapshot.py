@@ -23,6 +23,7 @@ class MessageStats:
     drop_unroutable: int | None = None
     get: int | None = None  # basic.get fetches with manual ack (queues)
     get_no_ack: int | None = None  # basic.get fetches with automatic ack (queues)
+    deliver_no_ack: int | None = None  # deliveries to consumers with automatic ack (queues)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +185,29 @@ class Queue:
     online: tuple[str, ...] | None = None
     mirrors: tuple[str, ...] | None = None
     synchronised_mirrors: tuple[str, ...] | None = None
+    # How often a message may be delivered before the queue dead-letters or drops it (a quorum queue's
+    # delivery_limit: 20 by default from RabbitMQ 4.0); None where the queue has none or the source does not say.
+    delivery_limit: int | None = None
+    # Where the queue dead-letters (x-dead-letter-exchange, by argument or policy): "" for none, None unknown.
+    dead_letter_exchange: str | None = None
+    messages_delayed: int | None = None  # held back by a quorum queue's delayed retry (RabbitMQ 4.3)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLettered:
+    """One node's count of messages its queues dead-lettered or dropped, as the broker's Prometheus plugin counts
+    them (rabbitmq_global_messages_dead_lettered_<reason>_total): by reason, queue type and strategy, with no
+    queue named. Strategy "disabled" means the queue has no dead-letter exchange: the messages were dropped."""
+
+    node: str
+    reason: str  # delivery_limit | expired | maxlen | rejected
+    queue_type: str  # as the model names queue types: quorum | classic | stream
+    strategy: str  # disabled | at_most_once | at_least_once
+    count: int
+
+    @property
+    def dropped(self) -> bool:
+        return self.strategy == "disabled"
 
 
 # Facts a source may be unable to report (Snapshot.unreported); a rule that needs one is not evaluated.
@@ -197,6 +221,7 @@ CHANNELS = "the channels and their consumers"
 QUEUE_COUNTS = "the queues' depths and counters"
 NODE_ALARMS = "the nodes' memory and disk alarms"
 CONNECTIONS = "the connections and their clients"  # a count of 0 is a count only where they were read
+DEAD_LETTER_COUNTS = "the nodes' dead-letter counters (the Prometheus plugin's)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +246,7 @@ class Snapshot:
     channels: tuple[Channel, ...] = ()
     consumers: tuple[Consumer, ...] = ()
     queues: tuple[Queue, ...] = ()
+    dead_lettered: tuple[DeadLettered, ...] = ()  # every node's, where its Prometheus plugin was read
     notes: tuple[str, ...] = field(default=())  # what the broker did not report, said once for humans
     unreported: frozenset[str] = frozenset()  # facts this source cannot report at all (the constants above)
     unread: tuple[Unread, ...] = ()  # a partial poll: what failed (the facts it would give are in `unreported`)

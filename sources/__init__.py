@@ -6,10 +6,10 @@ prometheus_plugin  the broker's Prometheus plugin (/metrics/detailed), where man
 choice             --source auto|management|prometheus
 """
 
-from .choice import KINDS, default_prometheus_url, make_source
+from .choice import KINDS, make_source
 from .management import ManagementSource
 from .prometheus_plugin import PrometheusPluginSource
 from .selection import Selection
 
-__all__ = ["KINDS", "ManagementSource", "PrometheusPluginSource", "Selection", "default_prometheus_url",
+__all__ = ["KINDS", "ManagementSource", "PrometheusPluginSource", "Selection",
            "make_source"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from urllib.parse import urlsplit, urlunsplit
 
 from ackscope.core.secret import Secret
 from ackscope.model.snapshot import Snapshot
@@ -28,15 +27,6 @@ KINDS = ("auto", "management", "prometheus")
 # at the line does not switch at every poll). Measured: at 2,000 queues the API's listing costs the broker
 # about 0.3 s a poll and the plugin's 0.04 s (docs/benchmarks.md).
 LARGE_BROKER_QUEUES = 2_000
-PLUGIN_PORT = 15692
-
-
-def default_prometheus_url(management_url: str) -> str:
-    """The plugin's default place: the management host, port 15692, the same scheme."""
-    parts = urlsplit(management_url)
-    host = parts.hostname or "localhost"
-    return urlunsplit((parts.scheme or "http", f"[{host}]:{PLUGIN_PORT}" if ":" in host else f"{host}:{PLUGIN_PORT}",
-                       "", "", ""))
 
 
 def make_source(kind: str, management_url: str, prometheus_url: str | None, username: str, password: Secret, *,
@@ -47,15 +37,14 @@ def make_source(kind: str, management_url: str, prometheus_url: str | None, user
     common = dict(timeout=timeout, deadline=deadline, verify=verify, selection=selection)
     management = ManagementSource(management_url, username, password, **common) \
         if kind in ("auto", "management") else None
-    plugin = PrometheusPluginSource(management_url, prometheus_url or default_prometheus_url(management_url),
-                                    username, password, cli=CliEnricher(cli, timeout=timeout) if cli else None,
+    plugin = PrometheusPluginSource(management_url, prometheus_url, username, password, cli=CliEnricher(cli, timeout=timeout) if cli else None,
                                     **common) if kind in ("auto", "prometheus") else None
     if management is None:
         return plugin
     if plugin is None:
         return management
-    large = PrometheusPluginSource(management_url, prometheus_url or default_prometheus_url(management_url),
-                                   username, password, channels_listed=True, **common)
+    large = PrometheusPluginSource(management_url, prometheus_url, username, password, channels_listed=True,
+                                   **common)
     return AutoSource(management, plugin, large, announce)
 
 

@@ -167,3 +167,32 @@ def test_a_quorum_queue_listed_before_its_statistics_has_its_leader_as_its_node_
     assert q.node == "rabbit-1@localhost" and q.state is None
     assert q.members == ("rabbit-1@localhost", "rabbit-2@localhost", "rabbit-3@localhost")
     assert q.online == ("rabbit-1@localhost", "rabbit-2@localhost")
+
+
+@pytest.mark.parametrize("fields, limit, exchange", [
+    ({"delivery_limit": 20, "arguments": {"x-queue-type": "quorum"}, "effective_policy_definition": {}}, 20, ""),
+    ({"delivery_limit": "unlimited", "arguments": {"x-delivery-limit": -1}}, None, ""),  # 4.x, as 4.0.5 shows it
+    ({"arguments": {"x-delivery-limit": 5}}, 5, ""),  # 3.x: the argument
+    ({"arguments": {}, "effective_policy_definition": {"delivery-limit": 3, "dead-letter-exchange": "dlx"}}, 3, "dlx"),
+    ({"arguments": {"x-dead-letter-exchange": "mine"}, "effective_policy_definition": {"dead-letter-exchange": "p"}},
+     None, "mine"),  # the argument wins over a policy
+    ({}, None, None),  # arguments not shown: the dead-letter exchange is unknown, not absent
+])
+def test_a_queues_delivery_limit_and_dead_letter_exchange_as_each_release_shows_them(fields, limit, exchange):
+    q = normalise.queue({"name": "q", "vhost": "/", "type": "quorum", **fields})
+    assert (q.delivery_limit, q.dead_letter_exchange) == (limit, exchange)
+
+
+def test_the_plugins_place_is_read_from_the_listeners_per_node():
+    from ackscope.sources.prometheus_plugin.listeners import default_url, plugin_urls
+    overview = {"node": "rabbit@a", "listeners": [
+        {"node": "rabbit@a", "protocol": "http/prometheus", "ip_address": "::", "port": 15693},
+        {"node": "rabbit@b", "protocol": "http/prometheus", "ip_address": "::", "port": 15692,
+         "socket_opts": {"ip": "10.0.0.2"}},  # 3.10: bound to one address, listed as '::'
+        {"node": "rabbit@c", "protocol": "https/prometheus", "ip_address": "0.0.0.0", "port": 15691},
+        {"node": "rabbit@a", "protocol": "amqp", "ip_address": "::", "port": 5672}]}
+    assert plugin_urls(overview, "https://rabbit.example:15671") == {
+        "rabbit@a": "http://rabbit.example:15693", "rabbit@b": "http://10.0.0.2:15692",
+        "rabbit@c": "https://c:15691"}
+    assert plugin_urls({"listeners": "nonsense"}, "http://h:15672") == {}
+    assert default_url("https://[::1]:15671") == "https://[::1]:15692"

@@ -116,6 +116,28 @@ def _requeue_all(ch, held: list[int]) -> None:
         ch.basic_nack(held.pop(), requeue=True)
 
 
+def delivery_limit_reached(run: Run) -> None:
+    """A quorum queue with RabbitMQ 4's default delivery limit of 20 (set explicitly, so that 3.x applies it too)
+    and no dead-letter exchange, a consumer that rejects every delivery with requeue (basic.reject raises the
+    delivery count on every release; from 4.3 basic.nack does not), and five new messages every two seconds."""
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch, **{"x-queue-type": "quorum", "x-delivery-limit": 20})
+    ch.basic_qos(prefetch_count=5)
+    ch.basic_consume(q, lambda c, m, p, b: c.basic_reject(m.delivery_tag, requeue=True))
+    run.idle(conn, every=2.0, tick=lambda: _publish(ch, q, 5))
+
+
+def overflow_dropped(run: Run) -> None:
+    """A queue limited to 10 messages (overflow drop-head, the default) without a dead-letter exchange or a
+    consumer, two messages a second into it: the oldest are dropped."""
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch, **{"x-max-length": 10})
+    _publish(ch, q, 10)
+    run.idle(conn, every=0.5, tick=lambda: _publish(ch, q, 1))
+
+
 def _publishing_to_itself(mode: str, every: float = 0.2):
     """A publisher of one message per `every` s into a queue it also consumes and acks; `mode` is how it
     publishes: "plain" (no confirms), "tx" (a transaction per message) or "confirm" (waiting for each)."""
@@ -266,6 +288,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     # At most 5 nacks every 20 ms: bounded, but a loop.
     Scenario("requeue-loop", "requeue-loop", "a consumer that nacks every delivery with requeue=true",
              _settling_consumer(5, 5, 0.02, _requeue_all)),
+    Scenario("delivery-limit-reached", "delivery-limit-reached", "a consumer that rejects every delivery with "
+             "requeue, on a quorum queue with a delivery limit of 20 and no dead-letter exchange: each message is "
+             "dropped after 20 deliveries", delivery_limit_reached),
+    Scenario("overflow-dropped", "messages-dropped", "a queue of at most 10 messages without a dead-letter "
+             "exchange, fed twice a second with nobody consuming: the oldest are dropped", overflow_dropped),
     Scenario("publisher-without-confirms", "publisher-without-confirms", "a publisher without confirms or "
              "transactions", _publishing_to_itself("plain")),
     Scenario("transactional-publisher", "transactional-publisher", "a publisher committing a transaction per "

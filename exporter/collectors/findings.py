@@ -20,4 +20,4 @@ class FindingCollector:
                     lambda f: (f.rule, f.severity, f.vhost, f.object, f.connection_name, f.client), lambda f: 1)
         yield gauge("ackscope_rule_not_evaluated", "1 for each diagnosis rule this source cannot feed (what it needs "
                     "is in the label): no finding from it means nothing.", ("rule", "needs"),
-                    self._diagnosis.not_evaluated, lambda n: (n.rule, "; ".join(n.needs)), lambda n: 1)
+                    self._diagnosis.not_evaluated, lambda n: (n.rule, "; ".join(n.needs) or n.why), lambda n: 1)

@@ -28,7 +28,7 @@ from .. import client_properties
 from ..selection import Selection
 
 _STATS = ("publish", "confirm", "deliver_get", "ack", "redeliver", "return_unroutable", "drop_unroutable", "get",
-          "get_no_ack")
+          "get_no_ack", "deliver_no_ack")
 
 
 # A replicated queue's nodes: a quorum queue's members and those online, a classic mirrored queue's mirrors (3.x).
@@ -37,13 +37,19 @@ _STATS = ("publish", "confirm", "deliver_get", "ack", "redeliver", "return_unrou
 REPLICAS = ("members", "online", "leader", "slave_nodes", "synchronised_slave_nodes")
 
 
+# What a queue does with a message it gives up on: its delivery limit (RabbitMQ 4's field; 3.x's argument or
+# policy), its dead-letter exchange (argument or policy), what its delayed retry holds back (4.3).
+DEAD_LETTERING = ("delivery_limit", "arguments", "effective_policy_definition", "messages_delayed")
+
+
 def _stats_columns(*names: str) -> tuple[str, ...]:
     return tuple(f"message_stats.{n}" for n in names)
 
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "overview": ("rabbitmq_version", "erlang_version", "management_version", "cluster_name", "disable_stats",
-                 "message_stats", "object_totals.queues", "object_totals.channels", "object_totals.connections"),
+                 "message_stats", "object_totals.queues", "object_totals.channels", "object_totals.connections",
+                 "node", "listeners"),
     "nodes": ("name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit",
               "disk_free_alarm", "fd_used", "fd_total", "io_sync_count", "io_sync_avg_time", "partitions"),
     "vhosts": ("name",),
@@ -57,8 +63,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
                   "exclusive", "active"),
     "queues": ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node", "messages_ready",
                "messages_unacknowledged", "messages_persistent", "consumers", "consumer_utilisation",
-               "consumer_capacity", *REPLICAS) + _stats_columns("publish", "deliver_get", "ack", "redeliver", "get",
-                                                                "get_no_ack"),
+               "consumer_capacity", *REPLICAS, *DEAD_LETTERING) + _stats_columns(
+                   "publish", "deliver_get", "ack", "redeliver", "get", "get_no_ack", "deliver_no_ack"),
 }
 
 
@@ -266,7 +272,32 @@ def queue(raw: dict) -> Queue:
         online=_names(raw.get("online")),
         mirrors=_names(raw.get("slave_nodes")),
         synchronised_mirrors=_names(raw.get("synchronised_slave_nodes")),
+        delivery_limit=delivery_limit(raw),
+        dead_letter_exchange=dead_letter_exchange(raw),
+        messages_delayed=_int(raw.get("messages_delayed")),
     )
+
+
+def delivery_limit(raw: dict) -> int | None:
+    """The queue's delivery limit: RabbitMQ 4's `delivery_limit` (a number, or "unlimited"), else 3.x's
+    x-delivery-limit argument or delivery-limit policy key; None for none (a negative limit disables it)."""
+    arguments, policy = _dict(raw.get("arguments")), _dict(raw.get("effective_policy_definition"))
+    for limit in (raw.get("delivery_limit"), policy.get("delivery-limit"), arguments.get("x-delivery-limit")):
+        if limit == "unlimited":
+            return None
+        if _number(limit):
+            return int(limit) if limit >= 0 else None
+    return None
+
+
+def dead_letter_exchange(raw: dict) -> str | None:
+    """Where the queue dead-letters: its x-dead-letter-exchange argument, or a policy's dead-letter-exchange;
+    "" when neither is set, None when the answer does not show the queue's arguments."""
+    if not isinstance(raw.get("arguments"), (dict, list)):
+        return None
+    policy = _dict(raw.get("effective_policy_definition"))
+    exchange = _dict(raw.get("arguments")).get("x-dead-letter-exchange", policy.get("dead-letter-exchange"))
+    return exchange if isinstance(exchange, str) else ""
 
 
 def objects(raw: Any, endpoint: str) -> list[dict]:

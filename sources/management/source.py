@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import replace
 from typing import Any
 
 from ackscope.core.secret import Secret
@@ -18,9 +19,12 @@ from ackscope.model import snapshot as facts
 from ackscope.model.snapshot import Snapshot
 from ackscope.model.source import FATAL, FetchError, SourceFailed, as_fetch_error, partial
 
+from ..http import HttpReader
+from ..prometheus_plugin import normalise as plugin_normalise
+from ..prometheus_plugin.listeners import plugin_urls
 from ..selection import Selection
 from . import normalise
-from .client import ManagementClient
+from .client import PAGES_UP_TO, ManagementClient
 
 LISTS = ("nodes", "vhosts", "connections", "channels", "consumers", "queues")
 # What a poll misses when one list fails while the others answer: the rules that need it say "not evaluated".
@@ -31,12 +35,12 @@ MISSED_WITHOUT = {
     "channels": frozenset({facts.CHANNELS, facts.CHANNEL_TRANSACTIONAL}),
     "consumers": frozenset({facts.CHANNELS}),
     "queues": frozenset({facts.QUEUE_COUNTS, facts.QUEUE_DURABILITY, facts.QUEUE_PERSISTENT_COUNTS}),
+    "metrics": frozenset({facts.DEAD_LETTER_COUNTS}),
 }
-# Above this many objects a list is asked for in one answer, not in pages: the broker lists and sorts the whole
-# collection for every page it serves, so pages cost it the square of the size. Measured at 5,000 queues:
-# 2.1 s of the broker's CPU in 10 pages, 1.2 s in one answer (docs/benchmarks.md). Below it, pages fetched
-# side by side are quicker on the wall clock.
-PAGES_UP_TO = 2_000
+# What only each node's Prometheus plugin counts, read beside the lists where the broker lists the plugin's
+# listener: the messages dead-lettered or dropped, by reason (a quorum queue's delivery limit drops messages
+# silently from RabbitMQ 4.0, and the management API counts none of it).
+PLUGIN_SAMPLES = frozenset(plugin_normalise.DEAD_LETTERED)
 
 
 class ManagementSource:
@@ -52,12 +56,16 @@ class ManagementSource:
         self.deadline = deadline  # seconds one read may take, all endpoints together
         self.selection = selection
         self.pages_up_to = pages_up_to
-        self._pool = ThreadPoolExecutor(max_workers=len(LISTS), thread_name_prefix="ackscope-fetch")
+        self._pool = ThreadPoolExecutor(max_workers=len(LISTS) + 2, thread_name_prefix="ackscope-fetch")
         self._built = normalise.Built()  # the last poll's channels and consumers, for the next
+        self._reader_at = lambda url: HttpReader(url, username, password, timeout=timeout, verify=verify,
+                                                 what="Prometheus plugin")
+        self._plugins: dict[str, HttpReader] = {}  # by URL, kept across polls for their connections
 
     def read(self) -> Snapshot:
         taken_at = time.time()
         raw, errors = self.fetch()
+        dead_lettered = raw.pop("metrics", None)
         while True:
             try:
                 snapshot = normalise.snapshot(raw, taken_at, self.selection, self._built)
@@ -65,15 +73,32 @@ class ManagementSource:
             except normalise.MalformedResponse as e:
                 # A list that is not the shape its endpoint has costs its part, as one that did not answer does.
                 errors.append(FetchError(e.endpoint, "malformed", str(e).split(": ", 1)[-1]))
-                if e.endpoint == "overview" or len(errors) == len(LISTS):
+                if e.endpoint == "overview" or sum(1 for e in errors if e.endpoint in LISTS) == len(LISTS):
                     raise SourceFailed(errors) from None
                 raw[e.endpoint] = []
+        if dead_lettered is None:  # no node lists its plugin: the counters are not known, and that is no error
+            snapshot = replace(snapshot, unreported=snapshot.unreported | {facts.DEAD_LETTER_COUNTS})
+        else:
+            snapshot = replace(snapshot, dead_lettered=dead_lettered)
         return partial(snapshot, errors, frozenset().union(*(MISSED_WITHOUT[e.endpoint] for e in errors)))
 
+    def _dead_lettered(self, urls: dict[str, str], deadline: float) -> tuple:
+        """Every listed node's dead-letter counters, from its own plugin (they count per node)."""
+        found = []
+        for node, url in sorted(urls.items()):
+            reader = self._plugins.get(url) or self._plugins.setdefault(url, self._reader_at(url))
+            text = reader.get("metrics", "/metrics", {}, deadline, "text/plain").decode("utf-8", "replace")
+            counted = plugin_normalise.dead_lettered(plugin_normalise.parse(text, "metrics", PLUGIN_SAMPLES), node)
+            if counted is None:
+                raise FetchError("metrics", "incomplete", f"{url}/metrics counts no dead-lettered messages (a "
+                                 "RabbitMQ before 3.10, or an answer cut short)")
+            found.extend(counted)
+        return tuple(found)
+
     def fetch(self) -> tuple[dict[str, Any], list[FetchError]]:
-        """Every endpoint's JSON ([] for a list that failed) and the lists that failed; SourceFailed when the
-        overview fails, every list does, or one fails for a reason that is the configuration's (FATAL).
-        Bounded by the deadline."""
+        """Every endpoint's JSON ([] for a list that failed), the nodes' dead-letter counters ("metrics", where
+        the overview lists their plugins), and what failed; SourceFailed when the overview fails, every list
+        does, or one fails for a reason that is the configuration's (FATAL). Bounded by the deadline."""
         deadline = time.monotonic() + self.deadline
         try:
             raw = {"overview": self.client.fetch("overview", deadline)}
@@ -82,6 +107,9 @@ class ManagementSource:
         totals = normalise.object_totals(raw["overview"])
         futures = {self._pool.submit(self.client.fetch, name, deadline,
                                      paginate=totals.get(name, 0) <= self.pages_up_to): name for name in LISTS}
+        urls = plugin_urls(raw["overview"], self.base_url)
+        if urls:
+            futures[self._pool.submit(self._dead_lettered, urls, deadline)] = "metrics"
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
         errors = [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s "
                              "poll deadline") for f in pending]
@@ -90,10 +118,12 @@ class ManagementSource:
                 errors.append(as_fetch_error(futures[future], future.exception()))
             else:
                 raw[futures[future]] = future.result()
-        if len(errors) == len(LISTS) or any(e.reason in FATAL for e in errors):
+        if sum(1 for e in errors if e.endpoint in LISTS) == len(LISTS) or any(e.reason in FATAL for e in errors
+                                                                              if e.endpoint in LISTS):
             raise SourceFailed(errors)
         for e in errors:
-            raw[e.endpoint] = []
+            if e.endpoint in LISTS:
+                raw[e.endpoint] = []
         return raw, sorted(errors, key=lambda e: e.endpoint)
 
     def close(self) -> None:

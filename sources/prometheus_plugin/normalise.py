@@ -14,7 +14,17 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from ackscope.model import snapshot as facts
-from ackscope.model.snapshot import Channel, Consumer, MessageStats, Node, Overview, Queue, Snapshot, attributed
+from ackscope.model.snapshot import (
+    Channel,
+    Consumer,
+    DeadLettered,
+    MessageStats,
+    Node,
+    Overview,
+    Queue,
+    Snapshot,
+    attributed,
+)
 from ackscope.model.source import FetchError
 
 from ..cli import Enrichment, pid_key
@@ -48,11 +58,17 @@ DECLARES = {"queue_coarse_metrics": ("queue_messages_ready", facts.QUEUE_COUNTS)
 # The samples each endpoint's answer is read for; the rest of its lines are checked, not parsed.
 DETAILED_SAMPLES = frozenset(PREFIX + n for n in (*CHANNEL_GAUGES, *PER_QUEUE, *PER_EXCHANGE, *QUEUE_GAUGES,
                                                   PUBLISHED_INTO))
+# The node's counts of messages dead-lettered or dropped, one family per reason (RabbitMQ 3.10 and later).
+DEAD_LETTER_REASONS = ("delivery_limit", "expired", "maxlen", "rejected")
+DEAD_LETTERED = {f"rabbitmq_global_messages_dead_lettered_{reason}_total": reason for reason in DEAD_LETTER_REASONS}
+# The plugin's names of queue types, and the model's.
+QUEUE_TYPES = {"rabbit_quorum_queue": "quorum", "rabbit_classic_queue": "classic", "rabbit_stream_queue": "stream"}
 NODE_SAMPLES = frozenset({
     "rabbitmq_build_info", "rabbitmq_identity_info", "rabbitmq_process_resident_memory_bytes",
     "rabbitmq_resident_memory_limit_bytes", "rabbitmq_alarms_memory_used_watermark",
     "rabbitmq_disk_space_available_bytes", "rabbitmq_disk_space_available_limit_bytes",
-    "rabbitmq_alarms_free_disk_space_watermark", "rabbitmq_process_open_fds", "rabbitmq_process_max_fds"})
+    "rabbitmq_alarms_free_disk_space_watermark", "rabbitmq_process_open_fds", "rabbitmq_process_max_fds",
+    *DEAD_LETTERED})
 
 
 def parse(text: str, endpoint: str, names: frozenset[str] | None = None) -> Samples:
@@ -227,6 +243,15 @@ def node_from_metrics(s: Samples, nodes: Iterable[Node]) -> list[Node]:
     return out
 
 
+def dead_lettered(metrics: Samples, node: str) -> tuple[DeadLettered, ...] | None:
+    """The node's dead-letter counters from its /metrics; None when the answer has none (a plugin too old to
+    count them, or an answer cut short): then they are not reported, never zero."""
+    found = [DeadLettered(node, reason, QUEUE_TYPES.get(labels.get("queue_type", ""), labels.get("queue_type", "")),
+                          labels.get("dead_letter_strategy", ""), int(value))
+             for name, reason in DEAD_LETTERED.items() for labels, value in metrics.get(name, ())]
+    return tuple(sorted(found, key=lambda d: (d.reason, d.queue_type, d.strategy))) if found else None
+
+
 def node_name(metrics: Samples | None) -> str | None:
     """The name of the node whose plugin answered (rabbitmq_identity_info), if it said."""
     identity = (metrics or {}).get("rabbitmq_identity_info")
@@ -288,6 +313,9 @@ def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
     queues = tuple(queue_counts(detailed, base.queues, absent)) if detailed is not None and not counted \
         else base.queues
     queues = tuple(online_from_nodes(queues, base.nodes))
+    dead = dead_lettered(metrics, node_name(metrics) or "") if metrics is not None else None
+    base = replace(base, dead_lettered=dead or (),
+                   unreported=base.unreported | ({facts.DEAD_LETTER_COUNTS} if dead is None else set()))
     if channels_listed:
         return replace(base, queues=queues, unreported=base.unreported | {facts.QUEUE_PERSISTENT_COUNTS},
                        nodes=tuple(node_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes,

@@ -21,10 +21,10 @@ from ackscope.model.source import FATAL, FetchError, SourceFailed, as_fetch_erro
 from ..cli import CliEnricher
 from ..http import HttpReader
 from ..management import normalise as management_normalise
-from ..management.client import ManagementClient
-from ..management.source import PAGES_UP_TO
+from ..management.client import PAGES_UP_TO, ManagementClient
 from ..selection import Selection
 from . import normalise
+from .listeners import default_url, plugin_urls
 
 log = logging.getLogger("ackscope.sources")
 
@@ -85,19 +85,20 @@ class Counted:
 
 
 class PrometheusPluginSource:
-    def __init__(self, management_url: str, prometheus_url: str, username: str, password: Secret, *,
+    def __init__(self, management_url: str, prometheus_url: str | None, username: str, password: Secret, *,
                  timeout: float = 5.0, deadline: float = 10.0, verify: bool | str = True,
                  selection: Selection = Selection(), cli: CliEnricher | None = None,
                  queue_list_every: float = QUEUE_LIST_MAX_AGE, channels_listed: bool = False,
                  consumer_list_every: float = CONSUMER_LIST_MAX_AGE):
-        """ValueError when a URL is not an http(s) URL without credentials. `cli` enriches each poll; the
+        """ValueError when a URL is not an http(s) URL without credentials. `prometheus_url` None: where the
+        broker's listeners say the plugin of the node answering the management API listens. `cli` enriches each poll; the
         queue list is read again in the background every `queue_list_every` seconds. `channels_listed`: the
         channels and consumers from the management API (whose statistics must be on), the consumers again only
         when the channels' counts differ from the last list or it is `consumer_list_every` seconds old."""
         self.management = ManagementClient(management_url, username, password, timeout=timeout, verify=verify)
-        self.plugin = HttpReader(prometheus_url, username, password, timeout=timeout, verify=verify,
-                                 what="Prometheus plugin")
-        self.base_url = self.plugin.base_url
+        self._reader_at = lambda url: HttpReader(url, username, password, timeout=timeout, verify=verify,
+                                                 what="Prometheus plugin")
+        self._plugin = None if prometheus_url is None else self._reader_at(prometheus_url)
         self.deadline = deadline
         self.selection = selection
         self._pool = ThreadPoolExecutor(max_workers=len(LISTS + CHANNEL_LISTS) + 4,
@@ -116,6 +117,29 @@ class PrometheusPluginSource:
         self.families = normalise.QUEUE_FAMILIES if channels_listed else normalise.FAMILIES
         # Families not asked for are as unknown as those left out (the channels, without the management API).
         self._unasked = tuple(f for f in normalise.FAMILIES if f not in self.families)
+
+    @property
+    def plugin(self) -> HttpReader:
+        """The plugin's reader: at the URL given, or found at its first use (see listeners.plugin_urls)."""
+        if self._plugin is None:
+            self._plugin = self._reader_at(self._listed_url())
+        return self._plugin
+
+    @property
+    def base_url(self) -> str:
+        return self.plugin.base_url
+
+    def _listed_url(self) -> str:
+        """Where the listeners say the answering node's plugin is; port 15692 of the management host where the
+        management API does not answer or lists none."""
+        management_url = self.management.base_url
+        try:
+            overview = self.management.fetch("overview", time.monotonic() + self.deadline,
+                                             columns=("node", "listeners"))
+        except FetchError:
+            return default_url(management_url)
+        node = overview.get("node") if isinstance(overview, dict) else None
+        return plugin_urls(overview, management_url).get(node) or default_url(management_url)
 
     def read(self) -> Snapshot:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline

@@ -1,0 +1,116 @@
+"""What RabbitMQ 4 changed about delivery, in the rules, on small snapshots: messages a queue gives up on
+(its delivery limit, TTL, length limit, rejects), what a requeue loop comes to on each release and queue type,
+a channel-wide prefetch the release does not show, and rules that cannot apply to a release."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from snapshot_builders import OVERVIEW, channel, consumer, queue, snapshot, stats
+
+from ackscope.diagnosis.rules import Context, diagnose, evaluate
+from ackscope.model.snapshot import DEAD_LETTER_COUNTS, DeadLettered
+
+
+def _on(version: str, s):
+    return replace(s, overview=replace(OVERVIEW, rabbitmq_version=version))
+
+
+def _counters(delivery_limit_dropped: int = 0, maxlen_dropped: int = 0, dead_lettered: int = 0):
+    return (DeadLettered("rabbit@a", "delivery_limit", "quorum", "disabled", delivery_limit_dropped),
+            DeadLettered("rabbit@a", "delivery_limit", "quorum", "at_least_once", dead_lettered),
+            DeadLettered("rabbit@a", "maxlen", "classic", "disabled", maxlen_dropped))
+
+
+def _poison(version: str = "4.0.5", *, dropped: int = 30, dead_letter_exchange: str = "", left: int = 30,
+            counters: bool = True, queue_type: str = "quorum", limit: int | None = 20):
+    """A queue whose 30 messages came back 20 times each over ten seconds; `left` of them left it without acks."""
+    before = queue(type=queue_type, delivery_limit=limit, dead_letter_exchange=dead_letter_exchange,
+                   messages_ready=0, message_stats=stats(publish=0, ack=0, redeliver=0, deliver_get=0))
+    after = replace(before, messages_ready=30 - left,
+                    message_stats=stats(publish=30, ack=0, redeliver=600, deliver_get=630))
+    parts = {"dead_lettered": _counters()} if counters else {}
+    start = _on(version, snapshot(1000.0, queues=[before], **parts))
+    end = _on(version, snapshot(1010.0, queues=[after],
+                                **({"dead_lettered": _counters(delivery_limit_dropped=dropped,
+                                                               dead_lettered=0 if not dead_letter_exchange else dropped)}
+                                   if counters else {})))
+    if not counters:
+        start = replace(start, unreported=frozenset({DEAD_LETTER_COUNTS}))
+        end = replace(end, unreported=frozenset({DEAD_LETTER_COUNTS}))
+    return Context(end, start)
+
+
+def _only(ctx: Context, rule: str):
+    return [f for f in evaluate(ctx) if f.rule == rule]
+
+
+def test_messages_dropped_at_a_quorum_queues_delivery_limit_are_critical_and_named_by_queue():
+    [f] = _only(_poison(), "delivery-limit-reached")
+    assert f.severity == "critical" and f.object == "queue q"
+    assert f.evidence["dropped_on_nodes"] == 30 and f.evidence["nodes"] == ["rabbit@a"]
+    assert f.evidence["left_queue_without_ack"] == 30 and f.evidence["delivery_limit"] == 20
+    assert f.evidence["attribution"].startswith("inferred:"), "the broker counts per node: say it is inferred"
+    assert "30 messages" in f.explanation and "gone" in f.explanation
+
+
+def test_dead_lettered_at_the_limit_is_a_warning_naming_the_exchange():
+    [f] = _only(_poison(dead_letter_exchange="poison"), "delivery-limit-reached")
+    assert f.severity == "warning" and "'poison'" in f.explanation
+    assert f.evidence["dead_lettered_on_nodes"] == 30 and f.evidence["dead_letter_exchange"] == "poison"
+
+
+def test_without_the_plugins_counters_the_drop_is_inferred_from_the_queue_alone():
+    [f] = _only(_poison(counters=False), "delivery-limit-reached")
+    assert f.severity == "critical" and "dropped_on_nodes" not in f.evidence
+    assert "Prometheus plugin was not read" in f.evidence["attribution"]
+
+
+def test_a_queue_without_a_limit_or_redeliveries_is_never_blamed_for_the_nodes_drops():
+    assert _only(_poison(limit=None), "delivery-limit-reached") == []
+    assert _only(_poison(left=0), "delivery-limit-reached") == []
+
+
+def test_messages_pushed_out_by_a_length_limit_without_dead_lettering_are_dropped():
+    before = queue(name="capped", dead_letter_exchange="", messages_ready=10, consumers=0,
+                   message_stats=stats(publish=10, ack=0))
+    after = replace(before, message_stats=stats(publish=30, ack=0))
+    ctx = Context(snapshot(1010.0, queues=[after], dead_lettered=_counters(maxlen_dropped=20)),
+                  snapshot(1000.0, queues=[before], dead_lettered=_counters()))
+    [f] = _only(ctx, "messages-dropped")
+    assert f.severity == "warning" and f.evidence["reason"] == "maxlen" and f.evidence["dropped_on_nodes"] == 20
+    assert "length limit" in f.explanation
+
+
+def test_requeue_loop_says_what_happens_next_on_each_release_and_queue_type():
+    classic = _only(_poison("3.10.8", queue_type="classic", limit=None, left=0, counters=False), "requeue-loop")[0]
+    assert classic.evidence["next"] == "loops-forever" and "classic queues have no delivery limit" in classic.explanation
+    four_oh = _only(_poison("4.0.5"), "requeue-loop")[0]
+    assert four_oh.evidence["next"] == "dropped-at-limit" and "after 20 deliveries" in four_oh.explanation
+    assert "dead-letter exchange" in four_oh.remedy
+    nacked = _only(_poison("4.3.6", left=0), "requeue-loop")[0]
+    assert nacked.evidence["next"] == "loops-forever" and "basic.nack" in nacked.explanation
+    assert "basic.reject" in nacked.remedy
+    rejected = _only(_poison("4.3.6"), "requeue-loop")[0]
+    assert rejected.evidence["next"] == "dropped-at-limit" and "reject" in rejected.explanation
+
+
+def test_a_channel_wide_prefetch_the_release_does_not_show_is_inferred_from_messages_left_ready():
+    hidden = channel(prefetch_count=0, global_prefetch_count=None, messages_unacked=5)
+    bound = snapshot(queues=[queue(messages_ready=15)], channels=[hidden], consumers=[consumer(prefetch_count=0)])
+    assert _only(Context(_on("4.0.5", bound)), "prefetch-unlimited") == []
+    drained = snapshot(queues=[queue(messages_ready=0)], channels=[hidden], consumers=[consumer(prefetch_count=0)])
+    [f] = _only(Context(_on("4.0.5", drained)), "prefetch-unlimited")
+    assert f.severity == "info" and "not reported" in f.evidence["channel_prefetch"]
+    shown = replace(hidden, global_prefetch_count=0)
+    [f] = _only(Context(snapshot(queues=[queue(messages_ready=15)], channels=[shown],
+                                 consumers=[consumer(prefetch_count=0)])), "prefetch-unlimited")
+    assert f.severity == "warning", "where the release shows no channel-wide prefetch is set, it is unlimited"
+
+
+def test_mirroring_rules_stay_silent_on_rabbitmq_4_and_say_why():
+    skipped = {n.rule: n for n in diagnose(Context(_on("4.0.5", snapshot()))).not_evaluated}
+    assert skipped["mirrored-queue-unsynchronised"].why == "classic queue mirroring is removed in RabbitMQ 4.0"
+    assert "mirrored-queue-unsynchronised" not in {n.rule for n in diagnose(Context(snapshot())).not_evaluated}
+    assert "mirrored-queue-unsynchronised" not in {n.rule for n in diagnose(Context(_on("5.0.0-beta.1",
+                                                                                         snapshot()))).findings}
