@@ -99,8 +99,10 @@ class Context:
         were dead-lettered, dropped, expired or purged: an inference from the queue's counters, which the
         broker keeps for none of those. None where a counter is not reported."""
         published, acked = self.over_window(q, "publish"), self.over_window(q, "ack")
-        if published is None or acked is None or q.messages_ready is None:
+        if published is None or q.messages_ready is None:
             return None
+        # The management API leaves out a counter never counted: a queue nobody acked from has no `ack`.
+        acked = acked or 0
         auto = num(self.over_window(q, "deliver_no_ack")) + num(self.over_window(q, "get_no_ack"))
         start = self.at_window_start(q)
         depth = num(q.messages_ready) + num(q.messages_unacked)

@@ -72,15 +72,19 @@ def _sampled_anew(ch: Channel, before: Channel) -> bool:
 def _nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
         nacked = _inferred_nacks(ch)
-        before = ctx.previous_channel(ch.name)
+        if nacked is None or nacked <= 0:
+            continue
         # The broker samples these counters at slightly different moments, so one poll can show a gap that
-        # the next closes; nacks are cumulative and stay. Only a gap seen in two samples in a row counts: two
-        # polls that read the same sample (the management API refreshes it every few seconds) are one.
-        if nacked is None or nacked <= 0 or before is None or (_inferred_nacks(before) or 0) <= 0 \
-                or not _sampled_anew(ch, before):
+        # the next closes; nacks are cumulative and stay. Only a gap seen in two samples counts: two polls that
+        # read the same sample are one. The earlier sample is the previous poll's, or, where the broker has not
+        # sampled the channel since (RabbitMQ 4 refreshes a channel's every 5 s or so, whatever the
+        # statistics interval), the window start's.
+        start = ctx.at_window_start(ch)
+        earlier = next((c for c in (ctx.previous_channel(ch.name), start) if c is not None and _sampled_anew(ch, c)),
+                       None)
+        if earlier is None or (_inferred_nacks(earlier) or 0) <= 0:
             continue
         # And only nacks of the recent window: a channel nacked once an hour ago is not nacked now.
-        start = ctx.at_window_start(ch)
         recent = nacked - (_inferred_nacks(start) or 0 if start is not None else 0)
         if recent > 0:
             s = ch.message_stats

@@ -180,5 +180,6 @@ def _plain(snapshot: Snapshot) -> dict:
         "channels": [dict(_record(c), prefetch_limit=c.prefetch_limit) for c in snapshot.channels],
         "consumers": [_record(c) for c in snapshot.consumers],
         "queues": [_record(q) for q in snapshot.queues],
+        "dead_lettered": [_record(d) for d in snapshot.dead_lettered],
     }
     return document

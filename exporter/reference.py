@@ -11,7 +11,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ackscope.model.findings import Diagnosis, Finding, NotEvaluated
 from ackscope.model.probes import Histogram, ProbeStats, TargetStats
-from ackscope.model.snapshot import Channel, Connection, Consumer, MessageStats, Node, Overview, Queue, Snapshot
+from ackscope.model.snapshot import (
+    Channel,
+    Connection,
+    Consumer,
+    DeadLettered,
+    MessageStats,
+    Node,
+    Overview,
+    Queue,
+    Snapshot,
+)
 
 from .cardinality import Limits
 from .collectors import probes
@@ -40,7 +50,9 @@ def sample_snapshot() -> Snapshot:
                       _COUNTS),
                 Queue("/", "payments", "quorum", True, False, False, "running", "rabbit@example", 1, 0, 1, 1, 1.0,
                       _COUNTS, members=("rabbit@example", "rabbit@b", "rabbit@c"),
-                      online=("rabbit@example", "rabbit@b"))),
+                      online=("rabbit@example", "rabbit@b"), delivery_limit=20, dead_letter_exchange="",
+                      messages_delayed=0)),
+        dead_lettered=(DeadLettered("rabbit@example", "delivery_limit", "quorum", "disabled", 1),),
     )
 
 

@@ -197,6 +197,7 @@ SERVICE_OF_FIXTURE = {
     "rabbitmq_server": "broker", "cluster": "broker", "statsoff_cluster": "broker",
     "cluster_whole": "broker", "partition_pair": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",
+    "release": "broker", "release_broker": "broker", "release_statsoff": "broker", "release_plugin_only": "broker",
     "spark": "spark", "java": "spark",
     "chromium": "browser",
     "promtool": "prometheus", "prometheus": "prometheus",

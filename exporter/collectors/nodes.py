@@ -7,6 +7,7 @@ from ackscope.model.snapshot import Node, Snapshot
 from .families import counter, flag, gauge
 
 LABELS = ("node",)
+DEAD_LETTER_LABELS = ("node", "reason", "queue_type", "strategy")
 
 GAUGES = (
     ("running", "1 when the node is running.", lambda n: flag(n.running)),
@@ -41,3 +42,8 @@ class NodeCollector:
         yield counter("ackscope_node_io_syncs_total", "fsync calls by the node: the message store's batched "
                       "syncs that gate confirms of persistent messages (absent on RabbitMQ 4, which reports "
                       "zeros).", LABELS, nodes, _labels, lambda n: n.io_sync_count)
+        yield counter("ackscope_node_messages_dead_lettered_total", "Messages the node's queues gave up on, by "
+                      "reason (delivery_limit, expired, maxlen, rejected), queue type and strategy: 'disabled' "
+                      "means no dead-letter exchange, so they were dropped (from its Prometheus plugin).",
+                      DEAD_LETTER_LABELS, self._snapshot.dead_lettered,
+                      lambda d: (d.node, d.reason, d.queue_type, d.strategy), lambda d: d.count)

@@ -72,6 +72,12 @@ class QueueCollector:
         yield gauge("ackscope_queue_members_online", "Of a quorum queue's members, those online (fewer than half "
                     "of ackscope_queue_members: no quorum); of a mirrored queue's, the leader and synchronised "
                     "mirrors.", LABELS, queues, _labels, _online)
+        yield gauge("ackscope_queue_delivery_limit", "Deliveries after which the queue dead-letters or drops a "
+                    "message (a quorum queue's delivery limit: 20 by default from RabbitMQ 4.0); absent where "
+                    "there is none.", LABELS, queues, _labels, lambda q: q.delivery_limit)
+        yield gauge("ackscope_queue_messages_delayed", "Messages a quorum queue's delayed retry holds back "
+                    "before their next delivery (RabbitMQ 4.3).", LABELS, queues, _labels,
+                    lambda q: q.messages_delayed)
         yield gauge("ackscope_queue_leader", "1 for a replicated queue's leader's node (label node).",
                     LEADER_LABELS, [q for q in queues if _members(q) is not None and q.node], _leader_labels,
                     lambda q: 1)

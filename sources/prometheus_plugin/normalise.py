@@ -195,6 +195,7 @@ def queue_counts(s: Samples, queues: Iterable[Queue], absent: Collection[str] = 
     acked = per_queue("channel_messages_acked_total")
     redelivered = per_queue("channel_messages_redelivered_total")
     got, got_no_ack = per_queue("channel_get_ack_total"), per_queue("channel_get_total")
+    delivered_no_ack = per_queue("channel_messages_delivered_total")
     no_publishes = "channel_queue_exchange_metrics" in absent
     no_deliveries = "channel_queue_metrics" in absent
 
@@ -210,8 +211,10 @@ def queue_counts(s: Samples, queues: Iterable[Queue], absent: Collection[str] = 
                                ack=counted(acked, key, not no_deliveries),
                                redeliver=counted(redelivered, key, not no_deliveries),
                                get=counted(got, key, not no_deliveries),
-                               get_no_ack=counted(got_no_ack, key, not no_deliveries)),
-                  q.members, q.online, q.mirrors, q.synchronised_mirrors)
+                               get_no_ack=counted(got_no_ack, key, not no_deliveries),
+                               deliver_no_ack=counted(delivered_no_ack, key, not no_deliveries)),
+                  q.members, q.online, q.mirrors, q.synchronised_mirrors, q.delivery_limit, q.dead_letter_exchange,
+                  q.messages_delayed)
             for q in queues for key in ((q.vhost, q.name),)]
 
 

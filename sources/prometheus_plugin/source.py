@@ -41,7 +41,7 @@ CONSUMER_LIST_MAX_AGE = 60.0
 # the broker 5x the CPU of one at 5,000 queues (docs/benchmarks.md).
 QUEUE_LIST_MAX_AGE = 60.0
 QUEUE_COLUMNS = ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node",
-                 *management_normalise.REPLICAS)
+                 *management_normalise.REPLICAS, *management_normalise.DEAD_LETTERING)
 PLUGIN = ("metrics/detailed", "metrics")
 # What a poll misses when one plugin endpoint fails: the rules that need it say "not evaluated".
 MISSED_WITHOUT = {"metrics/detailed": frozenset({facts.CHANNELS, facts.QUEUE_COUNTS}),

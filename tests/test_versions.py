@@ -1,0 +1,344 @@
+"""The release matrix: the same checks on RabbitMQ 3.10 (this machine's Debian 12), 4.0 (Debian 13) and the
+newest 4.x Debian packages (unstable), each node the suite's own, the 4.x ones from Debian roots
+(scripts/rabbitmq-roots.sh). On each: the exporter's families against the raw API, every rule on its scenario,
+the quorum queue's delivery limit as the release applies it, statistics off (both ways on 4.x) and the plugin
+alone, the probes across a kill -9, and real clients (Celery, the Java client). docs/versions.md says what each
+release changed and which test proves how ackscope adapts."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pika
+import pytest
+import requests
+from helpers import private_broker, scenarios_running, scrape, suspended_queue, value, wait_for
+from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
+from test_real_clients import CHANNEL, Clients, celery_worker, fires, java, quiet, window_filled
+
+from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.sources import Selection
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, Release
+from ackscope.workloads.scenarios import PREFIX, SCENARIOS
+
+# The matrix: a release by the Debian that packages it (None: this machine's own package).
+MATRIX = {"3.10": None, "4.0": "trixie", "newest": "sid"}
+WINDOW = 20.0  # the rate-like rules' window, short so that a test sees it fill
+
+
+@pytest.fixture(scope="module", params=list(MATRIX))
+def release(request) -> Release:
+    """One release of the matrix; a root that was not built fails the tests, naming how to build it."""
+    suite = MATRIX[request.param]
+    found = Release.host() if suite is None else Release.in_root(suite)
+    if request.param != "newest":
+        assert found.name == request.param, f"the {request.param} slot of the matrix holds RabbitMQ {found.version}"
+    return found
+
+
+def _node(release: Release, kind: str, **settings):
+    return private_broker(f"ackscope-v{release.name.replace('.', '')}-{kind}", release=release, **settings)
+
+
+@pytest.fixture(scope="module")
+def release_broker(release) -> Iterator[LocalBroker]:
+    with _node(release, "on") as node:
+        yield node
+
+
+@pytest.fixture(scope="module")
+def release_statsoff(release) -> Iterator[LocalBroker]:
+    """Statistics off as the official container image sets them: management_agent.disable_metrics_collector."""
+    with _node(release, "off", statistics=False) as node:
+        yield node
+
+
+@pytest.fixture(scope="module")
+def release_plugin_only(release) -> Iterator[LocalBroker]:
+    with _node(release, "plugin", plugins=("rabbitmq_prometheus",)) as node:
+        yield node
+
+
+@contextmanager
+def _vhost(node: LocalBroker) -> Iterator[str]:
+    name = f"v-{uuid.uuid4().hex[:10]}"
+    node.api("PUT", f"/vhosts/{name}")
+    node.api("PUT", f"/permissions/{name}/{ADMIN_USER}", json={"configure": ".*", "write": ".*", "read": ".*"})
+    try:
+        yield name
+    finally:
+        node.api("DELETE", f"/vhosts/{name}")
+
+
+@pytest.fixture
+def release_vhost(release_broker) -> Iterator[str]:
+    with _vhost(release_broker) as name:
+        yield name
+
+
+def _only(vhost: str) -> Selection:
+    return Selection(include_vhosts=re.compile(re.escape(vhost)))
+
+
+def _findings(exporter) -> dict:
+    return requests.get(exporter.url + "/api/findings", timeout=5).json()
+
+
+# -- the exporter's truths ------------------------------------------------------------------------------
+def test_the_exporters_families_agree_with_the_raw_api(release, release_broker, release_vhost, start_exporter):
+    node, vhost = release_broker, release_vhost
+    exporter = start_exporter(node.management_url, interval=0.5, selection=_only(vhost))
+    with scenarios_running(node, vhost, "prefetch-saturated", "no-consumers-backlog"):
+        saturated = f"{PREFIX}prefetch-saturated"
+
+        def agree():
+            s = scrape(exporter)
+            queues = {q["name"]: q for q in node.api("GET", f"/queues/{vhost}").json()}
+            channels = [c for c in node.api("GET", f"/vhosts/{vhost}/channels").json()]
+            consumers = node.api("GET", f"/consumers/{vhost}").json()
+            connections = node.api("GET", f"/vhosts/{vhost}/connections").json()
+            if saturated not in queues or not consumers or not channels:
+                return None
+            pairs = [(value(s, "ackscope_queue_messages_ready", vhost=vhost, queue=name), q.get("messages_ready"))
+                     for name, q in queues.items()]
+            pairs += [(value(s, "ackscope_queue_consumers", vhost=vhost, queue=name), q.get("consumers"))
+                      for name, q in queues.items()]
+            pairs += [(value(s, "ackscope_channel_messages_unacked", channel=c["name"]),
+                       c.get("messages_unacknowledged")) for c in channels]
+            pairs += [(value(s, "ackscope_channel_prefetch_count", channel=c["name"]), c.get("prefetch_count"))
+                      for c in channels]
+            pairs += [(len([1 for lbl, _ in s.get("ackscope_consumer_prefetch_count", []) if lbl["vhost"] == vhost]),
+                       len(consumers)),
+                      (len([1 for lbl, _ in s.get("ackscope_connection_heartbeat_seconds", []) if lbl["vhost"] == vhost]),
+                       len(connections))]
+            return pairs if all(ours == theirs and theirs is not None for ours, theirs in pairs) else None
+
+        wait_for(agree, timeout=40, what=f"ackscope's series to equal RabbitMQ {release.version}'s own counts")
+
+
+# -- every rule on its scenario --------------------------------------------------------------------------
+SCENARIO_RULES = [s for s in SCENARIOS if s.rule and s.rule != "connection-blocked"]
+
+
+def test_every_rule_fires_on_its_scenario(release, release_broker, release_vhost, start_exporter):
+    node, vhost = release_broker, release_vhost
+    exporter = start_exporter(node.management_url, interval=0.5, thresholds=Thresholds(unconfirmed_backlog=250),
+                              selection=_only(vhost))
+    expected = {s.rule for s in SCENARIO_RULES}
+
+    def on_its_culprit(f: dict, scenario) -> bool:
+        return f["rule"] == scenario.rule and (f["connection_name"] == f"ackscope-scenario {scenario.name}"
+                                               or f["object"] == f"queue {PREFIX}{scenario.name}")
+
+    def fired():
+        doc = _findings(exporter)
+        found = {s.rule for s in SCENARIO_RULES for f in doc["findings"] if on_its_culprit(f, s)}
+        return doc if found == expected else None
+
+    def missing() -> str:
+        doc = _findings(exporter)
+        found = {s.rule for s in SCENARIO_RULES for f in doc["findings"] if on_its_culprit(f, s)}
+        return f"{sorted(expected - found)} on RabbitMQ {release.version} (seen: " \
+               f"{sorted((f['rule'], f['object']) for f in doc['findings'])})"
+
+    # A scenario the release refused would fail scenarios_running with the broker's reason: none is refused
+    # on these releases (4.3.6 still permits transient non-exclusive queues by default; see docs/versions.md).
+    with scenarios_running(node, vhost, *(s.name for s in SCENARIO_RULES), "blocked-publisher"):
+        with suspended_queue(node, vhost, f"{PREFIX}unconfirmed-backlog"):
+            doc = wait_for(fired, timeout=120, what=missing)
+        node.ctl("set_vm_memory_high_watermark", "0.000001")
+        try:
+            blocked = wait_for(lambda: [f for f in _findings(exporter)["findings"]
+                                        if f["rule"] == "connection-blocked"
+                                        and f["connection_name"] == "ackscope-scenario blocked-publisher"],
+                               timeout=60, what="the blocked publisher under a memory alarm")
+        finally:
+            node.ctl("set_vm_memory_high_watermark", "0.4")
+    assert blocked[0]["severity"] == "warning"
+    by_rule = {f["rule"]: f for f in doc["findings"]}
+    limit = by_rule["delivery-limit-reached"]
+    assert limit["severity"] == "critical" and limit["evidence"]["dropped_on_nodes"] > 0
+    assert limit["evidence"]["attribution"].startswith("inferred:")
+    assert by_rule["messages-dropped"]["evidence"]["reason"] == "maxlen"
+    skipped = {n["rule"]: n for n in doc["not_evaluated"]}
+    if release.major >= 4:
+        assert skipped["mirrored-queue-unsynchronised"]["why"] == "classic queue mirroring is removed in RabbitMQ 4.0"
+    else:
+        assert not skipped, skipped
+
+
+# -- a quorum queue's delivery limit, as each release applies it -------------------------------------------
+@pytest.mark.parametrize("settle", ["nack", "reject"])
+def test_a_poison_message_in_a_default_quorum_queue_meets_the_release_s_delivery_limit(release, release_broker,
+                                                                                     release_vhost, settle):
+    """The issue's case: persistent messages in a quorum queue declared with no arguments, a consumer that
+    returns each with requeue, ten new ones every half second. 3.10: no default limit, the loop goes on. 4.0:
+    the default limit of 20 drops them. From 4.3: basic.nack does not count towards the limit (the loop goes
+    on), basic.reject does. Judged by `ackscope diagnose`, as on call."""
+    node, vhost = release_broker, release_vhost
+    conn = pika.BlockingConnection(pika.URLParameters(node.amqp_url(vhost)))
+    try:
+        ch = conn.channel()
+        ch.queue_declare("orders", durable=True, arguments={"x-queue-type": "quorum"})
+        ch.confirm_delivery()
+
+        def publish():
+            for i in range(10):
+                ch.basic_publish("", "orders", f"order {i}".encode(), pika.BasicProperties(delivery_mode=2))
+
+        publish()
+        ch.basic_qos(prefetch_count=10)
+        give_back = (lambda c, m: c.basic_nack(m.delivery_tag, requeue=True)) if settle == "nack" else \
+            (lambda c, m: c.basic_reject(m.delivery_tag, requeue=True))
+        ch.basic_consume("orders", lambda c, m, p, b: give_back(c, m))
+        loops_forever = release.major < 4 or (release.at_least(4, 3) and settle == "nack")
+
+        def judged():
+            doc = _diagnose_while(node, vhost, conn, publish)
+            rules = {f["rule"]: f for f in doc["findings"] if f["object"] == "queue orders"}
+            wanted = "requeue-loop" if loops_forever else "delivery-limit-reached"
+            return rules if wanted in rules else None
+
+        rules = wait_for(judged, timeout=90, what=f"{settle} on RabbitMQ {release.version}'s quorum queue to be judged")
+    finally:
+        conn.close()
+    if loops_forever:
+        loop = rules["requeue-loop"]
+        assert loop["evidence"]["next"] == "loops-forever" and "delivery-limit-reached" not in rules
+        if release.major >= 4:
+            assert "basic.nack" in loop["explanation"] and "basic.reject" in loop["remedy"]
+    else:
+        dropped = rules["delivery-limit-reached"]
+        assert dropped["severity"] == "critical" and dropped["evidence"]["delivery_limit"] == 20
+        assert dropped["evidence"]["dropped_on_nodes"] > 0 and dropped["evidence"]["left_queue_without_ack"] > 0
+
+
+def _diagnose_while(node: LocalBroker, vhost: str, conn, tick) -> dict:
+    """`ackscope diagnose` (a 4 s window) while the client's connection is served and `tick` runs every 0.5 s."""
+    proc = subprocess.Popen([sys.executable, "-m", "ackscope", "diagnose", "--management-url", node.management_url,
+                             "--username", ADMIN_USER, "--include-vhosts", re.escape(vhost), "--window", "4s",
+                             "--format", "json"], env={"ACKSCOPE_PASSWORD": ADMIN_PASSWORD, "PATH": "/usr/bin:/bin"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    next_tick = time.monotonic()
+    while proc.poll() is None:
+        if time.monotonic() >= next_tick:
+            tick()
+            next_tick = time.monotonic() + 0.5
+        conn.process_data_events(time_limit=0.1)
+    out, err = proc.communicate()
+    assert proc.returncode in (0, 1, 2), err
+    return json.loads(out)
+
+
+# -- statistics off, and the plugin alone ----------------------------------------------------------------
+def _statistics_off_reads_the_plugin(node: LocalBroker, start_exporter) -> None:
+    with _vhost(node) as vhost:
+        exporter = start_exporter(node.management_url, interval=0.5, selection=_only(vhost))
+        with scenarios_running(node, vhost, "prefetch-saturated", "prefetch-unlimited", "overflow-dropped"):
+            wanted = {"prefetch-saturated", "prefetch-unlimited", "messages-dropped"}
+            wait_for(lambda: wanted <= {f["rule"] for f in _findings(exporter)["findings"]}, timeout=60,
+                     what=f"{sorted(wanted)} from the plugin, statistics off")
+            s = scrape(exporter)
+        assert value(s, "ackscope_source_info", source="prometheus") == 1 and value(s, "ackscope_up") == 1
+        assert value(s, "ackscope_queue_messages_ready", vhost=vhost, queue=f"{PREFIX}prefetch-saturated") > 0
+
+
+def test_statistics_off_as_the_container_image_sets_them_is_read_from_the_plugin(release, release_statsoff,
+                                                                                start_exporter):
+    assert release_statsoff.api("GET", "/overview").json().get("disable_stats") is True
+    _statistics_off_reads_the_plugin(release_statsoff, start_exporter)
+
+
+def test_statistics_off_by_rabbitmq_4s_deprecated_feature_is_read_from_the_plugin(release, start_exporter):
+    """RabbitMQ 4 deprecates management metrics collection: deprecated_features.permit.management_metrics_collection
+    = false turns it off. 3.10 has no such setting, and refuses to start with it: shown, not skipped."""
+    setting = ("deprecated_features.permit.management_metrics_collection = false",)
+    if release.major < 4:
+        node = LocalBroker(name="ackscope-v310-deprecated", release=release, config=setting)
+        try:
+            with pytest.raises(Exception, match="exited while starting|did not answer"):
+                node.start(timeout=60)
+        finally:
+            node.stop()
+            node.remove()
+        return
+    with _node(release, "deprecated", config=setting) as node:
+        _statistics_off_reads_the_plugin(node, start_exporter)
+
+
+def test_a_broker_with_only_the_plugin_is_read_from_it(release, release_plugin_only, start_exporter):
+    node = release_plugin_only
+    queue = f"{PREFIX}prefetch-saturated"
+    exporter = start_exporter(node.management_url, prometheus_url=node.prometheus_url,
+                              selection=Selection(include_queues=re.compile(re.escape(queue))))
+    with scenarios_running(node, "/", "prefetch-saturated"):
+        wait_for(lambda: "prefetch-saturated" in {f["rule"] for f in _findings(exporter)["findings"]}, timeout=40,
+                 what="the saturated consumer, from the plugin alone")
+        s = scrape(exporter)
+    assert value(s, "ackscope_up") == 1 and value(s, "ackscope_source_info", source="prometheus") == 1
+
+
+# -- the probes across a crash ---------------------------------------------------------------------------
+def test_the_probes_lose_no_confirmed_message_across_kill_9(release):
+    with _node(release, "crash") as node:
+        targets = (quick("classic-persistent", burst_size=100), quick("quorum", "quorum", burst_size=100))
+        with running_probes(probe_config(node, "/", targets, loss_deadline=20, confirm_timeout=30)) as probes:
+            for t in targets:
+                wait_probe(probes, "ackscope_probe_confirmed_total", t.name, 100, timeout=90)
+            node.kill()
+            crashed = time.monotonic()
+            node.start()
+            for t in targets:
+                confirmed = probe_value(probes, "ackscope_probe_confirmed_total", t.name)
+                wait_probe(probes, "ackscope_probe_confirmed_total", t.name, confirmed + 50, timeout=90)
+            wait_for(lambda: settled_since(probes, crashed), timeout=60, what="every pre-crash confirm settled")
+            for t in targets:
+                assert probe_value(probes, "ackscope_probe_lost_total", t.name) == 0, (release.version, t.name)
+
+
+# -- real clients ----------------------------------------------------------------------------------------
+@pytest.fixture
+def release_clients(release_broker, release_vhost, tmp_path) -> Iterator[Clients]:
+    running = Clients(release_broker.amqp_url(release_vhost), tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def release_watching(release_broker, release_vhost, start_exporter):
+    return start_exporter(release_broker.management_url, interval=0.5, thresholds=Thresholds(window_seconds=WINDOW),
+                          selection=_only(release_vhost))
+
+
+def test_celery_with_its_defaults_raises_nothing_above_info(release, release_broker, release_vhost,
+                                                           release_watching, release_clients):
+    """Celery sets a channel-wide (global) prefetch, which RabbitMQ 4.0-4.2 applies without showing it and 4.3
+    applies per consumer: on no release is its worker a consumer without a limit."""
+    celery_worker(release_clients)
+    release_clients.run(sys.executable, "celery_app.py", "fine", "5")
+    wait_for(lambda: any(q["name"] == "celery" and q.get("consumers") for q in
+                         release_broker.api("GET", f"/queues/{release_vhost}").json()), timeout=60,
+             what="the worker to consume")
+    window_filled(release_watching)
+    quiet(release_watching, release_clients)
+
+
+def test_celery_task_that_rejects_with_requeue_is_a_requeue_loop(release, release_watching, release_clients):
+    celery_worker(release_clients)
+    release_clients.run(sys.executable, "celery_app.py", "rejects", "1")
+    f = fires(release_watching, release_clients, "requeue-loop", "queue celery", "py-amqp")
+    assert f["evidence"]["next"] == "loops-forever", "Celery's queue is classic: nothing ends the loop"
+
+
+def test_java_transactional_publisher_is_found(release, release_watching, release_clients):
+    java(release_clients, "tx-publisher", "ledger")
+    fires(release_watching, release_clients, "transactional-publisher", CHANNEL, "RabbitMQ")
