@@ -162,7 +162,7 @@ def requeue_fate(ctx: Context, q: Queue) -> Fate:
              "removes is kept, then find why consumers reject it" if dropped else
              "Read what reaches the dead-letter exchange and find why consumers reject it")
     if release is not None and release >= (4, 3):
-        leaving = ctx.removed_without_ack(q)
+        leaving = _leaving_at_limit(ctx, q)
         if not leaving:
             return Fate("loops-forever", f"On RabbitMQ {release[0]}.{release[1]} the delivery limit of {limit} "
                         "counts delivery-count, which basic.nack(requeue=true) (or AMQP 1.0 'released') does not "
@@ -171,12 +171,24 @@ def requeue_fate(ctx: Context, q: Queue) -> Fate:
                         f"{_GIVE_UP}; or reject with basic.reject(requeue=true), which counts towards the limit of "
                         f"{limit}; see the RabbitMQ 4.3 release notes on quorum queue delivery limits.")
         return Fate("dropped-at-limit" if dropped else "dead-lettered-at-limit",
-                    f"Messages are leaving the queue without acks ({leaving} in the window, inferred from its "
-                    f"counters): its consumers reject with requeue, which raises delivery-count, and after {limit} "
-                    f"deliveries each message is {where}." + _delayed(q), f"{catch}.")
+                    f"Messages are leaving the queue at its delivery limit ({leaving} in the window, inferred): its "
+                    f"consumers reject with requeue, which raises delivery-count, and after {limit} deliveries "
+                    f"each message is {where}." + _delayed(q), f"{catch}.")
     return Fate("dropped-at-limit" if dropped else "dead-lettered-at-limit",
                 f"The quorum queue's delivery limit ends it: after {limit} deliveries each message is {where}.",
                 f"{catch}; see RabbitMQ guide 'Quorum Queues', 'Poison Message Handling'.")
+
+
+def _leaving_at_limit(ctx: Context, q: Queue) -> int | None:
+    """How many messages the queue's delivery limit removed over the window: the nodes' count of quorum queues'
+    removals at the limit with the queue's strategy, where the plugin was read (none counted: none left, whatever
+    the queue's lagging depth suggests); else what its own counters show leaving it without acks."""
+    counted = ctx.dead_lettered_over_window()
+    if counted is None:
+        return ctx.removed_without_ack(q)
+    return sum(sum(nodes.values()) for (reason, queue_type, strategy), nodes in counted.items()
+               if reason == "delivery_limit" and queue_type == "quorum"
+               and (strategy == "disabled") == (not q.dead_letter_exchange))
 
 
 def _delayed(q: Queue) -> str:

@@ -88,7 +88,7 @@ def test_requeue_loop_says_what_happens_next_on_each_release_and_queue_type():
     four_oh = _only(_poison("4.0.5"), "requeue-loop")[0]
     assert four_oh.evidence["next"] == "dropped-at-limit" and "after 20 deliveries" in four_oh.explanation
     assert "dead-letter exchange" in four_oh.remedy
-    nacked = _only(_poison("4.3.6", left=0), "requeue-loop")[0]
+    nacked = _only(_poison("4.3.6", dropped=0), "requeue-loop")[0]
     assert nacked.evidence["next"] == "loops-forever" and "basic.nack" in nacked.explanation
     assert "basic.reject" in nacked.remedy
     rejected = _only(_poison("4.3.6"), "requeue-loop")[0]
@@ -114,3 +114,11 @@ def test_mirroring_rules_stay_silent_on_rabbitmq_4_and_say_why():
     assert "mirrored-queue-unsynchronised" not in {n.rule for n in diagnose(Context(snapshot())).not_evaluated}
     assert "mirrored-queue-unsynchronised" not in {n.rule for n in diagnose(Context(_on("5.0.0-beta.1",
                                                                                          snapshot()))).findings}
+
+
+def test_on_4_3_a_lagging_queue_depth_is_no_drop_where_the_nodes_counted_none():
+    """A quorum queue's depth is sampled apart from its publish counter: the queue alone may seem to lose
+    messages while the nodes' counters say none left at the limit. The counters decide."""
+    [loop] = _only(_poison("4.3.6", dropped=0, left=12), "requeue-loop")
+    assert loop.evidence["next"] == "loops-forever"
+    assert _only(_poison("4.3.6", dropped=0, left=12), "delivery-limit-reached") == []
