@@ -20,7 +20,7 @@ from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.exporter.cardinality import Limits
 from ackscope.probes.config import ProbeConfig
 from ackscope.sources import Selection
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, LocalCluster
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, LocalCluster, Release
 
 
 @pytest.fixture(scope="session")
@@ -74,6 +74,13 @@ def partition_pair() -> Iterator[LocalCluster]:
     leaves them to be restarted, so not the session's cluster."""
     with running_cluster(LocalCluster(2, name="ackscope-partition", net_ticktime=10)) as pair:
         yield pair
+
+
+@pytest.fixture(scope="module")
+def newest_cluster() -> Iterator[LocalCluster]:
+    """Three nodes of the newest RabbitMQ 4.x of the release matrix (Debian unstable's, in its root)."""
+    with running_cluster(LocalCluster(3, name="ackscope-cluster4", release=Release.in_root("sid"))) as nodes:
+        yield nodes
 
 
 @pytest.fixture(scope="session")
@@ -195,7 +202,7 @@ def rabbitmq_server() -> str:
 SERVICE_OF_FIXTURE = {
     "broker": "broker", "spare_broker": "broker", "crash_broker": "broker", "large_broker": "broker",
     "rabbitmq_server": "broker", "cluster": "broker", "statsoff_cluster": "broker",
-    "cluster_whole": "broker", "partition_pair": "broker",
+    "cluster_whole": "broker", "partition_pair": "broker", "newest_cluster": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",
     "release": "broker", "release_broker": "broker", "release_statsoff": "broker", "release_plugin_only": "broker",
     "spark": "spark", "java": "spark",

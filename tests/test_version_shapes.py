@@ -77,3 +77,22 @@ def test_4_x_has_no_mirrors_no_fsync_counts_and_an_amqp_1_0_connection_without_c
     assert any("fsync" in note for note in snap.notes)
     amqp10 = next(c for c in snap.connections if c.peer_host == "10.0.0.7")
     assert amqp10.heartbeat_seconds is None and not [ch for ch in snap.channels if ch.connection == amqp10.name]
+
+
+def test_a_release_never_seen_is_read_as_far_as_it_goes_and_what_it_lacks_is_named():
+    """A 5.0 whose channels renamed their unacked count and dropped the transactional flag, and whose queues
+    lost their type: read, the rest of the findings intact, the fields named, never a crash or zeros."""
+    raw = answers("4.1.4")
+    raw["overview"]["rabbitmq_version"] = "5.0.0"
+    for ch in raw["channels"]:
+        ch["unacknowledged_messages"] = ch.pop("messages_unacknowledged")
+        ch.pop("transactional")
+    for q in raw["queues"]:
+        q.pop("type")
+    snap = normalise.snapshot(raw, taken_at=1.0)
+    assert all(ch.messages_unacked is None and ch.transactional is None for ch in snap.channels)
+    assert {q.type for q in snap.queues} == {"classic"}, "a queue with no type is read as the default one"
+    missing = normalise.missing_fields(raw)
+    assert {"channels.messages_unacknowledged", "channels.transactional", "queues.type"} <= set(missing)
+    assert "channels.prefetch_count" not in missing
+    evaluate(Context(snap))

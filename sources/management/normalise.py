@@ -68,6 +68,32 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Fields every object of a list carries on RabbitMQ 3.10 to 4.3 with statistics on (counters, and a queue type's
+# own fields, come and go with what an object has done). One that no object of a list carries belongs to a release
+# that dropped or renamed it: what it gives is unknown, and said once (channels' global_prefetch_count on 4.x).
+EXPECTED = {
+    "overview": ("rabbitmq_version", "cluster_name", "object_totals"),
+    "nodes": ("name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_alarm", "fd_used"),
+    "connections": ("name", "vhost", "user", "client_properties", "timeout", "state", "peer_host"),
+    "channels": ("name", "vhost", "connection_details", "prefetch_count", "global_prefetch_count",
+                 "messages_unacknowledged", "messages_unconfirmed", "confirm", "transactional", "consumer_count"),
+    "consumers": ("queue", "consumer_tag", "channel_details", "prefetch_count", "ack_required"),
+    "queues": ("name", "vhost", "type", "durable", "arguments", "consumers"),
+}
+
+
+def missing_fields(raw: dict[str, Any]) -> tuple[str, ...]:
+    """"endpoint.field" for each EXPECTED field that no object of a non-empty answer carries."""
+    missing = []
+    for endpoint, fields in EXPECTED.items():
+        answer = raw.get(endpoint)
+        items = [answer] if isinstance(answer, dict) else answer if isinstance(answer, list) else []
+        items = [item for item in items if isinstance(item, dict)]
+        if items:
+            missing += [f"{endpoint}.{f}" for f in fields if not any(f in item for item in items)]
+    return tuple(missing)
+
+
 class MalformedResponse(ValueError):
     """The API answered 200 with JSON that is not the shape its endpoint has."""
 

@@ -9,6 +9,7 @@ gives say "not evaluated" (RabbitMQ 4.0 and 4.3 answer a paginated /api/vhosts w
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
@@ -25,6 +26,8 @@ from ..prometheus_plugin.listeners import plugin_urls
 from ..selection import Selection
 from . import normalise
 from .client import PAGES_UP_TO, ManagementClient
+
+log = logging.getLogger("ackscope.sources")
 
 LISTS = ("nodes", "vhosts", "connections", "channels", "consumers", "queues")
 # What a poll misses when one list fails while the others answer: the rules that need it say "not evaluated".
@@ -61,11 +64,13 @@ class ManagementSource:
         self._reader_at = lambda url: HttpReader(url, username, password, timeout=timeout, verify=verify,
                                                  what="Prometheus plugin")
         self._plugins: dict[str, HttpReader] = {}  # by URL, kept across polls for their connections
+        self._missing_said: set[str] = set()
 
     def read(self) -> Snapshot:
         taken_at = time.time()
         raw, errors = self.fetch()
         dead_lettered = raw.pop("metrics", None)
+        self._say_missing(raw)
         while True:
             try:
                 snapshot = normalise.snapshot(raw, taken_at, self.selection, self._built)
@@ -81,6 +86,15 @@ class ManagementSource:
         else:
             snapshot = replace(snapshot, dead_lettered=dead_lettered)
         return partial(snapshot, errors, frozenset().union(*(MISSED_WITHOUT[e.endpoint] for e in errors)))
+
+    def _say_missing(self, raw: dict[str, Any]) -> None:
+        """Fields a release (one ackscope has never seen, say) does not send: each said once, the rest read."""
+        new = [f for f in normalise.missing_fields(raw) if f not in self._missing_said]
+        if new:
+            self._missing_said.update(new)
+            version = raw["overview"].get("rabbitmq_version") if isinstance(raw["overview"], dict) else None
+            log.warning("RabbitMQ %s sends no %s: what %s is not reported, the rest is", version or "(unknown)",
+                        ", ".join(new), "they give" if len(new) > 1 else "it gives")
 
     def _dead_lettered(self, urls: dict[str, str], deadline: float) -> tuple:
         """Every listed node's dead-letter counters, from its own plugin (they count per node)."""

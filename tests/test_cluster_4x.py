@@ -1,0 +1,76 @@
+"""A three-node cluster of the newest RabbitMQ 4.x of the release matrix (Khepri is the metadata store of new
+clusters from 4.2): a node killed, then a second, then both back, as tests/test_cluster.py does on 3.10; what
+ackscope names at each step, and its probes: confirms while a quorum stands, none lost, a move to the next node."""
+
+from __future__ import annotations
+
+import time
+
+import pika
+from helpers import scrape, value, wait_for
+from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
+from test_cluster import QUEUE, of
+
+from ackscope.workloads.private_broker import LocalCluster
+
+QUORUM = quick("quorum", "quorum", burst_size=0, requeue_share=0.0)
+
+
+def test_a_dead_node_and_a_quorum_queue_below_its_quorum_are_named_and_nothing_confirmed_is_lost(
+        newest_cluster: LocalCluster, start_exporter):
+    first, second, third = newest_cluster.nodes
+    assert first.api("GET", "/overview").json()["rabbitmq_version"].startswith("4.")
+    conn = pika.BlockingConnection(pika.URLParameters(first.amqp_url()))
+    conn.channel().queue_declare(QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
+    conn.close()
+    exporter = start_exporter(first.management_url, source="management", interval=0.5, timeout=5.0)
+    url = exporter.url
+    with running_probes(probe_config(None, "/", (QUORUM,), url=first.amqp_url(), confirm_timeout=3.0,
+                                     loss_deadline=90.0)) as probes:
+        wait_probe(probes, "ackscope_probe_delivered_total", QUORUM.name, 10)
+        wait_for(lambda: value(scrape(exporter), "ackscope_queue_members", queue=QUEUE) == 3, 30, "three members")
+        try:
+            third.kill()
+            down = wait_for(lambda: of(url, "node-down", f"node {third.nodename}"), 30, "node-down")
+            assert down["severity"] == "critical"
+            degraded = wait_for(lambda: of(url, "quorum-queue-degraded", f"queue {QUEUE}"), 30,
+                                "quorum-queue-degraded")
+            assert degraded["evidence"]["missing"] == [third.nodename]
+            confirmed = probe_value(probes, "ackscope_probe_confirmed_total", QUORUM.name)
+            wait_probe(probes, "ackscope_probe_confirmed_total", QUORUM.name, confirmed + 20)
+            assert probe_value(probes, "ackscope_probe_confirm_timeouts_total", QUORUM.name) == 0
+
+            second.kill()
+            lost = wait_for(lambda: of(url, "quorum-queue-no-quorum", f"queue {QUEUE}"), 60,
+                            "quorum-queue-no-quorum")
+            assert sorted(lost["evidence"]["missing"]) == sorted([second.nodename, third.nodename])
+            wait_probe(probes, "ackscope_probe_confirm_timeouts_total", QUORUM.name, 5)
+        finally:
+            newest_cluster.restart_dead()
+        wait_for(lambda: not any(of(url, rule, obj) for rule, obj in (
+            ("node-down", f"node {third.nodename}"), ("node-down", f"node {second.nodename}"),
+            ("quorum-queue-degraded", f"queue {QUEUE}"), ("quorum-queue-no-quorum", f"queue {QUEUE}"))),
+            60, "the cluster findings to clear")
+        back = time.monotonic()
+        wait_for(lambda: settled_since(probes, back), timeout=60, what="every confirmed message delivered")
+        assert probe_value(probes, "ackscope_probe_lost_total", QUORUM.name) == 0
+
+
+def test_the_probes_move_to_the_next_node_when_theirs_dies(newest_cluster: LocalCluster):
+    first, second, _ = newest_cluster.nodes
+    target = quick("quorum-moving", "quorum", burst_size=0, requeue_share=0.0)
+    with running_probes(probe_config(None, "/", (target,), urls=(first.amqp_url(), second.amqp_url()),
+                                     confirm_timeout=10.0, loss_deadline=90.0)) as probes:
+        wait_probe(probes, "ackscope_probe_delivered_total", target.name, 10)
+        try:
+            first.kill()
+            on_second = f"127.0.0.1:{second.ports.amqp}"
+            wait_for(lambda: probes.stats().entries == {"publisher": on_second, "consumer": on_second}, 60,
+                     "the probes' connections on node 2")
+            confirmed = probe_value(probes, "ackscope_probe_confirmed_total", target.name)
+            wait_probe(probes, "ackscope_probe_confirmed_total", target.name, confirmed + 20, timeout=60)
+        finally:
+            newest_cluster.restart_dead()
+        back = time.monotonic()
+        wait_for(lambda: settled_since(probes, back), timeout=60, what="every confirmed message delivered")
+        assert probe_value(probes, "ackscope_probe_lost_total", target.name) == 0
