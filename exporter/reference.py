@@ -38,7 +38,8 @@ def sample_snapshot() -> Snapshot:
     return Snapshot(
         taken_at=1000.0,
         overview=Overview("3.10.8", "25", "3.10.8", "rabbit@example", False, _COUNTS),
-        nodes=(Node("rabbit@example", True, 1, 2, False, 3, 1, False, 1, 2, 1, 0.001, partitions=()),),
+        nodes=(Node("rabbit@example", True, 1, 2, False, 3, 1, False, 1, 2, 1, 0.001, partitions=(),
+                    quorum_commit_latency_seconds=0.002),),
         vhosts=("/",),
         connections=(Connection("peer -> host", "/", "app", "billing", 60, "running", "rabbit@example", "peer",
                                 "pika"),),

@@ -53,6 +53,8 @@ class Node:
     io_sync_avg_seconds: float | None
     # The cluster members this node cannot reach (a network partition, as it sees it); None where unknown.
     partitions: tuple[str, ...] | None = None
+    # How long its quorum queues' log entries take to commit (Raft), from its Prometheus plugin; None unread.
+    quorum_commit_latency_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

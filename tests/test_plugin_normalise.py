@@ -187,3 +187,18 @@ def test_a_large_broker_asks_the_plugin_only_for_the_families_its_queue_counts_n
         assert family in plugin.FAMILIES
     assert plugin.missing_families(text, families=plugin.QUEUE_FAMILIES) == ()
     assert set(plugin.missing_families(text)) == set(plugin.FAMILIES) - set(plugin.QUEUE_FAMILIES)
+
+
+@pytest.mark.parametrize("text, latency", [
+    # 4.0.5, as recorded: one gauge for all the node's Raft clusters
+    ("# TYPE rabbitmq_raft_entry_commit_latency_seconds gauge\nrabbitmq_raft_entry_commit_latency_seconds 0.001\n",
+     0.001),
+    # 4.3.6, as recorded: renamed in 4.2, per Ra system; Khepri's own is not the quorum queues'
+    ('# TYPE rabbitmq_raft_commit_latency_seconds gauge\n'
+     'rabbitmq_raft_commit_latency_seconds{module="rabbit_khepri",ra_system="coordination"} 0.0\n'
+     '# TYPE rabbitmq_raft_max_commit_latency_seconds gauge\n'
+     'rabbitmq_raft_max_commit_latency_seconds{ra_system="quorum_queues"} 0.002\n', 0.002),
+    ("# TYPE rabbitmq_build_info untyped\n", None),
+])
+def test_the_quorum_commit_latency_is_read_under_each_releases_name(text, latency):
+    assert plugin.quorum_commit_latency(plugin.parse(text, "metrics")) == latency

@@ -97,6 +97,12 @@ def test_the_exporters_families_agree_with_the_raw_api(release, release_broker, 
                                                         caplog):
     caplog.set_level(logging.INFO, logger="ackscope")
     node, vhost = release_broker, release_vhost
+    conn = pika.BlockingConnection(pika.URLParameters(node.amqp_url(vhost)))
+    ch = conn.channel()
+    ch.queue_declare("replicated", durable=True, arguments={"x-queue-type": "quorum"})
+    ch.confirm_delivery()
+    ch.basic_publish("", "replicated", b"x", pika.BasicProperties(delivery_mode=2))
+    conn.close()
     exporter = start_exporter(node.management_url, interval=0.5, selection=_only(vhost))
     with scenarios_running(node, vhost, "prefetch-saturated", "no-consumers-backlog"):
         saturated = f"{PREFIX}prefetch-saturated"
@@ -124,6 +130,9 @@ def test_the_exporters_families_agree_with_the_raw_api(release, release_broker, 
             return pairs if all(ours == theirs and theirs is not None for ours, theirs in pairs) else None
 
         wait_for(agree, timeout=40, what=f"ackscope's series to equal RabbitMQ {release.version}'s own counts")
+    # The quorum commit latency, read under the Raft family's name of this release (renamed in 4.2).
+    latency = value(scrape(exporter), "ackscope_node_quorum_commit_latency_seconds", node=node.nodename)
+    assert latency is not None and latency >= 0
     # What a release does not send is said once: RabbitMQ 4 shows no channel-wide prefetch (docs/versions.md).
     said = [r.getMessage() for r in caplog.records if "sends no" in r.getMessage()]
     assert said == ([f"RabbitMQ {node.api('GET', '/overview').json()['rabbitmq_version']} sends no "

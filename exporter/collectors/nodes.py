@@ -24,6 +24,10 @@ GAUGES = (
      lambda n: None if n.partitions is None else len(n.partitions)),
     ("io_sync_average_seconds", "Average duration of the node's recent fsyncs (absent on RabbitMQ 4, which "
      "reports zeros).", lambda n: n.io_sync_avg_seconds),
+    ("quorum_commit_latency_seconds", "How long the node's quorum queues take to commit a log entry (Raft), as "
+     "its Prometheus plugin says under each release's name: to 4.1 rabbitmq_raft_entry_commit_latency_seconds, "
+     "from 4.2 the quorum queues' rabbitmq_raft_max_commit_latency_seconds.",
+     lambda n: n.quorum_commit_latency_seconds),
 )
 
 

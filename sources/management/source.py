@@ -42,8 +42,8 @@ MISSED_WITHOUT = {
 }
 # What only each node's Prometheus plugin counts, read beside the lists where the broker lists the plugin's
 # listener: the messages dead-lettered or dropped, by reason (a quorum queue's delivery limit drops messages
-# silently from RabbitMQ 4.0, and the management API counts none of it).
-PLUGIN_SAMPLES = frozenset(plugin_normalise.DEAD_LETTERED)
+# silently from RabbitMQ 4.0, and the management API counts none of it), and its quorum commit latency.
+PLUGIN_SAMPLES = frozenset((*plugin_normalise.DEAD_LETTERED, *plugin_normalise.RAFT_COMMIT_LATENCY))
 
 
 class ManagementSource:
@@ -84,7 +84,10 @@ class ManagementSource:
         if dead_lettered is None:  # no node lists its plugin: the counters are not known, and that is no error
             snapshot = replace(snapshot, unreported=snapshot.unreported | {facts.DEAD_LETTER_COUNTS})
         else:
-            snapshot = replace(snapshot, dead_lettered=dead_lettered)
+            counted, latency = dead_lettered
+            snapshot = replace(snapshot, dead_lettered=counted, nodes=tuple(
+                replace(n, quorum_commit_latency_seconds=latency[n.name]) if latency.get(n.name) is not None else n
+                for n in snapshot.nodes))
         return partial(snapshot, errors, frozenset().union(*(MISSED_WITHOUT[e.endpoint] for e in errors)))
 
     def _say_missing(self, raw: dict[str, Any]) -> None:
@@ -96,18 +99,21 @@ class ManagementSource:
             log.warning("RabbitMQ %s sends no %s: what %s is not reported, the rest is", version or "(unknown)",
                         ", ".join(new), "they give" if len(new) > 1 else "it gives")
 
-    def _dead_lettered(self, urls: dict[str, str], deadline: float) -> tuple:
-        """Every listed node's dead-letter counters, from its own plugin (they count per node)."""
-        found = []
+    def _dead_lettered(self, urls: dict[str, str], deadline: float) -> tuple[tuple, dict[str, float | None]]:
+        """Every listed node's dead-letter counters and quorum commit latency, each from the node's own plugin
+        (they are per node)."""
+        found, latency = [], {}
         for node, url in sorted(urls.items()):
             reader = self._plugins.get(url) or self._plugins.setdefault(url, self._reader_at(url))
             text = reader.get("metrics", "/metrics", {}, deadline, "text/plain").decode("utf-8", "replace")
-            counted = plugin_normalise.dead_lettered(plugin_normalise.parse(text, "metrics", PLUGIN_SAMPLES), node)
+            samples = plugin_normalise.parse(text, "metrics", PLUGIN_SAMPLES)
+            counted = plugin_normalise.dead_lettered(samples, node)
             if counted is None:
                 raise FetchError("metrics", "incomplete", f"{url}/metrics counts no dead-lettered messages (a "
                                  "RabbitMQ before 3.10, or an answer cut short)")
             found.extend(counted)
-        return tuple(found)
+            latency[node] = plugin_normalise.quorum_commit_latency(samples)
+        return tuple(found), latency
 
     def fetch(self) -> tuple[dict[str, Any], list[FetchError]]:
         """Every endpoint's JSON ([] for a list that failed), the nodes' dead-letter counters ("metrics", where

@@ -63,12 +63,15 @@ DEAD_LETTER_REASONS = ("delivery_limit", "expired", "maxlen", "rejected")
 DEAD_LETTERED = {f"rabbitmq_global_messages_dead_lettered_{reason}_total": reason for reason in DEAD_LETTER_REASONS}
 # The plugin's names of queue types, and the model's.
 QUEUE_TYPES = {"rabbit_quorum_queue": "quorum", "rabbit_classic_queue": "classic", "rabbit_stream_queue": "stream"}
+# The quorum queues' Raft commit latency, under the name each release gives it: to 4.1 one gauge for all the node's
+# Raft clusters; from 4.2 (the Raft families renamed) the largest of the quorum queues' own.
+RAFT_COMMIT_LATENCY = ("rabbitmq_raft_max_commit_latency_seconds", "rabbitmq_raft_entry_commit_latency_seconds")
 NODE_SAMPLES = frozenset({
     "rabbitmq_build_info", "rabbitmq_identity_info", "rabbitmq_process_resident_memory_bytes",
     "rabbitmq_resident_memory_limit_bytes", "rabbitmq_alarms_memory_used_watermark",
     "rabbitmq_disk_space_available_bytes", "rabbitmq_disk_space_available_limit_bytes",
     "rabbitmq_alarms_free_disk_space_watermark", "rabbitmq_process_open_fds", "rabbitmq_process_max_fds",
-    *DEAD_LETTERED})
+    *DEAD_LETTERED, *RAFT_COMMIT_LATENCY})
 
 
 def parse(text: str, endpoint: str, names: frozenset[str] | None = None) -> Samples:
@@ -241,9 +244,20 @@ def node_from_metrics(s: Samples, nodes: Iterable[Node]) -> list[Node]:
                         disk_free_limit=_int(one("rabbitmq_disk_space_available_limit_bytes")),
                         disk_free_alarm=flag("rabbitmq_alarms_free_disk_space_watermark"),
                         fd_used=_int(one("rabbitmq_process_open_fds")),
-                        fd_total=_int(one("rabbitmq_process_max_fds")))
+                        fd_total=_int(one("rabbitmq_process_max_fds")),
+                        quorum_commit_latency_seconds=quorum_commit_latency(s))
         out.append(n)
     return out
+
+
+def quorum_commit_latency(metrics: Samples) -> float | None:
+    """The node's quorum queues' Raft commit latency: 4.2's rabbitmq_raft_max_commit_latency_seconds for the
+    quorum_queues Ra system, else the older rabbitmq_raft_entry_commit_latency_seconds; None where neither is."""
+    new, old = RAFT_COMMIT_LATENCY
+    latest = [v for labels, v in metrics.get(new, ()) if labels.get("ra_system") == "quorum_queues"]
+    older = [v for _, v in metrics.get(old, ())]
+    found = latest or older
+    return max(found) if found else None
 
 
 def dead_lettered(metrics: Samples, node: str) -> tuple[DeadLettered, ...] | None:
