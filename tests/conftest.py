@@ -200,7 +200,7 @@ def rabbitmq_server() -> str:
 
 # -- tiers ----------------------------------------------------------------------------------------------
 SERVICE_OF_FIXTURE = {
-    "broker": "broker", "spare_broker": "broker", "crash_broker": "broker", "large_broker": "broker",
+    "broker": "broker", "spare_broker": "broker", "large_broker": "broker",
     "rabbitmq_server": "broker", "cluster": "broker", "statsoff_cluster": "broker",
     "cluster_whole": "broker", "partition_pair": "broker", "newest_cluster": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",

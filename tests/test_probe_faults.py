@@ -9,9 +9,8 @@ import sys
 import time
 
 import pika
-import pytest
 import requests
-from helpers import private_broker, suspended_queue, value, wait_for, wait_for_sample
+from helpers import suspended_queue, value, wait_for, wait_for_sample
 from probe_helpers import (
     captured_log,
     connection_failures,
@@ -89,37 +88,6 @@ def test_memory_alarm_blocks_the_probe_publisher_and_it_says_so(broker, vhost):
 
 def _blocked(probes) -> float:
     return value(probe_samples(probes), "ackscope_probe_publisher_blocked")
-
-
-@pytest.fixture(scope="module")
-def crash_broker():
-    """A node of this module's own: killing it must not disturb the other tests' node."""
-    with private_broker("ackscope-crash") as node:
-        yield node
-
-
-def test_no_confirmed_persistent_message_is_lost_across_kill_9_and_restart(crash_broker):
-    broker = crash_broker
-    targets = (quick("classic-persistent", burst_size=200), quick("quorum", "quorum", burst_size=200))
-    with running_probes(probe_config(broker, "/", targets, loss_deadline=20, confirm_timeout=30)) as probes:
-        # Once in a CI run the fresh node dropped the probes' connections during this warm-up (cause not found);
-        # the probes reconnect, so the warm-up gives them time to rather than failing at 30 s.
-        for t in targets:
-            wait_probe(probes, "ackscope_probe_confirmed_total", t.name, 150, timeout=90)
-        broker.kill()
-        crashed = time.monotonic()
-        broker.start()
-        for t in targets:
-            wait_probe(probes, "ackscope_probe_reconnects_total", t.name, 2, timeout=60)
-            confirmed = probe_value(probes, "ackscope_probe_confirmed_total", t.name)
-            wait_probe(probes, "ackscope_probe_confirmed_total", t.name, confirmed + 50, timeout=60)
-        # Everything confirmed before the crash is settled: delivered, or (past its loss deadline) lost.
-        wait_for(lambda: settled_since(probes, crashed), timeout=60, what="every pre-crash confirm to be settled")
-        for t in targets:
-            assert probe_value(probes, "ackscope_probe_lost_total", t.name) == 0, t.name
-            assert probe_value(probes, "ackscope_probe_up", t.name) == 1
-        audits = {p.t.name: p.audit.awaiting for p in probes.runner.probes}
-    assert all(n < 500 for n in audits.values()), audits
 
 
 def test_probe_command_serves_its_own_metrics_and_keeps_the_password_out_of_ps(broker, vhost):
