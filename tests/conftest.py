@@ -83,6 +83,14 @@ def newest_cluster() -> Iterator[LocalCluster]:
         yield nodes
 
 
+@pytest.fixture
+def newest_partition_pair() -> Iterator[LocalCluster]:
+    """Two nodes of the newest RabbitMQ 4.x that count a silent peer down after 10 s (net_ticktime)."""
+    with running_cluster(LocalCluster(2, name="ackscope-partition4", net_ticktime=10,
+                                      release=Release.in_root("sid"))) as pair:
+        yield pair
+
+
 @pytest.fixture(scope="session")
 def statsoff_cluster() -> Iterator[LocalCluster]:
     """Three nodes joined into one cluster, management statistics off (the container image's default)."""
@@ -203,6 +211,7 @@ SERVICE_OF_FIXTURE = {
     "broker": "broker", "spare_broker": "broker", "large_broker": "broker",
     "rabbitmq_server": "broker", "cluster": "broker", "statsoff_cluster": "broker",
     "cluster_whole": "broker", "partition_pair": "broker", "newest_cluster": "broker",
+    "newest_partition_pair": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",
     "release": "broker", "release_broker": "broker", "release_statsoff": "broker", "release_plugin_only": "broker",
     "spark": "spark", "java": "spark",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pika
-from helpers import scrape, value, wait_for
+from helpers import polls_seen, scrape, value, wait_for
 from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
 from test_cluster import QUEUE, of
 
@@ -74,3 +74,29 @@ def test_the_probes_move_to_the_next_node_when_theirs_dies(newest_cluster: Local
         back = time.monotonic()
         wait_for(lambda: settled_since(probes, back), timeout=60, what="every confirmed message delivered")
         assert probe_value(probes, "ackscope_probe_lost_total", target.name) == 0
+
+
+def test_under_khepri_a_node_silent_past_net_ticktime_is_down_then_rejoins_and_no_partition_is_left(
+        newest_partition_pair: LocalCluster, start_exporter):
+    """On 3.10 (Mnesia) the same pause leaves both nodes listing a partition until one is restarted
+    (tests/test_cluster.py). A new 4.2+ cluster keeps its metadata in Khepri (Raft): the silent node is down while
+    it is silent, and rejoins by itself when it answers again; no node lists a partition (measured on 4.3.6)."""
+    first, second = newest_partition_pair.nodes
+    assert first.ctl("eval", "rabbit_khepri:is_enabled().").strip() == "true"
+    exporter = start_exporter(first.management_url, source="management", interval=0.5, timeout=5.0)
+    url = exporter.url
+    wait_for(lambda: value(scrape(exporter), "ackscope_node_partitions", node=second.nodename) == 0, 30,
+             "both nodes listed, whole")
+    second.pause()
+    try:
+        down = wait_for(lambda: of(url, "node-down", f"node {second.nodename}"), 60,
+                        "node 1 to count the silent node 2 down")
+        assert down["severity"] == "critical"
+    finally:
+        second.resume()
+    wait_for(lambda: of(url, "node-down", f"node {second.nodename}") is None, 60, "node 2 back by itself")
+    after = polls_seen(url, 6)
+    assert not [f for doc in after for f in doc["findings"] if f["rule"] == "network-partition"]
+    samples = scrape(exporter)
+    assert value(samples, "ackscope_node_partitions", node=first.nodename) == 0
+    assert value(samples, "ackscope_node_partitions", node=second.nodename) == 0
