@@ -69,7 +69,7 @@ class ManagementSource:
     def read(self) -> Snapshot:
         taken_at = time.time()
         raw, errors = self.fetch()
-        dead_lettered = raw.pop("metrics", None)
+        per_node = raw.pop("metrics", None)
         self._say_missing(raw)
         while True:
             try:
@@ -81,10 +81,10 @@ class ManagementSource:
                 if e.endpoint == "overview" or sum(1 for e in errors if e.endpoint in LISTS) == len(LISTS):
                     raise SourceFailed(errors) from None
                 raw[e.endpoint] = []
-        if dead_lettered is None:  # no node lists its plugin: the counters are not known, and that is no error
+        if per_node is None:  # no node lists its plugin: the counters are not known, and that is no error
             snapshot = replace(snapshot, unreported=snapshot.unreported | {facts.DEAD_LETTER_COUNTS})
         else:
-            counted, latency = dead_lettered
+            counted, latency = per_node
             snapshot = replace(snapshot, dead_lettered=counted, nodes=tuple(
                 replace(n, quorum_commit_latency_seconds=latency[n.name]) if latency.get(n.name) is not None else n
                 for n in snapshot.nodes))
@@ -99,7 +99,7 @@ class ManagementSource:
             log.warning("RabbitMQ %s sends no %s: what %s is not reported, the rest is", version or "(unknown)",
                         ", ".join(new), "they give" if len(new) > 1 else "it gives")
 
-    def _dead_lettered(self, urls: dict[str, str], deadline: float) -> tuple[tuple, dict[str, float | None]]:
+    def _node_metrics(self, urls: dict[str, str], deadline: float) -> tuple[tuple, dict[str, float | None]]:
         """Every listed node's dead-letter counters and quorum commit latency, each from the node's own plugin
         (they are per node)."""
         found, latency = [], {}
@@ -129,7 +129,7 @@ class ManagementSource:
                                      paginate=totals.get(name, 0) <= self.pages_up_to): name for name in LISTS}
         urls = plugin_urls(raw["overview"], self.base_url)
         if urls:
-            futures[self._pool.submit(self._dead_lettered, urls, deadline)] = "metrics"
+            futures[self._pool.submit(self._node_metrics, urls, deadline)] = "metrics"
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
         errors = [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s "
                              "poll deadline") for f in pending]
