@@ -30,6 +30,7 @@ from .client import PAGES_UP_TO, ManagementClient
 log = logging.getLogger("ackscope.sources")
 
 LISTS = ("nodes", "vhosts", "connections", "channels", "consumers", "queues")
+MISSING_FOR = 15.0  # seconds a field must be missing from every answer before it is said to be
 # What a poll misses when one list fails while the others answer: the rules that need it say "not evaluated".
 MISSED_WITHOUT = {
     "nodes": frozenset({facts.NODE_ALARMS}),
@@ -65,6 +66,7 @@ class ManagementSource:
                                                  what="Prometheus plugin")
         self._plugins: dict[str, HttpReader] = {}  # by URL, kept across polls for their connections
         self._missing_said: set[str] = set()
+        self._missing_since: dict[str, float] = {}  # a field missing from every answer since (monotonic)
 
     def read(self) -> Snapshot:
         taken_at = time.time()
@@ -91,8 +93,16 @@ class ManagementSource:
         return partial(snapshot, errors, frozenset().union(*(MISSED_WITHOUT[e.endpoint] for e in errors)))
 
     def _say_missing(self, raw: dict[str, Any]) -> None:
-        """Fields a release (one ackscope has never seen, say) does not send: each said once, the rest read."""
-        new = [f for f in normalise.missing_fields(raw) if f not in self._missing_said]
+        """Fields a release (one ackscope has never seen, say) does not send: each said once, the rest read. A
+        field is said once it has been missing from every answer for MISSING_FOR seconds: a node just started,
+        or a queue just declared, has no statistics for a few seconds, whatever its release."""
+        now, missing = time.monotonic(), set(normalise.missing_fields(raw))
+        # An empty list tells nothing of its fields: a field of one keeps the time it was first missing.
+        judged, before = {e for e in normalise.EXPECTED if raw.get(e)}, self._missing_since
+        self._missing_since = {**{f: since for f, since in before.items() if f.split(".")[0] not in judged},
+                               **{f: before.get(f, now) for f in missing}}
+        new = sorted(f for f, since in self._missing_since.items()
+                     if now - since >= MISSING_FOR and f not in self._missing_said)
         if new:
             self._missing_said.update(new)
             version = raw["overview"].get("rabbitmq_version") if isinstance(raw["overview"], dict) else None
