@@ -133,6 +133,24 @@ class HttpReader:
         return b"".join(chunks)
 
 
+class Readers:
+    """One HttpReader per base URL, all with one login and one owner (`what`), each kept for the life of its
+    source so its connections are kept alive across polls: the Prometheus plugins of a cluster's nodes."""
+
+    def __init__(self, username: str, password: Secret, *, timeout: float, verify: bool | str, what: str):
+        self._made = lambda url: HttpReader(url, username, password, timeout=timeout, verify=verify, what=what)
+        self._by_url: dict[str, HttpReader] = {}
+        self._lock = threading.Lock()  # fetch threads ask at once
+
+    def at(self, url: str) -> HttpReader:
+        """The reader of `url`; ValueError when it is not an http(s) URL without credentials."""
+        with self._lock:
+            reader = self._by_url.get(url)
+            if reader is None:
+                reader = self._by_url[url] = self._made(url)
+            return reader
+
+
 # From this size an answer is decoded item by item: one json.loads of a large broker's list (9 MB at 50,000
 # queues) holds the GIL for 0.3 s, and a scrape served meanwhile would wait that long; between items, the
 # serving threads get their turn.

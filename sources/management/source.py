@@ -20,7 +20,7 @@ from ackscope.model import snapshot as facts
 from ackscope.model.snapshot import Snapshot
 from ackscope.model.source import FATAL, FetchError, SourceFailed, as_fetch_error, partial
 
-from ..http import HttpReader
+from ..http import Readers
 from ..prometheus_plugin import normalise as plugin_normalise
 from ..prometheus_plugin.listeners import plugin_urls
 from ..selection import Selection
@@ -62,9 +62,7 @@ class ManagementSource:
         self.pages_up_to = pages_up_to
         self._pool = ThreadPoolExecutor(max_workers=len(LISTS) + 2, thread_name_prefix="ackscope-fetch")
         self._built = normalise.Built()  # the last poll's channels and consumers, for the next
-        self._reader_at = lambda url: HttpReader(url, username, password, timeout=timeout, verify=verify,
-                                                 what="Prometheus plugin")
-        self._plugins: dict[str, HttpReader] = {}  # by URL, kept across polls for their connections
+        self._plugins = Readers(username, password, timeout=timeout, verify=verify, what="Prometheus plugin")
         self._missing_said: set[str] = set()
         self._missing_since: dict[str, float] = {}  # a field missing from every answer since (monotonic)
 
@@ -114,8 +112,7 @@ class ManagementSource:
         (they are per node)."""
         found, latency = [], {}
         for node, url in sorted(urls.items()):
-            reader = self._plugins.get(url) or self._plugins.setdefault(url, self._reader_at(url))
-            text = reader.get("metrics", "/metrics", {}, deadline, "text/plain").decode("utf-8", "replace")
+            text = self._plugins.at(url).get("metrics", "/metrics", {}, deadline, "text/plain").decode("utf-8", "replace")
             samples = plugin_normalise.parse(text, "metrics", PLUGIN_SAMPLES)
             counted = plugin_normalise.dead_lettered(samples, node)
             if counted is None:
