@@ -96,7 +96,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         exporter = Exporter(ExporterConfig(
             management_url=management_url, username=username, password=password,
-            prometheus_url=broker.prometheus_url if broker is not None else None,
+            prometheus_url=(broker.prometheus_url,) if broker is not None else None,
             listen=listen, interval=args.interval, timeout=5.0, deadline=args.interval, verify=True,
             selection=Selection(), limits=Limits(), web=WebSecurity(), data_dir=data_dir,
             # The demo shows every path the probes measure, the nack path included.

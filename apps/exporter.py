@@ -44,8 +44,9 @@ OPTIONS = (
     Option("username", "guest", str, "management API user (the 'monitoring' tag is enough)"),
     Option("source", "auto", choice("source", KINDS), "where counts come from: auto (the management API, or the "
            "Prometheus plugin when the broker's management statistics are off), management, or prometheus"),
-    Option("prometheus_url", None, str, "the broker's Prometheus plugin, for --source auto|prometheus "
-           "(default: where the broker's listeners say; else the management host, port 15692)"),
+    Option("prometheus_url", None, config.http_urls("ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD"),
+           "the broker's Prometheus plugin, for --source auto|prometheus; in a cluster one URL per node, "
+           "comma-separated (default: where the broker's listeners say; else the management host, port 15692)"),
     Option("cli", None, shlex.split, "with the Prometheus plugin, enrich channels and connections from the "
            "broker's CLI, e.g. 'rabbitmqctl -n rabbit@host' (beside the node, with its Erlang cookie)"),
     Option("listen", f"0.0.0.0:{DEFAULT_PORT}", config.host_port, "HOST:PORT for /metrics, /api/snapshot, /healthz"),
@@ -89,7 +90,7 @@ class ExporterConfig:
     web: WebSecurity
     probes: ProbeConfig | None = None  # run the synthetic probes in-process when an AMQP URL is set
     source: str = "auto"  # auto | management | prometheus
-    prometheus_url: str | None = None  # default: the listeners' place for it, else the management host, port 15692
+    prometheus_url: tuple[str, ...] | None = None  # each node's plugin; default: where the listeners say
     cli: list[str] | None = None  # rabbitmqctl command line, for the Prometheus-plugin source
     thresholds: Thresholds = Thresholds()
     data_dir: str | None = None  # probe events and snapshot history as Parquet

@@ -149,14 +149,14 @@ def measure_polls(broker: LocalBroker, size: Size, runs: int, gap: float, stats_
     def full_fetch() -> int:
         return sum(timed_get(api + e, auth=auth) for e in (ENDPOINTS if stats_on else ("queues",)))
 
-    pollers = {"prometheus": poller_of(PrometheusPluginSource(broker.management_url, broker.prometheus_url,
+    pollers = {"prometheus": poller_of(PrometheusPluginSource(broker.management_url, (broker.prometheus_url,),
                                                               ADMIN_USER, secret, **plugin))}
     if stats_on:
         pollers["management"] = poller_of(ManagementSource(broker.management_url, ADMIN_USER, secret, **common))
         if size.queues <= PAGES_LARGEST:
             pollers["management pages"] = poller_of(ManagementSource(broker.management_url, ADMIN_USER, secret,
                                                                      pages_up_to=math.inf, **common))
-        pollers["large"] = poller_of(PrometheusPluginSource(broker.management_url, broker.prometheus_url,
+        pollers["large"] = poller_of(PrometheusPluginSource(broker.management_url, (broker.prometheus_url,),
                                                             ADMIN_USER, secret, channels_listed=True, **listed))
     for poller in pollers.values():  # the first poll reads the queue list: not part of a steady poll
         poller.poll_once()

@@ -126,6 +126,19 @@ def http_url(credentials_from: str) -> Callable[[Any], str]:
     return parse
 
 
+def http_urls(credentials_from: str) -> Callable[[Any], tuple[str, ...]]:
+    """A parser of one or more http(s) URLs, comma-separated (or a TOML list), each as `http_url` takes it."""
+    one = http_url(credentials_from)
+
+    def parse(v: Any) -> tuple[str, ...]:
+        items = v if isinstance(v, list) else str(v).split(",")
+        urls = tuple(one(item.strip()) for item in map(str, items) if item.strip())
+        if not urls:
+            raise ValueError("must name at least one http(s)://host:port")
+        return urls
+    return parse
+
+
 def positive_float(v: Any) -> float:
     f = float(v)
     if not f > 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 from ackscope.core.secret import Secret
 from ackscope.model.snapshot import Snapshot
@@ -29,21 +30,23 @@ KINDS = ("auto", "management", "prometheus")
 LARGE_BROKER_QUEUES = 2_000
 
 
-def make_source(kind: str, management_url: str, prometheus_url: str | None, username: str, password: Secret, *,
+def make_source(kind: str, management_url: str, prometheus_urls: Sequence[str] | None, username: str,
+                password: Secret, *,
                 timeout: float, deadline: float, verify: bool | str, selection: Selection,
                 cli: list[str] | None = None, announce: bool = True) -> Source:
-    """ValueError when a URL is not an http(s) URL without credentials. `cli` (a rabbitmqctl command line)
+    """ValueError when a URL is not an http(s) URL without credentials. `prometheus_urls`: each node's plugin
+    (default: where the broker's listeners say). `cli` (a rabbitmqctl command line)
     enriches the Prometheus-plugin source; `announce` logs auto's choice (a one-shot report names it itself)."""
     common = dict(timeout=timeout, deadline=deadline, verify=verify, selection=selection)
     management = ManagementSource(management_url, username, password, **common) \
         if kind in ("auto", "management") else None
-    plugin = PrometheusPluginSource(management_url, prometheus_url, username, password, cli=CliEnricher(cli, timeout=timeout) if cli else None,
+    plugin = PrometheusPluginSource(management_url, prometheus_urls, username, password, cli=CliEnricher(cli, timeout=timeout) if cli else None,
                                     **common) if kind in ("auto", "prometheus") else None
     if management is None:
         return plugin
     if plugin is None:
         return management
-    large = PrometheusPluginSource(management_url, prometheus_url, username, password, channels_listed=True,
+    large = PrometheusPluginSource(management_url, prometheus_urls, username, password, channels_listed=True,
                                    **common)
     return AutoSource(management, plugin, large, announce)
 
@@ -98,7 +101,7 @@ class AutoSource:
         if queues is None:
             return
         if self.chosen in (None, self.management) and queues >= LARGE_BROKER_QUEUES and not self._no_plugin:
-            if self._plugin_answers():
+            if self.plugin.answers():
                 self._use(self.large, f"{queues} queues: their counts from the Prometheus plugin, the rest from "
                           "the management API")
             else:
@@ -113,7 +116,7 @@ class AutoSource:
         try:
             overview = self.management.client.fetch("overview", time.monotonic() + self.deadline)
         except FetchError as e:
-            if e.reason in ("connection", "not_found") and self._plugin_answers():
+            if e.reason in ("connection", "not_found") and self.plugin.answers():
                 self._use(self.plugin, f"no management API answers at {self.management.base_url}")
                 return
             raise SourceFailed([e]) from None
@@ -123,13 +126,6 @@ class AutoSource:
         self._resize(management_normalise.object_totals(overview).get("queues"))
         if self.chosen is None:
             self._use(self.management, "its statistics are on")
-
-    def _plugin_answers(self) -> bool:
-        try:
-            self.plugin.plugin.get("metrics", "/metrics", {}, time.monotonic() + self.deadline, "text/plain")
-            return True
-        except FetchError:
-            return False
 
     def _use(self, source: Source, why: str) -> None:
         if source is self.chosen:

@@ -98,6 +98,14 @@ def statsoff_cluster() -> Iterator[LocalCluster]:
         yield nodes
 
 
+@pytest.fixture(scope="module")
+def newest_statsoff_cluster() -> Iterator[LocalCluster]:
+    """Three nodes of the newest RabbitMQ 4.x, management statistics off."""
+    with running_cluster(LocalCluster(3, name="ackscope-statsoff4", statistics=False,
+                                      release=Release.in_root("sid"))) as nodes:
+        yield nodes
+
+
 @pytest.fixture
 def vhost(broker: LocalBroker) -> Iterator[str]:
     """A fresh vhost per test, so tests never see each other's queues, channels or connections."""
@@ -114,12 +122,15 @@ def exporter_config(management_url: str, *, username: str = ADMIN_USER, password
                     web: WebSecurity = WebSecurity(), verify: bool | str = True,
                     probes: ProbeConfig | None = None, thresholds: Thresholds = Thresholds(),
                     data_dir: str | None = None, source: str = "auto",
-                    prometheus_url: str | None = None, cli: list[str] | None = None) -> ExporterConfig:
+                    prometheus_url: str | tuple[str, ...] | None = None, cli: list[str] | None = None
+                    ) -> ExporterConfig:
+    """The exporter's configuration for a test; `prometheus_url` one URL, or a node's each."""
     return ExporterConfig(management_url=management_url, username=username, password=Secret(password),
                           listen=("127.0.0.1", 0), interval=interval, timeout=timeout,
                           deadline=deadline or max(interval, timeout), verify=verify, selection=selection,
                           limits=limits, web=web, probes=probes, thresholds=thresholds, data_dir=data_dir,
-                          source=source, prometheus_url=prometheus_url, cli=cli)
+                          source=source, cli=cli,
+                          prometheus_url=(prometheus_url,) if isinstance(prometheus_url, str) else prometheus_url)
 
 
 @pytest.fixture
@@ -211,7 +222,7 @@ SERVICE_OF_FIXTURE = {
     "broker": "broker", "spare_broker": "broker", "large_broker": "broker",
     "rabbitmq_server": "broker", "cluster": "broker", "statsoff_cluster": "broker",
     "cluster_whole": "broker", "partition_pair": "broker", "newest_cluster": "broker",
-    "newest_partition_pair": "broker",
+    "newest_partition_pair": "broker", "newest_statsoff_cluster": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",
     "release": "broker", "release_broker": "broker", "release_statsoff": "broker", "release_plugin_only": "broker",
     "spark": "spark", "java": "spark",

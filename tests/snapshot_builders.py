@@ -65,4 +65,4 @@ def recorded_plugin_snapshot() -> Snapshot:
            for name in ("overview", "nodes", "vhosts", "connections", "queues")}
     base = management.snapshot({**raw, "channels": [], "consumers": []}, 1000.0)
     return plugin.snapshot(base, plugin.parse((STATS_OFF / "detailed.prom").read_text(), "metrics/detailed"),
-                           plugin.parse((STATS_OFF / "metrics.prom").read_text(), "metrics"))
+                           (plugin.parse((STATS_OFF / "metrics.prom").read_text(), "metrics"),))

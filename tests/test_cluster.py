@@ -195,10 +195,10 @@ def test_with_statistics_off_a_dead_member_and_the_quorum_queue_it_leaves_degrad
     conn = pika.BlockingConnection(pika.URLParameters(first.amqp_url()))
     conn.channel().queue_declare(QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
     conn.close()
-    # Statistics off: auto reads the Prometheus plugin, and the management API's lists (the queue list once a
-    # minute: the members online are taken from the nodes running, read every poll).
-    exporter = start_exporter(first.management_url, prometheus_url=first.prometheus_url, interval=0.5,
-                              timeout=5.0)
+    # Statistics off: auto reads each node's Prometheus plugin, and the management API's lists (the queue list
+    # once a minute: the members online are taken from the nodes running, read every poll).
+    exporter = start_exporter(first.management_url, interval=0.5, timeout=5.0,
+                              prometheus_url=tuple(n.prometheus_url for n in statsoff_cluster.nodes))
     wait_for(lambda: value(scrape(exporter), "ackscope_queue_members", queue=QUEUE) == 3, 30,
              "the quorum queue's members")
     assert value(scrape(exporter), "ackscope_queue_members_online", queue=QUEUE) == 3
@@ -210,6 +210,9 @@ def test_with_statistics_off_a_dead_member_and_the_quorum_queue_it_leaves_degrad
                             "quorum-queue-degraded, within a few polls and not the queue list's minute")
         assert degraded["evidence"]["missing"] == [third.nodename]
         assert value(scrape(exporter), "ackscope_queue_members_online", queue=QUEUE) == 2
+        # The dead node's plugin does not answer: that is the node-down finding, not a failed read of the rest.
+        wait_for(lambda: not requests.get(exporter.url + "/api/snapshot", timeout=5).json()["snapshot"]["unread"],
+                 10, "polls whole again, the dead node's plugin not counted as unread")
     finally:
         third.start()
         statsoff_cluster.wait_running(3)

@@ -30,6 +30,14 @@ def test_command_line_beats_environment_beats_toml_beats_default(tmp_path):
     assert cfg.verify is True, "TLS verification is on unless turned off"
 
 
+def test_a_clusters_prometheus_plugins_are_one_url_per_node_comma_separated_or_a_toml_list(tmp_path):
+    cfg = load(cli_args(prometheus_url="http://a:15692, http://b:15692/,"), {})
+    assert cfg.prometheus_url == ("http://a:15692", "http://b:15692")
+    path = _toml(tmp_path, '[exporter]\nprometheus_url = ["http://a:15692", "http://c:15692"]\n')
+    assert load(cli_args(config=path), {}).prometheus_url == ("http://a:15692", "http://c:15692")
+    assert load(cli_args(), {}).prometheus_url is None  # where the broker's listeners say
+
+
 def test_password_comes_from_env_or_file_and_never_shows(tmp_path):
     secret = tmp_path / "pw"
     secret.write_text("from-a-file\n")
@@ -66,6 +74,9 @@ def test_command_line_has_no_password_option():
     ({"web_username": "prom"}, {}, "--web-username needs ACKSCOPE_WEB_PASSWORD"),
     ({}, {"ACKSCOPE_PASSWORD_FILE": "/no/such/file"}, "ACKSCOPE_PASSWORD_FILE: cannot read /no/such/file"),
     ({}, {"ACKSCOPE_MAX_QUEUES": "1.5"}, "ACKSCOPE_MAX_QUEUES: must be a positive whole number"),
+    ({"prometheus_url": "http://a:15692,ftp://b"}, {}, "--prometheus-url: must look like http"),
+    ({"prometheus_url": " , "}, {}, "--prometheus-url: must name at least one"),
+    ({}, {"ACKSCOPE_PROMETHEUS_URL": "http://u:secret@a:15692"}, "ACKSCOPE_PROMETHEUS_URL: must not carry credentials"),
 ])
 def test_bad_settings_name_the_setting(args, env, message):
     with pytest.raises(ConfigError, match=message):

@@ -15,7 +15,7 @@ from dashboard_helpers import page
 from helpers import parse, wait_for
 
 from ackscope.sources import Selection
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER
+from ackscope.workloads.private_broker import ADMIN_USER
 
 VHOST = 'odd "v\\host" {x}'
 USER = 'odd-user "q" \\ {u}'

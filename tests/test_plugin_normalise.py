@@ -153,7 +153,7 @@ def test_on_a_large_broker_channels_stay_as_the_management_api_lists_them_and_qu
     base = management.snapshot({**raw, **listed}, 1000.0)
     detailed = plugin.parse((DATA / "detailed.prom").read_text(), "metrics/detailed")
     metrics = plugin.parse((DATA / "metrics.prom").read_text(), "metrics")
-    large = plugin.snapshot(base, detailed, metrics, channels_listed=True)
+    large = plugin.snapshot(base, detailed, (metrics,), channels_listed=True)
     assert large.channels == base.channels and large.consumers == base.consumers
     assert all(" -> " in c.name and c.connection_name for c in large.channels)  # named, attributed
     assert large.queues == recorded_plugin_snapshot().queues  # the plugin's depths and counters
@@ -202,3 +202,32 @@ def test_a_large_broker_asks_the_plugin_only_for_the_families_its_queue_counts_n
 ])
 def test_the_quorum_commit_latency_is_read_under_each_releases_name(text, latency):
     assert plugin.quorum_commit_latency(plugin.parse(text, "metrics")) == latency
+
+
+def _exposition(**series: float) -> str:
+    """A detailed answer with one queue-ready sample per `queue__node` keyword (the node only to tell them apart)."""
+    return "".join(f'rabbitmq_detailed_queue_messages_ready{{vhost="/",queue="{q.split("__")[0]}"}} {v}\n'
+                   for q, v in series.items())
+
+
+def test_a_clusters_answers_add_up_each_queue_counted_once_from_the_node_the_list_names():
+    # Each node reports the queues it leads; a row a former leader kept is not counted twice.
+    a = plugin.parse(_exposition(orders=3, stale__a=9), "metrics/detailed")
+    b = plugin.parse(_exposition(stale__b=4, audit=1), "metrics/detailed")
+    merged, reporter = plugin.merged({"rabbit@a": a, "rabbit@b": b}, {("/", "stale"): "rabbit@b"})
+    ready = {labels["queue"]: v for labels, v in merged["rabbitmq_detailed_queue_messages_ready"]}
+    assert ready == {"orders": 3, "stale": 4, "audit": 1}
+    assert reporter == {("/", "orders"): "rabbit@a", ("/", "stale"): "rabbit@b", ("/", "audit"): "rabbit@b"}
+    # Without a list to say, the first node's answer.
+    merged, _ = plugin.merged({"rabbit@a": a, "rabbit@b": b})
+    assert sorted(v for labels, v in merged["rabbitmq_detailed_queue_messages_ready"]
+                  if labels["queue"] == "stale") == [9]
+
+
+def test_each_node_has_the_alarms_its_own_plugin_reports():
+    def metrics(node: str, alarm: int) -> dict:
+        return plugin.parse(f'rabbitmq_identity_info{{rabbitmq_node="{node}"}} 1\n'
+                            f"rabbitmq_alarms_memory_used_watermark {alarm}\n", "metrics")
+    listed = [management.node({"name": n, "running": True}) for n in ("rabbit@a", "rabbit@b", "rabbit@c")]
+    nodes = plugin.nodes_from_metrics([metrics("rabbit@b", 1), metrics("rabbit@a", 0)], listed)
+    assert [(n.name, n.mem_alarm) for n in nodes] == [("rabbit@a", False), ("rabbit@b", True), ("rabbit@c", None)]

@@ -10,7 +10,7 @@ Its confirm mode is inferred: only a channel in confirm mode counts confirms or 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from ackscope.model import snapshot as facts
@@ -47,6 +47,7 @@ PER_QUEUE = (*DELIVERED, "channel_messages_acked_total", "channel_messages_redel
 PER_EXCHANGE = ("channel_messages_published_total", "channel_messages_confirmed_total",
                 "channel_messages_unroutable_returned_total", "channel_messages_unroutable_dropped_total")
 QUEUE_GAUGES = ("queue_messages_ready", "queue_messages_unacked", "queue_consumers")
+QUEUE_SERIES = frozenset(PREFIX + n for n in QUEUE_GAUGES)
 PUBLISHED_INTO = "queue_messages_published_total"  # per channel, queue and exchange
 # A series each family declares (# TYPE) even when it has no samples, and what the model misses without it.
 DECLARES = {"queue_coarse_metrics": ("queue_messages_ready", facts.QUEUE_COUNTS),
@@ -98,6 +99,30 @@ def missing_families(text: str, endpoint: str = "metrics/detailed",
     if endpoint == "metrics":
         return tuple(n for n in NODE_DECLARES if n not in names)
     return tuple(f for f in families if PREFIX + DECLARES[f][0] not in names)
+
+
+def merged(per_node: Mapping[str, Samples], node_of: Mapping[tuple[str, str], str | None] = {}
+           ) -> tuple[Samples, dict[tuple[str, str], str]]:
+    """A cluster's /metrics/detailed from each node's own ({node: samples}), and the node that reported each queue.
+    A node reports the channels of the connections it holds and the queues it leads (a quorum queue's counts
+    only on its leader: measured on 3.10 and 4.3), so the answers add up. A queue two nodes report (a row left
+    behind when its leader moved) is taken from the node the queue list names (`node_of`), else the first."""
+    reporter: dict[tuple[str, str], str] = {}
+    for node, samples in sorted(per_node.items()):
+        for labels, _ in samples.get(PREFIX + "queue_messages_ready", ()):
+            key = (labels.get("vhost", ""), labels.get("queue", ""))
+            if key not in reporter or node_of.get(key) == node:
+                reporter[key] = node
+    if len(per_node) == 1:
+        return next(iter(per_node.values())), reporter
+    out: Samples = defaultdict(list)
+    for node, samples in per_node.items():
+        for name, series in samples.items():
+            if name in QUEUE_SERIES:  # the gauges a queue's own row gives: one node's
+                series = [(labels, v) for labels, v in series
+                          if reporter.get((labels.get("vhost", ""), labels.get("queue", "")), node) == node]
+            out[name].extend(series)
+    return out, reporter
 
 
 def _by(samples: Samples, name: str, *keys: str) -> dict[tuple[str, ...], float]:
@@ -221,30 +246,31 @@ def queue_counts(s: Samples, queues: Iterable[Queue], absent: Collection[str] = 
             for q in queues for key in ((q.vhost, q.name),)]
 
 
-def node_from_metrics(s: Samples, nodes: Iterable[Node]) -> list[Node]:
-    """The node whose plugin answered, with its memory, disk, descriptors and alarms (the management API
-    lists nodes without them when statistics are off); other nodes as the API lists them."""
-    name = node_name(s)
+def nodes_from_metrics(per_node: Sequence[Samples], nodes: Iterable[Node]) -> list[Node]:
+    """Each node whose plugin answered (`per_node`: their /metrics), with its memory, disk, descriptors and
+    alarms (the management API lists nodes without them when statistics are off); other nodes as listed."""
+    said = {name: s for s in per_node if (name := node_name(s)) is not None}
 
-    def one(metric: str) -> float | None:
+    def one(s: Samples, metric: str) -> float | None:
         values = [v for _, v in s.get(metric, [])]
         return values[0] if values else None
 
-    def flag(metric: str) -> bool | None:
-        v = one(metric)
+    def flag(s: Samples, metric: str) -> bool | None:
+        v = one(s, metric)
         return None if v is None else v == 1
 
     out = []
     for n in nodes:
-        if n.name == name:
-            n = replace(n, mem_used=_int(one("rabbitmq_process_resident_memory_bytes")),
-                        mem_limit=_int(one("rabbitmq_resident_memory_limit_bytes")),
-                        mem_alarm=flag("rabbitmq_alarms_memory_used_watermark"),
-                        disk_free=_int(one("rabbitmq_disk_space_available_bytes")),
-                        disk_free_limit=_int(one("rabbitmq_disk_space_available_limit_bytes")),
-                        disk_free_alarm=flag("rabbitmq_alarms_free_disk_space_watermark"),
-                        fd_used=_int(one("rabbitmq_process_open_fds")),
-                        fd_total=_int(one("rabbitmq_process_max_fds")),
+        s = said.get(n.name)
+        if s is not None:
+            n = replace(n, mem_used=_int(one(s, "rabbitmq_process_resident_memory_bytes")),
+                        mem_limit=_int(one(s, "rabbitmq_resident_memory_limit_bytes")),
+                        mem_alarm=flag(s, "rabbitmq_alarms_memory_used_watermark"),
+                        disk_free=_int(one(s, "rabbitmq_disk_space_available_bytes")),
+                        disk_free_limit=_int(one(s, "rabbitmq_disk_space_available_limit_bytes")),
+                        disk_free_alarm=flag(s, "rabbitmq_alarms_free_disk_space_watermark"),
+                        fd_used=_int(one(s, "rabbitmq_process_open_fds")),
+                        fd_total=_int(one(s, "rabbitmq_process_max_fds")),
                         quorum_commit_latency_seconds=quorum_commit_latency(s))
         out.append(n)
     return out
@@ -283,22 +309,26 @@ def reported_queues(detailed: Samples, selection: Selection = Selection()) -> fr
                      if selection.vhost(v) and selection.queue(q))
 
 
-def plugin_only_base(detailed: Samples | None, metrics: Samples | None, taken_at: float,
-                     selection: Selection = Selection()) -> Snapshot:
-    """What a broker without the management plugin says of itself on its Prometheus plugin alone: its version
-    and node, and its queues by name (no type, durability or connections)."""
-    build = ((metrics or {}).get("rabbitmq_build_info") or [({}, 0.0)])[0][0]
-    identity = ((metrics or {}).get("rabbitmq_identity_info") or [({}, 0.0)])[0][0]
-    node = node_name(metrics)
+def plugin_only_base(detailed: Samples | None, metrics: Sequence[Samples], taken_at: float,
+                     selection: Selection = Selection(), queue_nodes: Mapping[tuple[str, str], str] = {}) -> Snapshot:
+    """What a broker without the management plugin says of itself on its Prometheus plugins alone (`metrics`:
+    each node's /metrics that answered): its version and nodes, and its queues by name, each on the node that
+    reported it (`queue_nodes`), without type, durability or connections."""
+    first = metrics[0] if metrics else {}
+    build = (first.get("rabbitmq_build_info") or [({}, 0.0)])[0][0]
+    identity = (first.get("rabbitmq_identity_info") or [({}, 0.0)])[0][0]
+    names = sorted({name for m in metrics if (name := node_name(m)) is not None})
+    alone = names[0] if len(names) == 1 else None
     queues = tuple(Queue(vhost=v, name=q, type="", durable=None, auto_delete=None, exclusive=None, state=None,
-                         node=node, messages_ready=None, messages_unacked=None, messages_persistent=None,
-                         consumers=None, consumer_utilisation=None, message_stats=MessageStats())
+                         node=queue_nodes.get((v, q), alone), messages_ready=None, messages_unacked=None,
+                         messages_persistent=None, consumers=None, consumer_utilisation=None,
+                         message_stats=MessageStats())
                    for v, q in sorted(reported_queues(detailed or {}, selection)))
     return Snapshot(
         taken_at=taken_at,
         overview=Overview(build.get("rabbitmq_version"), build.get("erlang_version"), None,
                           identity.get("rabbitmq_cluster"), True, MessageStats()),
-        nodes=(Node(node, True, *(None,) * 10),) if node else (),
+        nodes=tuple(Node(name, True, *(None,) * 10) for name in names),
         vhosts=tuple(sorted({q.vhost for q in queues})),
         queues=queues,
         notes=("no management API answers: the broker's Prometheus plugin alone gives queues by name, without "
@@ -318,11 +348,11 @@ def online_from_nodes(queues: Iterable[Queue], nodes: Sequence[Node]) -> Iterato
         yield q if online is None or online == q.online else replace(q, online=online)
 
 
-def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
+def snapshot(base: Snapshot, detailed: Samples | None, metrics: Sequence[Samples] | None,
              selection: Selection = Selection(), absent: Collection[str] = (),
              channels_listed: bool = False, counted: bool = False) -> Snapshot:
-    """`base` (the management API's snapshot without queue statistics) completed from the plugin's answers; an
-    answer that is None was not read, and what it would give stays unknown, as does what the `absent`
+    """`base` (the management API's snapshot without queue statistics) completed from the plugin's answers
+    (`detailed`: the cluster's, merged; `metrics`: each node's that answered); an answer that is None was not read, and what it would give stays unknown, as does what the `absent`
     families of /metrics/detailed would give (no channels at all rather than channels half known).
     `channels_listed`: the management API listed the channels and consumers, with their statistics and
     connections (a large broker whose statistics are on); they stand, and only the queues come from here.
@@ -330,12 +360,15 @@ def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
     queues = tuple(queue_counts(detailed, base.queues, absent)) if detailed is not None and not counted \
         else base.queues
     queues = tuple(online_from_nodes(queues, base.nodes))
-    dead = dead_lettered(metrics, node_name(metrics) or "") if metrics is not None else None
+    # Known when every node that answered counts them (a plugin before 3.10 counts none).
+    counts = [dead_lettered(m, node_name(m) or "") for m in metrics or ()]
+    dead = tuple(d for node in counts for d in node) if counts and None not in counts else None
+    nodes = tuple(nodes_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes
     base = replace(base, dead_lettered=dead or (),
                    unreported=base.unreported | ({facts.DEAD_LETTER_COUNTS} if dead is None else set()))
     if channels_listed:
         return replace(base, queues=queues, unreported=base.unreported | {facts.QUEUE_PERSISTENT_COUNTS},
-                       nodes=tuple(node_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes,
+                       nodes=nodes,
                        notes=(*base.notes, "a large broker: the queues' depths and counters come from its "
                               "Prometheus plugin, which costs it far less than the management API's listing; "
                               "channels, consumers and connections from the management API (docs/polling.md)"))
@@ -343,7 +376,7 @@ def snapshot(base: Snapshot, detailed: Samples | None, metrics: Samples | None,
     channels, consumers = channels_and_consumers(detailed) if channels_known else ([], [])
     return replace(
         base,
-        nodes=tuple(node_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes,
+        nodes=nodes,
         channels=tuple(c for c in channels if selection.vhost(c.vhost)),
         consumers=tuple(c for c in consumers if selection.vhost(c.vhost) and selection.queue(c.queue)),
         queues=queues,

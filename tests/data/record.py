@@ -17,6 +17,7 @@ import pika
 
 from ackscope.core.secret import Secret
 from ackscope.sources.cli import CHANNEL_ITEMS, CONNECTION_ITEMS
+from ackscope.sources.http import HttpReader
 from ackscope.sources.management.client import ManagementClient
 from ackscope.sources.management.source import LISTS
 from ackscope.sources.prometheus_plugin import PrometheusPluginSource
@@ -109,7 +110,7 @@ def record(broker: LocalBroker) -> Path:
 
 def record_statistics_off(broker: LocalBroker) -> Path:
     """The management API's lists and the plugin's answers, as the Prometheus-plugin source asks for them."""
-    source = PrometheusPluginSource(broker.management_url, broker.prometheus_url, ADMIN_USER, Secret(ADMIN_PASSWORD),
+    source = PrometheusPluginSource(broker.management_url, (broker.prometheus_url,), ADMIN_USER, Secret(ADMIN_PASSWORD),
                                     timeout=10, deadline=30)
     deadline = time.monotonic() + 30
     version = source.management.fetch("overview", deadline)["rabbitmq_version"]
@@ -119,9 +120,11 @@ def record_statistics_off(broker: LocalBroker) -> Path:
         (out / f"{name}.json").write_text(json.dumps(source.management.fetch(name, deadline), indent=1) + "\n")
     queues = source.management.fetch("queues", deadline, columns=QUEUE_COLUMNS, paginate=False, statistics=False)
     (out / "queues.json").write_text(json.dumps(queues, indent=1) + "\n")
-    (out / "detailed.prom").write_bytes(source.plugin.get("detailed", "/metrics/detailed",
+    plugin = HttpReader(broker.prometheus_url, ADMIN_USER, Secret(ADMIN_PASSWORD), timeout=10, verify=True,
+                        what="Prometheus plugin")
+    (out / "detailed.prom").write_bytes(plugin.get("detailed", "/metrics/detailed",
                                                           [("family", f) for f in FAMILIES], deadline, "text/plain"))
-    (out / "metrics.prom").write_bytes(source.plugin.get("metrics", "/metrics", {}, deadline, "text/plain"))
+    (out / "metrics.prom").write_bytes(plugin.get("metrics", "/metrics", {}, deadline, "text/plain"))
     # What --cli adds: the broker's CLI, which knows names and flags with statistics off.
     for name, items in (("list_channels", CHANNEL_ITEMS), ("list_connections", CONNECTION_ITEMS)):
         (out / f"cli_{name}.json").write_text(broker.ctl("-q", name, *items, "--formatter", "json"))
