@@ -16,7 +16,7 @@ def _alarm(field: str, what: str):
             if getattr(n, f"{field}_alarm"):
                 evidence = ({"mem_used": n.mem_used, "mem_limit": n.mem_limit} if field == "mem"
                             else {"disk_free": n.disk_free, "disk_free_limit": n.disk_free_limit})
-                yield rule.finding("critical", "", f"node {n.name}", "", evidence,
+                yield rule.finding("critical", "", f"node {n.name}", None, evidence,
                                    f"node {n.name} raised its {what} alarm: every publishing connection in the "
                                    "cluster is blocked until it clears.")
     return check
@@ -37,7 +37,7 @@ def _node_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
                 f"{replicas} replicated queue(s) lost a member there" if replicas else "",
                 f"its {had} client connection(s) were closed: clients must reconnect to another node and consume "
                 "again" if had else ""]
-        yield rule.finding("critical", "", f"node {n.name}", "", {
+        yield rule.finding("critical", "", f"node {n.name}", None, {
             "running": running, "queues_on_it": len(stranded), "examples": stranded[:5],
             "replicated_queues_with_a_member_on_it": replicas, "connections_it_had": had},
             f"cluster member {n.name} is not running" + "".join(f"; {x}" for x in said if x) + ".")
@@ -46,7 +46,7 @@ def _node_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
 def _partition(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for n in ctx.snapshot.nodes:
         if n.partitions:
-            yield rule.finding("critical", "", f"node {n.name}", "", {"cannot_reach": list(n.partitions)},
+            yield rule.finding("critical", "", f"node {n.name}", None, {"cannot_reach": list(n.partitions)},
                                f"node {n.name} reports a network partition: it cannot reach "
                                f"{', '.join(n.partitions)}. Each side may go on alone (pause_minority stops the "
                                "minority; autoheal restarts the losers, dropping what they accepted).")
@@ -86,7 +86,7 @@ def _leaders_unbalanced(ctx: Context, rule: Rule) -> Iterator[Finding]:
     share = counts[node] / len(led)
     if share <= ctx.thresholds.leaders_unbalanced_share:
         return
-    yield rule.finding("warning" if share == 1 else "info", "", f"node {node}", "",
+    yield rule.finding("warning" if share == 1 else "info", "", f"node {node}", None,
                        {"leaders": counts, "share": round(share, 3)},
                        f"node {node} leads {counts[node]} of the cluster's {len(led)} queues ({share:.0%}; "
                        f"quorum leaders and classic queues' homes): its CPU, disk and network carry most of "

@@ -148,16 +148,15 @@ class Rule:
     # removed in RabbitMQ 4.0): it stays silent there and says so.
     inapplicable: Callable[[tuple[int, int] | None], str | None] = lambda release: None
 
-    def finding(self, severity: str, vhost: str, obj: str, who: Connection | Channel | Consumer | str,
+    def finding(self, severity: str, vhost: str, obj: str, who: Connection | Channel | Consumer | Named | None,
                 evidence: dict, explanation: str, remedy: str | None = None) -> Finding:
-        """`who` is the record whose client is the culprit, or a queue's consumers already named. `remedy`: what
-        to do in this case, where it differs from the rule's (by release, by queue type)."""
-        if isinstance(who, str):
-            name = client = who
-        else:
-            name, client = who.connection_name, who.identity or who.connection_name
-        return Finding(self.id, severity, vhost, obj, name, evidence, explanation, remedy or self.remedy,
-                       client=client)
+        """`who` is the record whose client is the culprit, a queue's consumers (Named), or None (a node).
+        `remedy`: what to do in this case, where it differs from the rule's (by release, by queue type)."""
+        if who is None:
+            who = Named()
+        return Finding(self.id, severity, vhost, obj, who.connection_name, evidence, explanation,
+                       remedy or self.remedy, client=who.client or "",
+                       identity=who.identity or who.connection_name)
 
 
 def release_of(version: str | None) -> tuple[int, int] | None:
@@ -174,13 +173,28 @@ def num(v) -> int:
 MAX_NAMED = 3  # consumers a queue finding names before it counts the rest
 
 
-def consumers_named(ctx: Context, q: Queue) -> str:
-    """Who consumes from a queue, for a queue finding's culprit: its consumers' clients (Connection.identity),
-    the first few and a count of the rest ("" when nobody consumes)."""
-    names = sorted({c.identity or c.connection_name or f"channel {c.channel}" for c in ctx.known_consumers_of(q)})
+@dataclass(frozen=True)
+class Named:
+    """A queue finding's culprit: its consumers, as a finding names a client (see Finding), each part the
+    first few of its kind and a count of the rest; "" where there is none (nobody consumes, nobody named)."""
+    connection_name: str = ""
+    client: str = ""
+    identity: str = ""
+
+
+def _few(items: set[str]) -> str:
+    names = sorted(items)
     if len(names) <= MAX_NAMED:
         return ", ".join(names)
     return f"{', '.join(names[:MAX_NAMED])} and {len(names) - MAX_NAMED} more"
+
+
+def consumers_named(ctx: Context, q: Queue) -> Named:
+    """Who consumes from a queue: the names their connections were given, their clients, their identities."""
+    consumers = ctx.known_consumers_of(q)
+    return Named(_few({c.connection_name for c in consumers if c.connection_name}),
+                 _few({c.client for c in consumers if c.client}),
+                 _few({c.identity or c.connection_name or f"channel {c.channel}" for c in consumers}))
 
 
 def rounded(v: float | None) -> float | None:

@@ -8,7 +8,11 @@ from ackscope.core.quantile import beyond_largest_bucket, histogram_quantile
 from ackscope.model.findings import Finding
 from ackscope.model.probes import TargetStats
 
-from .context import ACKS_GUIDE, RELIABILITY_GUIDE, Context, Rule
+from .context import ACKS_GUIDE, RELIABILITY_GUIDE, Context, Named, Rule
+
+
+# The probes' own findings are about a target, not one of its connections: named for a human only.
+PROBES = Named(identity="ackscope-probe")
 
 
 def _probe_labels(p: TargetStats) -> dict:
@@ -25,7 +29,7 @@ def _probe_latency(ctx: Context, rule: Rule) -> Iterator[Finding]:
             evidence, told = {"confirm_p99_seconds_above": p99}, f"more than {p99:g}s"
         else:
             evidence, told = {"confirm_p99_seconds": round(p99, 6)}, f"about {p99:.3g}s"
-        yield rule.finding("warning", "", f"probe {p.target}", "ackscope-probe", {**evidence, **_probe_labels(p)},
+        yield rule.finding("warning", "", f"probe {p.target}", PROBES, {**evidence, **_probe_labels(p)},
                            f"the probe's publisher waits {told} for 99% of its confirms on {p.queue_type} queue "
                            f"ackscope.probe.{p.target}.")
 
@@ -34,7 +38,7 @@ def _probe_lost(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for p in ctx.probes:
         lost = p.counters.get("lost", 0)
         if lost > 0:
-            yield rule.finding("critical" if p.persistent else "warning", "", f"probe {p.target}", "ackscope-probe",
+            yield rule.finding("critical" if p.persistent else "warning", "", f"probe {p.target}", PROBES,
                                {"lost": lost, "confirmed": p.counters.get("confirmed"), **_probe_labels(p)},
                                f"{lost:g} messages the broker confirmed were never delivered to the probe's "
                                "consumer within the loss deadline" + ("." if p.persistent else
@@ -46,7 +50,7 @@ def _probe_nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
         nacked = p.counters.get("nacked", 0)
         if nacked > 0:
             by_design = p.target == "reject-publish"
-            yield rule.finding("info" if by_design else "warning", "", f"probe {p.target}", "ackscope-probe",
+            yield rule.finding("info" if by_design else "warning", "", f"probe {p.target}", PROBES,
                                {"nacked": nacked, "published": p.counters.get("published"), **_probe_labels(p)},
                                f"the broker refused {nacked:g} of the probe's publishes with basic.nack" + (
                                    " (this target's queue rejects publishes when full, on purpose)." if by_design
@@ -57,7 +61,7 @@ def _probe_duplicates(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for p in ctx.probes:
         dups = p.counters.get("duplicates", 0)
         if dups > 0:
-            yield rule.finding("info", "", f"probe {p.target}", "ackscope-probe",
+            yield rule.finding("info", "", f"probe {p.target}", PROBES,
                                {"duplicates": dups, "republished": p.counters.get("republished"),
                                 **_probe_labels(p)},
                                f"the probe received {dups:g} messages twice: at-least-once delivery at work "
@@ -67,7 +71,7 @@ def _probe_duplicates(ctx: Context, rule: Rule) -> Iterator[Finding]:
 def _probe_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for p in ctx.probes:
         if not p.up:
-            yield rule.finding("warning", "", f"probe {p.target}", "ackscope-probe", _probe_labels(p),
+            yield rule.finding("warning", "", f"probe {p.target}", PROBES, _probe_labels(p),
                                f"the probe for ackscope.probe.{p.target} has no open publisher and consumer "
                                "channel: the broker is unreachable to it, refuses its login, or its queue "
                                "conflicts (see the exporter's log).")

@@ -46,7 +46,7 @@ def _no_consumers(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for q in ctx.snapshot.queues:
         if q.consumers == 0 and num(q.messages_ready) >= ctx.thresholds.no_consumers_backlog \
                 and not any(_gets(ctx, q)):  # a queue polled with basic.get is read: queue-polled judges it
-            yield rule.finding("warning", q.vhost, f"queue {q.name}", "",
+            yield rule.finding("warning", q.vhost, f"queue {q.name}", None,
                                {"ready": q.messages_ready, "consumers": 0},
                                f"{q.messages_ready} messages wait in {q.name} and nothing consumes from it.")
 
@@ -59,7 +59,7 @@ def _polled(ctx: Context, rule: Rule) -> Iterator[Finding]:
             continue
         ready, seconds, gets = num(q.messages_ready), ctx.window_seconds, num(with_ack) + num(no_ack)
         losing, behind = bool(no_ack), ready >= t.no_consumers_backlog
-        yield rule.finding("warning" if losing or behind else "info", q.vhost, f"queue {q.name}", "",
+        yield rule.finding("warning" if losing or behind else "info", q.vhost, f"queue {q.name}", None,
                            {"gets_with_ack": with_ack, "gets_without_ack": no_ack, "ready": ready,
                             "get_rate": rounded(gets / seconds), "window_seconds": rounded(seconds)},
                            f"{q.name} has no consumer and is read by polling with basic.get "

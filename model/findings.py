@@ -14,14 +14,17 @@ class Finding:
     severity: str  # info | warning | critical
     vhost: str
     object: str  # the queue, channel, connection or node it is about
-    connection_name: str  # the client's own name for the culprit's connection, or ""
+    connection_name: str  # the name the culprit's connection was given (the broker's user_provided_name), or ""
     evidence: dict[str, Any] = field(default_factory=dict)
     explanation: str = ""
     remedy: str = ""
     since: float | None = None  # unix time it was first seen, in an unbroken run of polls (see Onset)
-    # Who the culprit is for a human: the connection name, or, for a client that gives none, what it runs,
-    # from where and as whom (Connection.identity); for a queue, its consumers' clients.
+    # What the culprit runs: its client library and version (Connection.client), or ""; for a queue, its
+    # consumers'. A label: unlike the identity, it does not change when the client reconnects.
     client: str = ""
+    # Who the culprit is for a human: its connection name, or, for a client that gives none, what it runs, from
+    # where and as whom (Connection.identity); for a queue, its consumers'. In the text and JSON, never a label.
+    identity: str = ""
 
     @property
     def rank(self) -> int:
@@ -30,7 +33,7 @@ class Finding:
     @property
     def culprit(self) -> str:
         """How a human names it: the object, and the client that owns it when there is one."""
-        who = self.client or self.connection_name
+        who = self.identity or self.connection_name or self.client
         return f"{self.object} ({who})" if who else self.object
 
     def to_json(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ def pid_key(pid: str) -> str | None:
 class ConnectionInfo:
     name: str
     user: str
-    connection_name: str  # the client's own, from client_properties
+    connection_name: str  # the name the broker took (client_properties.given_name), or ""
     client: str | None  # product and version
     heartbeat_seconds: int | None
     state: str | None
@@ -55,20 +55,19 @@ class Enrichment:
     connections: dict[str, ConnectionInfo]  # by the connection's name
 
 
-def _properties(raw) -> dict:
-    """client_properties as the CLI's JSON writes them: [[key, type, value], ...]."""
-    if isinstance(raw, dict):
-        return raw
-    return {p[0]: p[2] for p in raw or () if isinstance(p, list) and len(p) == 3}
+def _typed(raw) -> list:
+    """client_properties as the CLI's JSON writes them: [[key, type, value], ...] (3.10 and 4.3 alike)."""
+    return [p for p in raw if isinstance(p, list) and len(p) == 3] if isinstance(raw, list) else []
 
 
 def parse(channels_json: str, connections_json: str) -> Enrichment:
     """Pure: the two listings, joined (ValueError when they are not the CLI's JSON)."""
     conns, by_pid = {}, {}
     for c in json.loads(connections_json or "[]"):
-        props = _properties(c.get("client_properties"))
+        typed = _typed(c.get("client_properties"))
+        props = {p[0]: p[2] for p in typed}
         info = ConnectionInfo(str(c.get("name", "")), str(c.get("user", "")),
-                              client_properties.connection_name(props), client_properties.client(props),
+                              client_properties.given_name(typed), client_properties.client(props),
                               c.get("timeout") if isinstance(c.get("timeout"), int) else None,
                               c.get("state") if isinstance(c.get("state"), str) else None)
         conns[info.name] = info

@@ -46,7 +46,7 @@ def test_a_quorum_queue_that_lost_a_member_is_degraded_and_one_without_a_majorit
     [n] = found(s, "quorum-queue-no-quorum")
     assert (n.severity, n.object, n.evidence["online"], n.evidence["missing"]) == \
         ("critical", "queue payments", [A], [B, C])
-    assert n.client  # its consumers are named, the clients that get nothing
+    assert n.identity  # its consumers are named, the clients that get nothing
 
 
 def test_a_five_member_quorum_queue_with_three_online_still_has_its_quorum():

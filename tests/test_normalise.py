@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ackscope.sources import Selection
+from ackscope.sources import Selection, cli
 from ackscope.sources.management import normalise
 from ackscope.sources.management.normalise import MalformedResponse
 
@@ -196,3 +196,17 @@ def test_the_plugins_place_is_read_from_the_listeners_per_node():
         "rabbit@c": "https://c:15691"}
     assert plugin_urls({"listeners": "nonsense"}, "http://h:15672") == {}
     assert default_url("https://[::1]:15671") == "https://[::1]:15692"
+
+
+VOID_NAME = Path(__file__).parent / "data" / "void-connection-name"  # recorded from 3.10.8: void, long string, number
+
+
+def test_a_connection_is_named_only_by_the_name_the_broker_took():
+    # A void connection_name is shown as "undefined" in client_properties, a number as a number; the broker
+    # took neither as a name (no user_provided_name), so neither is one. Recorded from a real node.
+    connections = [normalise.connection(c) for c in json.loads((VOID_NAME / "connections.json").read_text())]
+    assert sorted(c.connection_name for c in connections) == ["", "", "billing"]
+    assert all(c.identity.startswith("Pika Python Client Library 1.4.4 from 127.0.0.1:")
+               for c in connections if not c.connection_name)
+    enrichment = cli.parse("[]", (VOID_NAME / "cli_list_connections.json").read_text())
+    assert sorted(c.connection_name for c in enrichment.connections.values()) == ["", "", "billing"]

@@ -43,7 +43,7 @@ def watching(broker, vhost, start_exporter):
 
 class Clients:
     """Client processes, each given the vhost's URL in its environment (never on its command line),
-    stopped with SIGTERM when the block ends; a process that exits early fails the test with its stderr."""
+    stopped with SIGTERM when the `with` block ends; a process that exits early fails the test with its stderr."""
 
     def __init__(self, url: str, workdir: Path):
         self.env = {**os.environ, "AMQP_URL": url, "PYTHONPATH": str(CLIENTS)}
@@ -82,6 +82,12 @@ class Clients:
                 err = (self.workdir / f"{i}.err").read_text()[-2000:]
                 pytest.fail(f"{' '.join(argv)} exited with {process.returncode}: {err}")
 
+    def __enter__(self) -> Clients:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
     def stop(self) -> None:
         for _argv, process in self.running:
             if process.poll() is None:
@@ -96,11 +102,8 @@ class Clients:
 
 @pytest.fixture
 def processes(broker, vhost, tmp_path) -> Iterator[Clients]:
-    running = Clients(broker.amqp_url(vhost), tmp_path)
-    try:
+    with Clients(broker.amqp_url(vhost), tmp_path) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def _findings(exporter) -> list[dict]:

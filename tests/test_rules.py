@@ -101,12 +101,15 @@ def test_queue_findings_name_the_clients_that_consume_from_the_queue():
         after = snapshot(1010.0, queues=[queue(message_stats=stats(deliver_get=100, redeliver=90))],
                          consumers=list(consumers))
         [f] = _only(Context(after, before), "requeue-loop")
-        return f.connection_name
-    assert looping(consumer(connection_name="billing")) == "billing"
-    assert looping(consumer(connection_name=""), consumer(connection_name="billing")) == "billing, channel ch 1"
+        return f.connection_name, f.client, f.identity
+    assert looping(consumer(connection_name="billing", client="Pika 1.4.4")) == ("billing", "Pika 1.4.4", "billing")
+    # The label holds only the names the clients gave; the identity names the unnamed one too.
+    unnamed = consumer(connection_name="", client="py-amqp 5.4.2", identity="py-amqp 5.4.2 from 10.0.0.9:4242 as app")
+    assert looping(unnamed, consumer(connection_name="billing")) == \
+        ("billing", "py-amqp 5.4.2", "billing, py-amqp 5.4.2 from 10.0.0.9:4242 as app")
     many = [consumer(connection_name=f"worker-{i}") for i in range(5)]
-    assert looping(*many) == "worker-0, worker-1, worker-2 and 2 more"
-    assert looping() == ""  # nobody consumes now
+    assert looping(*many)[0] == "worker-0, worker-1, worker-2 and 2 more"
+    assert looping() == ("", "", "")  # nobody consumes now
 
 
 def test_publishers_without_confirms_and_transactional_ones_are_told_apart():
@@ -350,8 +353,10 @@ def test_an_unnamed_client_is_named_by_its_library_address_and_user():
                             consumers=[consumer(connection=conn.name, connection_name="", prefetch_count=1)]))
     found = {f.rule: f for f in evaluate(Context(s, s))}
     who = "py-amqp 5.4.2 from 10.0.3.7:51234 as celery"
-    assert found["heartbeat-disabled"].client == found["prefetch-one"].client == who
-    assert found["prefetch-one"].connection_name == "" and found["prefetch-one"].culprit == f"channel ch 1 ({who})"
+    assert found["heartbeat-disabled"].identity == found["prefetch-one"].identity == who
+    # The labels keep their word: no name given, and the library, which does not change at a reconnect.
+    assert found["prefetch-one"].connection_name == "" and found["prefetch-one"].client == "py-amqp 5.4.2"
+    assert found["prefetch-one"].culprit == f"channel ch 1 ({who})"
     # A named client keeps its name.
     assert replace(conn, connection_name="billing").identity == "billing"
 
@@ -363,4 +368,4 @@ def test_a_queue_finding_names_the_consumers_of_the_poll_before_when_this_one_li
                       consumers=[consumer("jobs", connection_name="",
                                           identity="aiormq 6.9.4 from 10.0.0.9:4242 as app")])
     [f] = _only(Context(snapshot(queues=[q]), before), "requeue-loop")
-    assert f.client == "aiormq 6.9.4 from 10.0.0.9:4242 as app"
+    assert f.identity == "aiormq 6.9.4 from 10.0.0.9:4242 as app"

@@ -341,11 +341,8 @@ def test_no_confirmed_persistent_message_is_lost_across_kill_9_and_restart(relea
 # -- real clients ----------------------------------------------------------------------------------------
 @pytest.fixture
 def release_clients(release_broker, release_vhost, tmp_path) -> Iterator[Clients]:
-    running = Clients(release_broker.amqp_url(release_vhost), tmp_path)
-    try:
+    with Clients(release_broker.amqp_url(release_vhost), tmp_path) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

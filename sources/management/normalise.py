@@ -189,7 +189,7 @@ def connection(raw: dict) -> Connection:
         name=str(raw.get("name", "")),
         vhost=str(raw.get("vhost", "")),
         user=str(raw.get("user", "")),
-        connection_name=_str(raw.get("user_provided_name")) or client_properties.connection_name(props),
+        connection_name=_str(raw.get("user_provided_name")) or "",  # the name the broker took: see client_properties
         heartbeat_seconds=_int(raw.get("timeout")),
         state=_str(raw.get("state")),
         node=_str(raw.get("node")),
