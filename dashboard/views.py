@@ -22,7 +22,7 @@ def findings(items: list[dict[str, Any]], min_severity: str = "info", now: float
     now = time.time() if now is None else now
     keep = [f for f in items if SEVERITY_ORDER.get(f["severity"], 3) <= SEVERITY_ORDER[min_severity]]
     rows = [{"severity": f["severity"], "rule": f["rule"],
-             "culprit": f"{who} · {f['object']}" if (who := f.get("client") or f.get("connection_name"))
+             "culprit": f"{who} · {f['object']}" if (who := f.get("identity") or f.get("connection_name"))
              else f["object"],
              "since": None if f.get("since") is None else
              datetime.fromtimestamp(f["since"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),

@@ -43,7 +43,8 @@ SNAPSHOT = {
 
 def test_findings_come_worst_first_with_the_client_named_in_the_culprit():
     items = [{"rule": "prefetch-one", "severity": "info", "vhost": "/", "object": "channel c4", "connection_name": "",
-              "client": "amqplib 0.10.9 from 10.0.3.7:51234 as app", "evidence": {}, "remedy": "raise it"},
+              "client": "amqplib 0.10.9",
+              "identity": "amqplib 0.10.9 from 10.0.3.7:51234 as app", "evidence": {}, "remedy": "raise it"},
              {"rule": "probe-message-lost", "severity": "critical", "vhost": "/", "object": "probe quorum",
               "connection_name": "", "evidence": {"lost": 3}, "remedy": "check the disk", "since": 1_795_000_000},
              {"rule": "prefetch-unlimited", "severity": "warning", "vhost": "/", "object": "channel c2",
