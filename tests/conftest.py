@@ -234,7 +234,8 @@ SERVICE_OF_FIXTURE = {
 def pytest_collection_modifyitems(items):
     for item in items:
         services = {SERVICE_OF_FIXTURE[f] for f in getattr(item, "fixturenames", ()) if f in SERVICE_OF_FIXTURE}
-        for service in sorted(services) or ["unit"]:
+        # A thorough test is a tier of its own: service-free, but too slow for the loop run after every edit.
+        for service in sorted(services) or ([] if item.get_closest_marker("thorough") else ["unit"]):
             item.add_marker(service)
 
 

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# Service-free but slow (see the `thorough` marker in pyproject.toml): CI runs them, the fast loop does not.
+pytestmark = pytest.mark.thorough
+
 ROOT = Path(__file__).resolve().parent.parent
 LINT = ROOT / "scripts" / "lint-imports.sh"
 

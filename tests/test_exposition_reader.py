@@ -26,6 +26,7 @@ def by_library(text: str) -> dict:
     return out
 
 
+@pytest.mark.thorough  # 300 cases
 @settings(max_examples=300, deadline=None)
 @given(families())
 def test_reads_what_prometheus_clients_parser_reads_on_any_exposition_it_writes(fams):

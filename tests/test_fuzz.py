@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -31,6 +31,9 @@ from ackscope.pipeline.inputs import check_footer, physical_types
 from ackscope.sources.management import normalise
 from ackscope.sources.management.normalise import COLUMNS, MalformedResponse
 from ackscope.sources.prometheus_plugin.exposition import MalformedExposition, read_samples
+
+# Service-free but slow (see the `thorough` marker in pyproject.toml): CI runs them, the fast loop does not.
+pytestmark = pytest.mark.thorough
 
 NAMES = st.text(st.characters(min_codepoint=0, blacklist_categories=("Cs",)), max_size=40)
 SCALARS = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True, allow_infinity=True)

@@ -69,6 +69,7 @@ def test_a_server_that_keeps_closing_is_one_connection_error_not_a_retry_storm()
         assert raised.value.reason == "connection" and len(connections) == 2
 
 
+@pytest.mark.thorough  # waits out a slow answer: seconds
 def test_a_whole_list_may_take_until_the_deadline_where_one_request_may_not():
     def answer(n: int, conn: socket.socket) -> None:
         conn.recv(65536)
@@ -112,6 +113,7 @@ def test_a_large_list_cut_short_or_garbled_is_a_malformed_answer(tail):
         assert raised.value.reason == "malformed"
 
 
+@pytest.mark.thorough  # 300 cases
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
                              lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=8)),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 # Four rounds of four threads, each allocating 60 MB in 1 kB blocks (malloc's, not pymalloc's) and keeping
 # one block in a hundred: a poll's new records scattered among its garbage.
 CHURN = """
@@ -36,6 +38,7 @@ def rss_after_churn(mode: str) -> int:
     return int(done.stdout)
 
 
+@pytest.mark.thorough  # threads churning memory in a process of its own
 def test_threads_churning_memory_leave_the_rss_at_what_is_held_with_one_arena_and_trim():
     plain, bounded = rss_after_churn("plain"), rss_after_churn("bounded")
     # Measured here: 268 MiB plain, 59 MiB bounded; what is held is 2.4 MB of blocks and the interpreter.

@@ -9,6 +9,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from generated_families import Fixed, families, written_by_library
 from hypothesis import given, settings
 from snapshot_builders import recorded_plugin_snapshot
@@ -62,6 +63,7 @@ def test_writes_what_generate_latest_writes_for_every_collector_from_the_plugin(
     assert text(collectors) == written_by_library(collectors)
 
 
+@pytest.mark.thorough  # 300 cases
 @settings(max_examples=300, deadline=None)
 @given(families())
 def test_writes_what_generate_latest_writes_for_any_family_of_the_types_we_use(fams):
