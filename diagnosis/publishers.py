@@ -33,16 +33,27 @@ def publishes_at_stake(ctx: Context, ch: Channel) -> tuple[bool, float | None]:
 
 
 def _without_confirms(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    # Where the source cannot tell a transactional channel (the Prometheus plugin alone: it shows a transaction
+    # only while one holds uncommitted messages), a channel that publishes and is never confirmed either runs
+    # without confirms or in transactions: both are findings, so it is named, and the evidence says which it
+    # may be rather than stay silent on the most common delivery mistake.
+    untold = CHANNEL_TRANSACTIONAL in ctx.snapshot.unreported
     for ch in ctx.snapshot.channels:
-        if _publishing(ch) and ch.confirm is False and ch.transactional is False:
+        if _publishing(ch) and ch.confirm is False and (ch.transactional is False or
+                                                        untold and ch.transactional is None):
             stake, rate = publishes_at_stake(ctx, ch)
+            maybe = ch.transactional is None
             yield rule.finding("warning" if stake else "info", ch.vhost, f"channel {ch.name}", ch,
                                _touching(ch, published=ch.message_stats.publish, confirm=False,
+                                         **({"transactional": "unknown: the source cannot tell; --cli settles it"}
+                                            if maybe else {}),
                                          publish_rate=rounded(rate), window_seconds=rounded(ctx.window_seconds)),
                                f"the channel has published {ch.message_stats.publish} messages without publisher "
                                "confirms: nothing tells it whether the broker took them (at-most-once)" + (
                                    "." if stake else f"; it publishes little (under "
-                                   f"{ctx.thresholds.publish_rate_at_stake:g}/s lately), so this is info."))
+                                   f"{ctx.thresholds.publish_rate_at_stake:g}/s lately), so this is info.") + (
+                                   " It may instead publish in transactions, which the broker's Prometheus plugin "
+                                   "does not tell apart (the broker's CLI does: --cli)." if maybe else ""))
 
 
 def _transactional(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -140,10 +151,12 @@ def _unroutable(stat: str, what: str):
 
 RULES: tuple[Rule, ...] = (
     Rule("publisher-without-confirms", "A channel publishing without confirms and not transactional: "
-         "at-most-once; info when it publishes under publish_rate_at_stake over the window.",
+         "at-most-once; info when it publishes under publish_rate_at_stake over the window. Where the source "
+         "cannot tell a transactional channel (the Prometheus plugin alone), a channel never confirmed is named "
+         "all the same, its evidence saying it may be transactional.",
          f"Enable publisher confirms and handle them asynchronously; see {ACKS_GUIDE}, "
          "'Publisher Confirms'.",
-         _without_confirms, needs=(CHANNELS, CHANNEL_TRANSACTIONAL)),
+         _without_confirms, needs=(CHANNELS,)),
     Rule("transactional-publisher", "A transactional channel publishing.", "Use publisher confirms instead of "
          f"transactions; see {ACKS_GUIDE}, 'Publisher Confirms'.",
          _transactional, needs=(CHANNELS, CHANNEL_TRANSACTIONAL)),

@@ -69,12 +69,24 @@ def test_the_rules_name_the_saturated_channel_by_its_process_id(snapshot):
 def test_rules_whose_facts_the_plugin_lacks_say_not_evaluated_instead_of_staying_silent(snapshot):
     verdict = diagnose(Context(snapshot))
     assert {n.rule: n.needs for n in verdict.not_evaluated} == {
-        "publisher-without-confirms": ("the channel's transactional flag",),
         "transactional-publisher": ("the channel's transactional flag",),
         "transient-in-durable-queue": ("the queue's count of persistent messages",),
         "heartbeat-disabled": ("the connection's heartbeat",),
         "connection-blocked": ("the connection's state (blocked, flow)",)}
     assert not {f.rule for f in verdict.findings} & {n.rule for n in verdict.not_evaluated}
+
+
+def test_with_the_plugin_alone_a_channel_never_confirmed_is_named_as_maybe_transactional(snapshot):
+    found = {f.object: f for f in evaluate(Context(snapshot)) if f.rule == "publisher-without-confirms"}
+    unsafe = found["channel <0.813.0>"]  # published 60, never confirmed
+    assert unsafe.evidence["published"] == 60 and "--cli" in unsafe.evidence["transactional"]
+    assert "transactions" in unsafe.explanation
+    assert "channel <0.823.0>" not in found  # it is confirmed
+    # The CLI settles it: not transactional, so without confirms, and no doubt said.
+    cli = parse_cli((DATA / "cli_list_channels.json").read_text(), (DATA / "cli_list_connections.json").read_text())
+    settled = {f.object: f for f in evaluate(Context(plugin.enrich(snapshot, cli)))
+               if f.rule == "publisher-without-confirms"}
+    assert "transactional" not in settled["channel <0.813.0>"].evidence
 
 
 def test_the_cli_names_each_channels_client_and_settles_its_transactional_flag(snapshot):

@@ -41,8 +41,9 @@ def cli_beside(broker) -> list[str]:
 
 # Every scenario of a rule (the blocked publisher needs an alarm: the alarm test below), all at once.
 SCENARIO_RULES = [s for s in SCENARIOS if s.rule and s.rule != "connection-blocked"]
-# What the plugin alone cannot give these rules; with --cli only the persistent counts stay out of reach.
-NEED_THE_CLI = {"publisher-without-confirms", "transactional-publisher", "heartbeat-disabled"}
+# What the plugin alone cannot give these rules; with --cli only the persistent counts stay out of reach. (A
+# publisher without confirms is named on the plugin alone, as maybe transactional: its own test below.)
+NEED_THE_CLI = {"transactional-publisher", "heartbeat-disabled"}
 NOT_AVAILABLE = {"transient-in-durable-queue"}
 
 
@@ -91,6 +92,9 @@ def test_every_rule_the_data_allows_fires_on_its_culprit_named_by_what_it_touche
         channel_findings = [f for f in doc["findings"] if f["object"].startswith("channel <")]
         assert channel_findings and all(f["evidence"].get("queues") or f["evidence"].get("exchanges")
                                         or f["evidence"].get("queue") for f in channel_findings)
+        # The unsafe publisher is named on the plugin alone, with the doubt the plugin leaves said.
+        unsafe = [f for f in doc["findings"] if f["rule"] == "publisher-without-confirms" and on_its_culprit(f)]
+        assert unsafe and all("--cli" in f["evidence"]["transactional"] for f in unsafe)
 
 
 def test_the_management_api_refuses_channels_with_its_reason_when_statistics_are_off(statsoff_broker):
@@ -112,7 +116,7 @@ def test_exporter_reads_the_plugin_and_finds_the_saturated_and_the_hoarding_cons
             s = wait_for_sample(exporter, "ackscope_up", 1)
     assert value(s, "ackscope_source_info", source="prometheus") == 1
     # What the plugin cannot say is said, in the metrics and the JSON, never left as a silent "healthy".
-    assert value(s, "ackscope_rule_not_evaluated", rule="publisher-without-confirms") == 1
+    assert value(s, "ackscope_rule_not_evaluated", rule="transactional-publisher") == 1
     document = requests.get(exporter.url + "/api/findings", timeout=5).json()
     assert {"rule": "heartbeat-disabled", "needs": ["the connection's heartbeat"]} in document["not_evaluated"]
     saturated = found["prefetch-saturated"]
@@ -140,7 +144,7 @@ def test_diagnose_reports_findings_not_unreachable_when_statistics_are_off(stats
         done = wait_for(diagnosed, timeout=60, what="ackscope diagnose to find the saturated consumer")
     assert done.returncode == 1, done.stderr  # a warning: not 3, "cannot read"
     report = json.loads(done.stdout)
-    assert "publisher-without-confirms" in {n["rule"] for n in report["not_evaluated"]}
+    assert "transactional-publisher" in {n["rule"] for n in report["not_evaluated"]}
     assert "Traceback" not in done.stderr
 
 
@@ -304,7 +308,7 @@ def test_the_dashboard_names_its_source_the_rules_it_cannot_run_and_channels_by_
     assert any("read from the broker's Prometheus plugin (management statistics off)" in c.value
                for c in app.caption), [c.value for c in app.caption]
     said = " ".join(i.value for i in app.info).replace("\\", "")  # without markdown's escapes
-    assert "publisher-without-confirms" in said and "transactional flag" in said, said
+    assert "transactional-publisher" in said and "transactional flag" in said, said
     saturated = next(row for row in markdown_table(app, "client") if row["queues"] == f"{PREFIX}prefetch-saturated")
     assert saturated["channel"].startswith("<0.") and saturated["unacked"] == saturated["prefetch limit"] == "10"
 
