@@ -5,6 +5,7 @@ library, address and user; the healthy configurations raise nothing at warning o
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import selectors
@@ -195,6 +196,34 @@ def test_celery_task_that_rejects_with_requeue_is_a_requeue_loop_naming_the_work
 def test_aio_pika_process_with_requeue_on_a_failing_handler_is_a_requeue_loop(broker, vhost, watching, processes):
     processes.start(sys.executable, "aio_pika_client.py", "process-requeue", "jobs")
     fires(watching, processes, "requeue-loop", "queue jobs", "aiormq")
+
+
+def test_a_named_and_an_unnamed_client_on_one_queue_keep_their_names_and_no_name_is_invented(broker, vhost, watching,
+                                                                                            processes):
+    # Two consumers failing every message on one queue: aio-pika named as its documentation names a connection,
+    # and amqplib sending its connection_name void (null), which the management API shows as "undefined".
+    processes.start(sys.executable, "aio_pika_client.py", "process-requeue", "jobs",
+                    env={"CONNECTION_NAME": "billing-worker"})
+    processes.start(shutil.which("node") or "node", str(NODE_CLIENT), "nack-requeue", "jobs",
+                    env={"VOID_CONNECTION_NAME": "1"})
+    void = wait_for(lambda: next((c for c in broker.api("GET", f"/vhosts/{vhost}/connections").json()
+                                  if c["client_properties"].get("connection_name") == "undefined"), None), 30,
+                    "amqplib's void name shown as 'undefined'")
+    assert "user_provided_name" not in void  # the broker took no name from it
+
+    def looping():
+        processes.check()
+        return next((f for f in _findings(watching) if f["rule"] == "requeue-loop" and f["object"] == "queue jobs"
+                     and "billing-worker" in f["identity"] and identity("amqplib").search(f["identity"])), None)
+    f = wait_for(looping, 60, "requeue-loop on queue jobs naming both consumers")
+    # The label holds the one name given; the identity names the other by library, address and user.
+    assert f["connection_name"] == "billing-worker" and "amqplib" in f["client"] and "aiormq" in f["client"]
+    samples = scrape(watching)
+    names = {labels["connection_name"] for family in samples.values() for labels, _ in family
+             if labels.get("vhost") == vhost and "connection_name" in labels}
+    assert names == {"billing-worker", ""}, names
+    assert "undefined" not in requests.get(watching.url + "/metrics", timeout=5).text
+    assert "undefined" not in json.dumps(_findings(watching))
 
 
 def test_aio_pika_default_confirming_publisher_and_consumer_raise_nothing(broker, vhost, watching, processes):

@@ -1,4 +1,5 @@
 """aio-pika as its documentation shows it, with no connection name: one behaviour per run, until killed.
+With CONNECTION_NAME set, the connection is named as aio-pika's documentation names one: the URL's `name`.
 
     AMQP_URL=amqp://... python aio_pika_client.py <mode> <queue>
       process-requeue      a prefetch-10 consumer whose handler fails inside message.process(requeue=True)
@@ -14,10 +15,14 @@ import signal
 import sys
 
 import aio_pika
+import yarl
 
 
 async def main(mode: str, queue_name: str) -> None:
-    connection = await aio_pika.connect_robust(os.environ["AMQP_URL"])
+    url = yarl.URL(os.environ["AMQP_URL"])
+    if "CONNECTION_NAME" in os.environ:
+        url = url.update_query(name=os.environ["CONNECTION_NAME"])
+    connection = await aio_pika.connect_robust(url)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with connection:

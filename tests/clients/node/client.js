@@ -1,10 +1,13 @@
 // amqplib as its documentation shows it, with no connection name: one behaviour per run, until killed.
+// With VOID_CONNECTION_NAME set, clientProperties.connection_name is null, which amqplib sends as a void
+// field (what `connection_name: config.name` sends when the configuration has none).
 // Usage: AMQP_URL=amqp://... node client.js <mode> <queue>
 //   unlimited        a manual-ack consumer without prefetch that never acks
 //   two-consumers    prefetch(10) (per consumer) and two consumers on one channel: one on <queue> that
 //                    never acks, one on <queue>.quiet that acks at once
 //   plain-publisher  publishes 5 a second without confirms
 //   confirm-publisher publishes 5 a second on a confirm channel, and a prefetch-50 consumer acks them
+//   nack-requeue     a prefetch-10 consumer that nacks every message with requeue
 'use strict';
 const amqp = require('amqplib');
 
@@ -15,7 +18,8 @@ function every(ms, fn) { setInterval(() => { fn().catch(fail); }, ms); }
 function fail(err) { console.error(`${mode}: ${err.message}`); process.exit(1); }
 
 async function main() {
-  const conn = await amqp.connect(process.env.AMQP_URL);
+  const named = process.env.VOID_CONNECTION_NAME ? { clientProperties: { connection_name: null } } : {};
+  const conn = await amqp.connect(process.env.AMQP_URL, named);
   process.on('SIGTERM', () => conn.close().finally(() => process.exit(0)));
   if (mode === 'unlimited') {
     const ch = await conn.createChannel();
@@ -42,6 +46,11 @@ async function main() {
       pub.sendToQueue(queue, Buffer.from('order'), { persistent: true });
       await pub.waitForConfirms();
     });
+  } else if (mode === 'nack-requeue') {
+    const ch = await conn.createChannel();
+    await ch.assertQueue(queue, QUEUE_ARGS);
+    await ch.prefetch(10);
+    await ch.consume(queue, (msg) => ch.nack(msg, false, true), { noAck: false });
   } else {
     fail(new Error('unknown mode'));
   }
