@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ackscope.model.findings import Finding
 from ackscope.model.probes import TargetStats
-from ackscope.model.snapshot import DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Queue, Snapshot
+from ackscope.model.snapshot import DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Exchange, Queue, Snapshot
 
 from .thresholds import Thresholds
 
@@ -50,6 +50,7 @@ class Context:
         object.__setattr__(self, "_start", start)
         object.__setattr__(self, "_start_queues", {(q.vhost, q.name): q for q in start.queues} if start else {})
         object.__setattr__(self, "_start_channels", {c.name: c for c in start.channels} if start else {})
+        object.__setattr__(self, "_start_exchanges", {(x.vhost, x.name): x for x in start.exchanges} if start else {})
 
     def queue(self, vhost: str, name: str) -> Queue | None:
         return self._queues.get((vhost, name))
@@ -117,12 +118,14 @@ class Context:
             return None
         return self.snapshot.taken_at - self._start.taken_at
 
-    def at_window_start(self, record: Channel | Queue) -> Channel | Queue | None:
+    def at_window_start(self, record: Channel | Queue | Exchange) -> Channel | Queue | Exchange | None:
         if isinstance(record, Queue):
             return self._start_queues.get((record.vhost, record.name))
+        if isinstance(record, Exchange):
+            return self._start_exchanges.get((record.vhost, record.name))
         return self._start_channels.get(record.name)
 
-    def over_window(self, record: Channel | Queue, stat: str) -> int | None:
+    def over_window(self, record: Channel | Queue | Exchange, stat: str) -> int | None:
         """How much one of a channel's or queue's counters grew over the window: since the window's first
         snapshot, or since the object appeared within it. None on the first poll or where it is unreported."""
         now = getattr(record.message_stats, stat)
@@ -131,7 +134,7 @@ class Context:
         then = self.at_window_start(record)
         return max(0, now - num(getattr(then.message_stats, stat) if then is not None else 0))
 
-    def window_rate(self, record: Channel | Queue, stat: str) -> float | None:
+    def window_rate(self, record: Channel | Queue | Exchange, stat: str) -> float | None:
         """Per second over the window (see over_window)."""
         change = self.over_window(record, stat)
         return None if change is None else change / self.window_seconds
@@ -182,8 +185,9 @@ class Named:
     identity: str = ""
 
 
-def _few(items: set[str]) -> str:
-    names = sorted(items)
+def few(items: Iterable[str]) -> str:
+    """The first few of some names, sorted, and a count of the rest."""
+    names = sorted(set(items))
     if len(names) <= MAX_NAMED:
         return ", ".join(names)
     return f"{', '.join(names[:MAX_NAMED])} and {len(names) - MAX_NAMED} more"
@@ -192,9 +196,9 @@ def _few(items: set[str]) -> str:
 def consumers_named(ctx: Context, q: Queue) -> Named:
     """Who consumes from a queue: the names their connections were given, their clients, their identities."""
     consumers = ctx.known_consumers_of(q)
-    return Named(_few({c.connection_name for c in consumers if c.connection_name}),
-                 _few({c.client for c in consumers if c.client}),
-                 _few({c.identity or c.connection_name or f"channel {c.channel}" for c in consumers}))
+    return Named(few({c.connection_name for c in consumers if c.connection_name}),
+                 few({c.client for c in consumers if c.client}),
+                 few({c.identity or c.connection_name or f"channel {c.channel}" for c in consumers}))
 
 
 def rounded(v: float | None) -> float | None:

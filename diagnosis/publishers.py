@@ -8,6 +8,7 @@ from ackscope.model.findings import Finding
 from ackscope.model.snapshot import CHANNEL_TRANSACTIONAL, CHANNELS, Channel
 
 from .context import ACKS_GUIDE, RELIABILITY_GUIDE, Context, Rule, num, rounded
+from .stakes import Stakes, judge
 
 
 def _touching(ch: Channel, **evidence) -> dict:
@@ -24,12 +25,25 @@ def _publishing(ch: Channel) -> bool:
     return num(ch.message_stats.publish) > 0
 
 
-def publishes_at_stake(ctx: Context, ch: Channel) -> tuple[bool, float | None]:
-    """Whether a channel publishes enough over the window for its way of publishing to matter, and at what
-    rate: a framework's control traffic (Celery's events and pidbox replies, a few small messages a minute)
-    is not the same warning as an application's stream of orders."""
-    rate = ctx.window_rate(ch, "publish")
-    return rate is not None and rate >= ctx.thresholds.publish_rate_at_stake, rate
+def publishes_at_stake(ctx: Context, ch: Channel) -> tuple[bool, Stakes, float | None]:
+    """Whether a channel's way of publishing matters, with the stakes that decided it and its rate over the
+    window: messages into a queue that keeps them matter at any rate; plumbing (a framework's events and replies
+    into exclusive or auto-delete queues, one start-up message) does not; where the source cannot tell, a rate
+    of publish_rate_at_stake or more does."""
+    stakes, rate = judge(ctx, ch), ctx.window_rate(ch, "publish")
+    if stakes.at_stake is not None:
+        return stakes.at_stake, stakes, rate
+    return rate is not None and rate >= ctx.thresholds.publish_rate_at_stake, stakes, rate
+
+
+def _stakes_said(ctx: Context, stake: bool, stakes: Stakes) -> str:
+    if stakes.at_stake is True:
+        return f" It is at stake: {stakes.why}."
+    if stakes.at_stake is False:
+        return f" Nothing is at stake, so this is info: {stakes.why}."
+    return (f" {stakes.why[0].upper()}{stakes.why[1:]}; it publishes "
+            + (f"{ctx.thresholds.publish_rate_at_stake:g}/s or more lately, so this is a warning." if stake else
+               f"under {ctx.thresholds.publish_rate_at_stake:g}/s lately, so this is info."))
 
 
 def _without_confirms(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -41,17 +55,17 @@ def _without_confirms(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
         if _publishing(ch) and ch.confirm is False and (ch.transactional is False or
                                                         untold and ch.transactional is None):
-            stake, rate = publishes_at_stake(ctx, ch)
+            stake, stakes, rate = publishes_at_stake(ctx, ch)
             maybe = ch.transactional is None
             yield rule.finding("warning" if stake else "info", ch.vhost, f"channel {ch.name}", ch,
                                _touching(ch, published=ch.message_stats.publish, confirm=False,
                                          **({"transactional": "unknown: the source cannot tell; --cli settles it"}
                                             if maybe else {}),
-                                         publish_rate=rounded(rate), window_seconds=rounded(ctx.window_seconds)),
+                                         publish_rate=rounded(rate), window_seconds=rounded(ctx.window_seconds),
+                                         stakes=stakes.why, **stakes.evidence),
                                f"the channel has published {ch.message_stats.publish} messages without publisher "
-                               "confirms: nothing tells it whether the broker took them (at-most-once)" + (
-                                   "." if stake else f"; it publishes little (under "
-                                   f"{ctx.thresholds.publish_rate_at_stake:g}/s lately), so this is info.") + (
+                               "confirms: nothing tells it whether the broker took them (at-most-once)."
+                               + _stakes_said(ctx, stake, stakes) + (
                                    " It may instead publish in transactions, which the broker's Prometheus plugin "
                                    "does not tell apart (the broker's CLI does: --cli)." if maybe else ""))
 
@@ -59,11 +73,16 @@ def _without_confirms(ctx: Context, rule: Rule) -> Iterator[Finding]:
 def _transactional(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
         if _publishing(ch) and ch.transactional is True:
-            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
-                               _touching(ch, published=ch.message_stats.publish, transactional=True),
+            stake, stakes, _rate = publishes_at_stake(ctx, ch)
+            # A transaction's cost matters where its messages do; a framework's plumbing in transactions is info.
+            yield rule.finding("info" if stakes.at_stake is False else "warning", ch.vhost, f"channel {ch.name}",
+                               ch, _touching(ch, published=ch.message_stats.publish, transactional=True,
+                                             stakes=stakes.why, **stakes.evidence),
                                "the channel publishes in AMQP transactions, which cost a round trip (and on "
                                "slow disks an fsync) per commit: the guide puts them at about 250x slower than "
-                               "confirms ('ackscope bench confirms' measures it on this broker).")
+                               "confirms ('ackscope bench confirms' measures it on this broker)."
+                               + (f" Nothing is at stake, so this is info: {stakes.why}." if stakes.at_stake is False
+                                  else ""))
 
 
 def _inferred_nacks(ch) -> int | None:
@@ -151,13 +170,17 @@ def _unroutable(stat: str, what: str):
 
 RULES: tuple[Rule, ...] = (
     Rule("publisher-without-confirms", "A channel publishing without confirms and not transactional: "
-         "at-most-once; info when it publishes under publish_rate_at_stake over the window. Where the source "
-         "cannot tell a transactional channel (the Prometheus plugin alone), a channel never confirmed is named "
-         "all the same, its evidence saying it may be transactional.",
+         "at-most-once. A warning when its messages go into a queue that keeps them across a restart (durable, "
+         "neither exclusive nor auto-delete, not holding transient messages), at any rate over the window; info "
+         "for plumbing (queues that keep nothing, one message, nothing lately); where the source cannot tell where "
+         "it publishes, info under publish_rate_at_stake. Where the source cannot tell a transactional channel "
+         "(the Prometheus plugin alone), a channel never confirmed is named all the same, its evidence saying it "
+         "may be transactional.",
          f"Enable publisher confirms and handle them asynchronously; see {ACKS_GUIDE}, "
          "'Publisher Confirms'.",
          _without_confirms, needs=(CHANNELS,)),
-    Rule("transactional-publisher", "A transactional channel publishing.", "Use publisher confirms instead of "
+    Rule("transactional-publisher", "A transactional channel publishing; info when nothing it publishes is at "
+         "stake (as publisher-without-confirms judges it).", "Use publisher confirms instead of "
          f"transactions; see {ACKS_GUIDE}, 'Publisher Confirms'.",
          _transactional, needs=(CHANNELS, CHANNEL_TRANSACTIONAL)),
     Rule("publisher-nacked", "A confirm-mode channel whose publishes minus confirms minus unconfirmed grew "

@@ -113,6 +113,10 @@ class Channel:
     consumer_prefetch: tuple[int, ...] | None = None
     client: str | None = None  # its connection's client library and version (Connection.client)
     identity: str = ""  # its connection's Connection.identity, "" where the connection is unknown
+    # The queues its publishes were routed into, as the broker counts them per channel and queue (the Prometheus
+    # plugin's channel_queue_exchange_metrics); None where the source does not count them (the management API
+    # keeps no such breakdown unless rates_mode is detailed): then Snapshot.exchanges may tell.
+    routed_into: tuple[str, ...] | None = None
 
     @property
     def prefetch_limit(self) -> int | None:
@@ -196,6 +200,18 @@ class Queue:
 
 
 @dataclass(frozen=True, slots=True)
+class Exchange:
+    """An exchange with what it took and where it routes: read where a channel of its vhost publishes without
+    confirms, to judge what is at stake (the management API does not say which exchange a channel publishes to)."""
+
+    vhost: str
+    name: str  # "" is the default exchange, which routes to the queue named by the routing key
+    message_stats: MessageStats  # `publish`: messages published into it (the API's publish_in), cumulative
+    # Its bindings: (destination type, destination), "queue" or "exchange".
+    bindings: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLettered:
     """One node's count of messages its queues dead-lettered or dropped, as the broker's Prometheus plugin counts
     them (rabbitmq_global_messages_dead_lettered_<reason>_total): by reason, queue type and strategy, with no
@@ -249,6 +265,9 @@ class Snapshot:
     consumers: tuple[Consumer, ...] = ()
     queues: tuple[Queue, ...] = ()
     dead_lettered: tuple[DeadLettered, ...] = ()  # every node's, where its Prometheus plugin was read
+    # The exchanges of the vhosts where a channel publishes without confirms (or in transactions), where the
+    # source reads them (the management API): what such a channel's publishes may reach.
+    exchanges: tuple[Exchange, ...] = ()
     notes: tuple[str, ...] = field(default=())  # what the broker did not report, said once for humans
     unreported: frozenset[str] = frozenset()  # facts this source cannot report at all (the constants above)
     unread: tuple[Unread, ...] = ()  # a partial poll: what failed (the facts it would give are in `unreported`)

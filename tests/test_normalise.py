@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ackscope.diagnosis.rules import Context, evaluate
 from ackscope.sources import Selection, cli
 from ackscope.sources.management import normalise
 from ackscope.sources.management.normalise import MalformedResponse
@@ -210,3 +211,24 @@ def test_a_connection_is_named_only_by_the_name_the_broker_took():
                for c in connections if not c.connection_name)
     enrichment = cli.parse("[]", (VOID_NAME / "cli_list_connections.json").read_text())
     assert sorted(c.connection_name for c in enrichment.connections.values()) == ["", "", "billing"]
+
+
+ROUTES = Path(__file__).parent / "data" / "routes-3.10.8"  # recorded: a producer and an event publisher, no confirms
+
+
+def test_where_publishers_without_confirms_publish_is_read_from_the_vhosts_exchanges_and_bindings(raw):
+    recorded = {name: json.loads((ROUTES / f"{name}.json").read_text())
+                for name in ("channels", "queues", "exchanges", "bindings")}
+    assert normalise.publishing_at_risk(recorded["channels"]) == ["/"]
+    assert normalise.publishing_at_risk(raw["channels"]) == []  # every publisher confirms: nothing more is read
+    s = normalise.snapshot({**raw, **recorded, "connections": [], "consumers": []}, 1000.0)
+    routes = {x.name: (x.message_stats.publish, x.bindings) for x in s.exchanges if x.message_stats.publish}
+    assert routes == {"tasks": (6, (("queue", "tasks"),)), "events": (10, (("queue", "events.gossip"),))}
+    assert next(x for x in s.exchanges if x.name == "").bindings == ()  # "routes by queue name" is not a binding
+    # The API does not say which channel published where; the counts do: 6 tasks, 10 events.
+    found = {f.evidence["published"]: f for f in evaluate(Context(s)) if f.rule == "publisher-without-confirms"}
+    assert (found[6].severity, found[10].severity) == ("warning", "info")
+    assert found[6].evidence["at_stake"] == [{"queue": "tasks", "durable": True,
+                                              "persistent": "6 of the 6 messages it holds"}]
+    assert found[10].evidence["queues"][0] == {"queue": "events.gossip", "durable": False, "auto_delete": True,
+                                               "persistent": "0 of the 10 messages it holds"}

@@ -16,6 +16,7 @@ from ackscope.model.snapshot import (
     Channel,
     Connection,
     Consumer,
+    Exchange,
     MessageStats,
     Node,
     Overview,
@@ -61,6 +62,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "consumers": ("queue.name", "queue.vhost", "consumer_tag", "channel_details.name",
                   "channel_details.connection_name", "channel_details.user", "prefetch_count", "ack_required",
                   "exclusive", "active"),
+    # Read only in the vhosts where a channel publishes without confirms or in transactions (publishing_at_risk).
+    "exchanges": ("name", "vhost", "message_stats.publish_in"),
+    "bindings": ("source", "vhost", "destination", "destination_type"),
     "queues": ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node", "messages_ready",
                "messages_unacknowledged", "messages_persistent", "consumers", "consumer_utilisation",
                "consumer_capacity", *REPLICAS, *DEAD_LETTERING) + _stats_columns(
@@ -78,6 +82,9 @@ EXPECTED = {
     "channels": ("name", "vhost", "connection_details", "prefetch_count", "global_prefetch_count",
                  "messages_unacknowledged", "messages_unconfirmed", "confirm", "transactional", "consumer_count"),
     "consumers": ("queue", "consumer_tag", "channel_details", "prefetch_count", "ack_required"),
+    # Read only in the vhosts where a channel publishes without confirms or in transactions (publishing_at_risk).
+    "exchanges": ("name", "vhost", "message_stats.publish_in"),
+    "bindings": ("source", "vhost", "destination", "destination_type"),
     "queues": ("name", "vhost", "type", "durable", "arguments", "consumers"),
 }
 
@@ -231,6 +238,34 @@ def channel(raw: dict, connections: dict[str, Connection],
         client=client,
         identity=identity,
     )
+
+
+def publishing_at_risk(raw_channels: Any) -> list[str]:
+    """The vhosts where a channel has published without confirms or in transactions: where to read the exchanges
+    and bindings, to judge what such a channel's publishes put at stake (the API does not say which exchange a
+    channel publishes to, unless its rates_mode is detailed)."""
+    if not isinstance(raw_channels, list):
+        return []
+    return sorted({str(c.get("vhost", "")) for c in raw_channels if isinstance(c, dict)
+                   and (_int(_dict(c.get("message_stats")).get("publish")) or 0) > 0
+                   and (c.get("confirm") is False or c.get("transactional") is True)})
+
+
+def exchanges(raw_exchanges: Any, raw_bindings: Any) -> list[Exchange]:
+    """Each exchange with its publish_in counter and its bindings (to queues and to other exchanges)."""
+    routes: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+    for b in objects(raw_bindings, "bindings"):
+        kind = str(b.get("destination_type", ""))
+        # The default exchange's bindings, one to every queue, restate that it routes by queue name: left out.
+        if kind in ("queue", "exchange") and b.get("source"):
+            routes[(str(b.get("vhost", "")), str(b.get("source", "")))].append((kind, str(b.get("destination", ""))))
+    out = []
+    for x in objects(raw_exchanges, "exchanges"):
+        key = (str(x.get("vhost", "")), str(x.get("name", "")))
+        out.append(Exchange(vhost=key[0], name=key[1],
+                            message_stats=MessageStats(publish=_int(_dict(x.get("message_stats")).get("publish_in"))),
+                            bindings=tuple(sorted(set(routes.get(key, ()))))))
+    return out
 
 
 def consumer_prefetch(consumers: Iterable[Consumer]) -> dict[str, list[int | None]]:
@@ -399,5 +434,7 @@ def snapshot(raw: dict[str, Any], taken_at: float, selection: Selection = Select
         channels=tuple(c for c in channels if selection.vhost(c.vhost)),
         consumers=tuple(c for c in consumers if selection.vhost(c.vhost) and selection.queue(c.queue)),
         queues=tuple(q for q in queues if selection.vhost(q.vhost) and selection.queue(q.name)),
+        exchanges=tuple(x for x in exchanges(raw.get("exchanges", []), raw.get("bindings", []))
+                        if selection.vhost(x.vhost)),
         notes=tuple(notes),
     )

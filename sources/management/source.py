@@ -40,6 +40,9 @@ MISSED_WITHOUT = {
     "consumers": frozenset({facts.CHANNELS}),
     "queues": frozenset({facts.QUEUE_COUNTS, facts.QUEUE_DURABILITY, facts.QUEUE_PERSISTENT_COUNTS}),
     "metrics": frozenset({facts.DEAD_LETTER_COUNTS}),
+    # A vhost whose exchanges could not be read leaves what its unconfirmed publishers put at stake unknown: the
+    # rule then judges them by their rate, and says so.
+    "exchanges": frozenset(),
 }
 # What only each node's Prometheus plugin counts, read beside the lists where the broker lists the plugin's
 # listener: the messages dead-lettered or dropped, by reason (a quorum queue's delivery limit drops messages
@@ -151,7 +154,33 @@ class ManagementSource:
         for e in errors:
             if e.endpoint in LISTS:
                 raw[e.endpoint] = []
+        raw["exchanges"], raw["bindings"] = self._routes(raw["channels"], deadline, errors)
         return raw, sorted(errors, key=lambda e: e.endpoint)
+
+    def _routes(self, channels: Any, deadline: float, errors: list[FetchError]) -> tuple[list, list]:
+        """The exchanges and bindings of each vhost where a channel publishes without confirms or in transactions
+        (a healthy broker has none: nothing is read); a vhost that fails is left out whole, its error added."""
+        vhosts = [v for v in normalise.publishing_at_risk(channels) if self.selection.vhost(v)]
+
+        def both(vhost: str) -> tuple[Any, Any]:
+            return (self.client.fetch("exchanges", deadline, vhost=vhost),
+                    self.client.fetch("bindings", deadline, vhost=vhost))
+        futures = {self._pool.submit(both, v): v for v in vhosts}
+        done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+        exchanges, bindings = [], []
+        for future in futures:
+            if future in pending:
+                errors.append(FetchError("exchanges", "deadline", f"no complete answer within the {self.deadline:g}s "
+                                         "poll deadline"))
+            elif future.exception() is not None:
+                errors.append(as_fetch_error("exchanges", future.exception()))
+            elif all(isinstance(part, list) and all(isinstance(i, dict) for i in part) for part in future.result()):
+                exchanges.extend(future.result()[0])
+                bindings.extend(future.result()[1])
+            else:
+                errors.append(FetchError("exchanges", "malformed", f"the exchanges or bindings of vhost "
+                                         f"{futures[future]!r} are not JSON lists of objects"))
+        return exchanges, bindings
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -158,8 +158,13 @@ def channels_and_consumers(s: Samples) -> tuple[list[Channel], list[Consumer]]:
     for series in per_queue.values():
         for ch, _, queue in series:
             touched[ch].add(queue)
+    routed: dict[str, set[str]] = defaultdict(set)  # channel: the queues its publishes were routed into
     for ch, queue in _by(s, PUBLISHED_INTO, "channel", "queue"):
         touched[ch].add(queue)
+        routed[ch].add(queue)
+    # Counted per channel and queue where the family answered: a channel none of whose publishes reached a queue
+    # routed them nowhere; without the family, where they went is not known.
+    counted = PREFIX + PUBLISHED_INTO in s
     exchanges: dict[str, set[str]] = defaultdict(set)
     for series in per_exchange.values():
         for ch, _, exchange in series:
@@ -190,7 +195,7 @@ def channels_and_consumers(s: Samples) -> tuple[list[Channel], list[Consumer]]:
             transactional=True if gauge["channel_messages_uncommitted"].get((ch,)) or
             gauge["channel_acks_uncommitted"].get((ch,)) else None,
             consumer_count=consumer_count, state=None, message_stats=stats, queues=tuple(sorted(touched[ch])),
-            exchanges=tuple(sorted(exchanges[ch]))))
+            exchanges=tuple(sorted(exchanges[ch])), routed_into=tuple(sorted(routed[ch])) if counted else None))
         if not consumer_count:
             continue
         for vhost, queue in sorted(queues_of[ch]):

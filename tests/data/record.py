@@ -4,6 +4,9 @@
     python tests/data/record.py --statistics-off   # tests/data/rabbitmq-<version>-stats-off/: the management
                                                    # API's lists, /metrics/detailed and /metrics of the plugin,
                                                    # rabbitmqctl list_channels and list_connections
+    python tests/data/record.py --routes           # tests/data/routes-<version>/: what the management source
+                                                   # reads where channels publish without confirms (the lists,
+                                                   # and the vhost's exchanges and bindings)
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from ackscope.core.secret import Secret
 from ackscope.sources.cli import CHANNEL_ITEMS, CONNECTION_ITEMS
 from ackscope.sources.http import HttpReader
 from ackscope.sources.management.client import ManagementClient
-from ackscope.sources.management.source import LISTS
+from ackscope.sources.management.source import LISTS, ManagementSource
 from ackscope.sources.prometheus_plugin import PrometheusPluginSource
 from ackscope.sources.prometheus_plugin.normalise import FAMILIES
 from ackscope.sources.prometheus_plugin.source import LISTS as PLUGIN_LISTS
@@ -80,14 +83,35 @@ def statistics_off_workload(broker: LocalBroker) -> list[pika.BlockingConnection
     return conns
 
 
+def routes_workload(broker: LocalBroker) -> list[pika.BlockingConnection]:
+    """Two publishers without confirms, as Celery's producer and a worker's event dispatcher publish: 6 persistent
+    tasks through a direct exchange into a durable queue, 10 transient events through a topic exchange into an
+    auto-delete queue."""
+    producer, worker = (pika.BlockingConnection(pika.URLParameters(broker.amqp_url())) for _ in range(2))
+    tasks, events = producer.channel(), worker.channel()
+    tasks.exchange_declare("tasks", "direct", durable=True)
+    tasks.queue_declare("tasks", durable=True)
+    tasks.queue_bind("tasks", "tasks", "tasks")
+    events.exchange_declare("events", "topic", durable=True)
+    events.queue_declare("events.gossip", auto_delete=True)
+    events.queue_bind("events.gossip", "events", "worker.#")
+    for _ in range(6):
+        tasks.basic_publish("tasks", "tasks", b"task", pika.BasicProperties(delivery_mode=2))
+    for _ in range(10):
+        events.basic_publish("events", "worker.heartbeat", b"event", pika.BasicProperties(delivery_mode=1))
+    return [producer, worker]
+
+
 def main() -> int:
     statistics = "--statistics-off" not in sys.argv[1:]
+    routes = "--routes" in sys.argv[1:]
     broker = LocalBroker(name="ackscope-record", statistics=statistics)
     broker.start()
     try:
-        held = workload(broker) if statistics else statistics_off_workload(broker)
+        held = routes_workload(broker) if routes else workload(broker) if statistics else \
+            statistics_off_workload(broker)
         time.sleep(8)  # a few statistics intervals (and plugin collections), so every object has its figures
-        out = record(broker) if statistics else record_statistics_off(broker)
+        out = record_routes(broker) if routes else record(broker) if statistics else record_statistics_off(broker)
         print(f"recorded into {out}")
         for conn in held:
             conn.close()
@@ -105,6 +129,18 @@ def record(broker: LocalBroker) -> Path:
     for endpoint in ("overview", *LISTS):
         body = client.fetch(endpoint, time.monotonic() + 30)
         (out / f"{endpoint}.json").write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def record_routes(broker: LocalBroker) -> Path:
+    source = ManagementSource(broker.management_url, ADMIN_USER, Secret(ADMIN_PASSWORD), deadline=30)
+    raw, errors = source.fetch()
+    assert not errors, errors
+    out = Path(__file__).parent / f"routes-{raw['overview']['rabbitmq_version']}"
+    out.mkdir(exist_ok=True)
+    for endpoint in ("channels", "queues", "exchanges", "bindings"):
+        (out / f"{endpoint}.json").write_text(json.dumps(raw[endpoint], indent=1, sort_keys=True) + "\n")
+    source.close()
     return out
 
 
