@@ -112,17 +112,27 @@ def _destinations(ctx: Context, ch: Channel, published: int) -> tuple[list[Queue
                   "in what they put at stake")
 
 
+def _by_name(ctx: Context, vhost: str, exchanges: list[Exchange]) -> list[Queue]:
+    """What the default exchange reached lately (it routes by queue name, and the API counts no binding of it):
+    the vhost's queues that took more publishes lately than the named exchanges bound to them did (inferred). An
+    RPC server's replies through it are not tied to a durable queue that a named exchange fills."""
+    bound: dict[str, int] = {}
+    for e in exchanges:
+        if e.name:
+            for kind, name in e.bindings:
+                if kind == "queue":
+                    bound[name] = bound.get(name, 0) + num(lately(ctx, e))
+    return [q for q in ctx.snapshot.queues if q.vhost == vhost and num(lately(ctx, q)) > bound.get(q.name, 0)]
+
+
 def _reached(ctx: Context, x: Exchange, exchanges: list[Exchange]) -> list[Queue | str]:
-    """The queues an exchange routes into, through exchange-to-exchange bindings too. The default exchange routes
-    by queue name: the vhost's queues that took publishes lately stand for what it reached (inferred)."""
+    """The queues an exchange routes into, through exchange-to-exchange bindings too."""
     by_name = {e.name: e for e in exchanges}
     seen, todo, queues = {x.name}, [x], {}
     while todo:
         e = todo.pop()
         if e.name == "":
-            for q in ctx.snapshot.queues:
-                if q.vhost == x.vhost and lately(ctx, q):
-                    queues[q.name] = q
+            queues.update((q.name, q) for q in _by_name(ctx, x.vhost, exchanges))
         for kind, name in e.bindings:
             if kind == "queue":
                 queues[name] = ctx.queue(x.vhost, name) or name

@@ -164,15 +164,37 @@ def celery_worker(processes: Clients, mode: str = "defaults", *options: str) -> 
                            "--loglevel=WARNING", *options, ready=False, env={"CELERY_MODE": mode})
 
 
-def test_celery_with_its_defaults_raises_nothing_above_info(broker, vhost, watching, processes):
+def test_celery_defaults_its_producer_without_confirms_is_a_warning_its_events_and_control_are_info(broker, vhost,
+                                                                                                   watching, processes):
+    # A web app's producer with Celery's defaults (confirm_publish off): 0.3 persistent tasks a second into the
+    # durable queue "celery". Its worker, with its defaults, publishes heartbeat events every 2 s into its own
+    # auto-delete gossip queue, and answers control commands into the caller's auto-delete reply queue.
     celery_worker(processes)
-    processes.run(sys.executable, "celery_app.py", "fine", "5")
     wait_for(lambda: any(c["name"] == "celery" and c.get("consumers") for c in
                          broker.api("GET", f"/queues/{vhost}").json()), timeout=60, what="the worker to consume")
+    processes.start(sys.executable, "celery_app.py", "fine", "0")
     window_filled(watching)
-    findings = quiet(watching, processes)
-    # Its plumbing is seen, and told apart as info: named by library, address and user.
-    assert all(identity("py-amqp").search(f["identity"]) for f in findings if f["object"].startswith("channel"))
+    for _ in range(3):
+        processes.run(sys.executable, "-m", "celery", "-A", "celery_app", "inspect", "ping", "--timeout=2")
+
+    def judged():
+        processes.check()
+        found = [f for f in _findings(watching) if f["rule"] == "publisher-without-confirms"]
+        warned = [f for f in found if f["severity"] != "info"]
+        events = [f for f in found if f["severity"] == "info" and "celeryev" in json.dumps(f["evidence"])]
+        return (warned, events, found) if warned and events else None
+    warned, events, found = wait_for(judged, 60, lambda: "the producer warned and the events info (findings: "
+                                     f"{[(f['severity'], f['object'], f['evidence']) for f in _findings(watching)]})")
+    # One warning: the producer's channel, into the durable queue; the worker's plumbing is info.
+    [producer] = warned
+    assert [(q["queue"], q["durable"]) for q in producer["evidence"]["at_stake"]] == [("celery", True)]
+    assert producer["evidence"]["publish_rate"] < 1 and identity("py-amqp").search(producer["identity"])
+    assert all(f["severity"] == "info" for f in found if f is not producer)
+    # The producer's idle-looking connection without heartbeat publishes at stake: a warning, not info.
+    connection = producer["object"].removeprefix("channel ").rsplit(" (", 1)[0]
+    [heartbeat] = [f for f in _findings(watching) if f["rule"] == "heartbeat-disabled"
+                   and f["object"] == f"connection {connection}"]
+    assert heartbeat["severity"] == "warning" and heartbeat["evidence"]["publishes_at_stake"] is True
 
 
 def test_celery_acks_late_with_multiplier_1_and_a_backlog_is_prefetch_one(broker, vhost, watching, processes):

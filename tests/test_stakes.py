@@ -149,3 +149,16 @@ def test_heartbeat_disabled_follows_the_client_its_idle_connection_belongs_to():
                                                          "connection elsewhere": "info"}
     assert found["connection idle"].evidence["consumes"] is True
     assert found["connection idle"].evidence["client_connections"].startswith("2 (inferred")
+
+
+def test_replies_through_the_default_exchange_are_not_tied_to_a_durable_queue_a_named_exchange_fills():
+    # An RPC server answers through the default exchange into exclusive reply queues, while a named exchange
+    # fills a durable queue in the same vhost: the server's replies are plumbing.
+    orders = queue("orders", message_stats=stats(publish=500))
+    replies = queue("amq.gen-1", durable=False, exclusive=True, message_stats=stats(publish=300))
+    start = snapshot(700.0, channels=[_unsafe("rpc", 0)], queues=[queue("orders"), queue("amq.gen-1")],
+                     exchanges=[_exchange("", 0), _exchange("orders", 0, "orders")])
+    now = snapshot(1000.0, channels=[_unsafe("rpc", 300)], queues=[orders, replies],
+                   exchanges=[_exchange("", 300), _exchange("orders", 500, "orders")])
+    f = _judged(start, now)["rpc"]
+    assert f.severity == "info" and f.evidence["queues"][0]["queue"] == "amq.gen-1"

@@ -4,6 +4,8 @@ worker_prefetch_multiplier=1).
 
     AMQP_URL=amqp://... celery -A celery_app worker --pool=solo     the worker
     AMQP_URL=amqp://... python celery_app.py <task> <count>          send <count> tasks and exit
+    AMQP_URL=amqp://... python celery_app.py <task> 0                a web app's producer: one task every
+                                                                     3.3 s (0.3 a second) until killed
 """
 
 from __future__ import annotations
@@ -41,3 +43,9 @@ if __name__ == "__main__":
     task, count = sys.argv[1], int(sys.argv[2])
     for _ in range(count):
         app.send_task(f"ackscope.{task}")
+    if count == 0:
+        app.send_task(f"ackscope.{task}")
+        print("ready", flush=True)
+        while True:
+            time.sleep(3.3)
+            app.send_task(f"ackscope.{task}")
