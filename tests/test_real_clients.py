@@ -6,26 +6,21 @@ library, address and user; the healthy configurations raise nothing at warning o
 from __future__ import annotations
 
 import json
-import os
 import re
-import selectors
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
+from client_processes import CLIENTS, Clients
 from helpers import polls_seen, scrape, value, wait_for
 
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER
 
-CLIENTS = Path(__file__).resolve().parent / "clients"
 NODE_CLIENT = CLIENTS / "node" / "client.js"
 JAVA_CLASSPATH = ":".join(f"/usr/share/java/{jar}" for jar in ("amqp-client.jar", "slf4j-api.jar", "slf4j-nop.jar"))
 WINDOW = 20.0  # seconds: the rate-like rules' window, short so that a test sees it fill
@@ -40,65 +35,6 @@ def identity(product: str) -> re.Pattern:
 def watching(broker, vhost, start_exporter):
     return start_exporter(broker.management_url, interval=0.5, thresholds=Thresholds(window_seconds=WINDOW),
                           selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
-
-
-class Clients:
-    """Client processes, each given the vhost's URL in its environment (never on its command line),
-    stopped with SIGTERM when the `with` block ends; a process that exits early fails the test with its stderr."""
-
-    def __init__(self, url: str, workdir: Path):
-        self.env = {**os.environ, "AMQP_URL": url, "PYTHONPATH": str(CLIENTS)}
-        self.workdir = workdir
-        self.running: list[tuple[list[str], subprocess.Popen]] = []
-
-    def start(self, *argv: str, ready: bool = True, env: dict | None = None) -> subprocess.Popen:
-        """Start one; with `ready`, wait until it prints "ready" (its connection and channels are up)."""
-        with (self.workdir / f"{len(self.running)}.err").open("w") as stderr:  # the child keeps its own copy
-            process = subprocess.Popen(list(argv), cwd=CLIENTS, env={**self.env, **(env or {})}, text=True,
-                                       stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
-        self.running.append((list(argv), process))
-        if ready:
-            self._await_ready(list(argv), process)
-        return process
-
-    def _await_ready(self, argv: list[str], process: subprocess.Popen, timeout: float = 60.0) -> None:
-        with selectors.DefaultSelector() as sel:
-            sel.register(process.stdout, selectors.EVENT_READ)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if sel.select(timeout=0.5) and process.stdout.readline().strip() == "ready":
-                    return
-                self.check()
-        pytest.fail(f"{' '.join(argv)} did not get ready in {timeout}s")
-
-    def run(self, *argv: str, env: dict | None = None) -> None:
-        """Run one to completion (a producer)."""
-        result = subprocess.run(list(argv), cwd=CLIENTS, env={**self.env, **(env or {})}, capture_output=True,
-                                text=True, timeout=120)
-        assert result.returncode == 0, f"{' '.join(argv)}: {result.stderr[-2000:]}"
-
-    def check(self) -> None:
-        for i, (argv, process) in enumerate(self.running):
-            if process.poll() is not None:
-                err = (self.workdir / f"{i}.err").read_text()[-2000:]
-                pytest.fail(f"{' '.join(argv)} exited with {process.returncode}: {err}")
-
-    def __enter__(self) -> Clients:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        for _argv, process in self.running:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for _argv, process in self.running:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
 
 
 @pytest.fixture

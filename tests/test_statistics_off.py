@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 import requests
+from client_processes import Clients
 from helpers import (markdown_table, polls_seen, scenarios_running, scrape, suspended_queue, value, wait_for,
                      wait_for_sample)
 from probe_helpers import captured_log
@@ -370,3 +371,23 @@ def test_a_detailed_answer_cut_short_is_counted_never_read_as_whole(statsoff_bro
         assert value(s, "ackscope_rule_not_evaluated", rule="prefetch-saturated") == 1
     finally:
         proxy.close()
+
+
+def test_a_slow_celery_producer_without_confirms_is_a_warning_from_the_plugin_alone(statsoff_broker, off_vhost,
+                                                                                    start_exporter, tmp_path):
+    # Celery's defaults on a statistics-off broker (the container image's): 0.3 tasks a second without confirms.
+    # The plugin counts where each channel's publishes went, and the queue list says the queue is durable.
+    exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url,
+                              interval=0.5, thresholds=Thresholds(window_seconds=20.0),
+                              selection=Selection(include_vhosts=re.compile(re.escape(off_vhost))))
+    with Clients(statsoff_broker.amqp_url(off_vhost), tmp_path) as producer:
+        producer.start(sys.executable, "celery_app.py", "fine", "0")
+
+        def warned():
+            producer.check()
+            return next((f for f in requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]
+                         if f["rule"] == "publisher-without-confirms" and f["severity"] == "warning"), None)
+        f = wait_for(warned, timeout=60, what="the producer's warning")
+    assert f["evidence"]["routing"] == "counted by the broker per channel and queue"
+    assert [(q["queue"], q["durable"]) for q in f["evidence"]["at_stake"]] == [("celery", True)]
+    assert (f["evidence"]["publish_rate"] or 0) < 1 and "--cli" in f["evidence"]["transactional"]

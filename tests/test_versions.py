@@ -22,7 +22,8 @@ import pytest
 import requests
 from helpers import polls_seen, private_broker, scenarios_running, scrape, suspended_queue, value, wait_for
 from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
-from test_real_clients import CHANNEL, Clients, celery_worker, fires, java, quiet, window_filled
+from client_processes import Clients
+from test_real_clients import CHANNEL, celery_worker, fires, java, window_filled
 
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
@@ -351,17 +352,23 @@ def release_watching(release_broker, release_vhost, start_exporter):
                           selection=_only(release_vhost))
 
 
-def test_celery_with_its_defaults_raises_nothing_above_info(release, release_broker, release_vhost,
-                                                           release_watching, release_clients):
+def test_celery_with_its_defaults_is_held_by_its_prefetch_and_warned_of_its_heartbeats_only(
+        release, release_broker, release_vhost, release_watching, release_clients):
     """Celery sets a channel-wide (global) prefetch, which RabbitMQ 4.0-4.2 applies without showing it and 4.3
-    applies per consumer: on no release is its worker a consumer without a limit."""
+    applies per consumer: on no release is its worker a consumer without a limit. What it is warned of is its
+    connections without heartbeat: the worker consumes."""
     celery_worker(release_clients)
     release_clients.run(sys.executable, "celery_app.py", "fine", "5")
     wait_for(lambda: any(q["name"] == "celery" and q.get("consumers") for q in
                          release_broker.api("GET", f"/queues/{release_vhost}").json()), timeout=60,
              what="the worker to consume")
     window_filled(release_watching)
-    quiet(release_watching, release_clients)
+    seen = polls_seen(release_watching.url, 8, timeout=60)
+    release_clients.check()
+    loud = {(f["rule"], f["severity"]) for doc in seen for f in doc["findings"] if f["severity"] != "info"}
+    assert loud == {("heartbeat-disabled", "warning")}, loud
+    assert all(f["evidence"]["consumes"] for doc in seen for f in doc["findings"] if f["rule"] == "heartbeat-disabled"
+               and f["severity"] == "warning")
 
 
 def test_celery_task_that_rejects_with_requeue_is_a_requeue_loop(release, release_watching, release_clients):
