@@ -22,15 +22,18 @@ def _heartbeat_disabled(ctx: Context, rule: Rule) -> Iterator[Finding]:
     of_client: dict[tuple, list[Connection]] = defaultdict(list)
     for c in ctx.snapshot.connections:
         of_client[_client_of(c)].append(c)
+
+    def at_risk(client: tuple) -> tuple[bool, bool]:
+        # What a silent network failure would cost the client: deliveries held by its consumers, or a publisher
+        # that keeps writing into a dead socket, on any of its connections (Celery's idle producer connection
+        # belongs to a worker that consumes). A client that does neither is info.
+        channels = [ch for c in of_client[client] for ch in ctx.channels_of(c.name)]
+        return (any(num(ch.consumer_count) > 0 for ch in channels),
+                any(publishes_at_stake(ctx, ch)[0] for ch in channels))
     for c in ctx.snapshot.connections:
         if c.heartbeat_seconds != 0:
             continue
-        # What a silent network failure would cost the client: deliveries held by its consumers, or a publisher
-        # that keeps writing into a dead socket, on this connection or another of the same client's (Celery's
-        # idle producer connection belongs to a worker that consumes). A client that does neither is info.
-        channels = [ch for other in of_client[_client_of(c)] for ch in ctx.channels_of(other.name)]
-        consuming = any(num(ch.consumer_count) > 0 for ch in channels)
-        publishing = any(publishes_at_stake(ctx, ch)[0] for ch in channels)
+        consuming, publishing = ctx.once(("client", _client_of(c)), lambda: at_risk(_client_of(c)))
         siblings = len(of_client[_client_of(c)]) - 1
         yield rule.finding("warning" if consuming or publishing else "info", c.vhost, f"connection {c.name}", c,
                            {"heartbeat_seconds": 0, "client": c.client, "consumes": consuming,

@@ -51,6 +51,14 @@ class Context:
         object.__setattr__(self, "_start_queues", {(q.vhost, q.name): q for q in start.queues} if start else {})
         object.__setattr__(self, "_start_channels", {c.name: c for c in start.channels} if start else {})
         object.__setattr__(self, "_start_exchanges", {(x.vhost, x.name): x for x in start.exchanges} if start else {})
+        object.__setattr__(self, "_memo", {})
+
+    def once(self, key, compute: Callable[[], object]):
+        """What compute() gives, computed once for this context: several rules judge the same channel, vhost or
+        client, and a judgement that scans the queues must not be paid per channel."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def queue(self, vhost: str, name: str) -> Queue | None:
         return self._queues.get((vhost, name))

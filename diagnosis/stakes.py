@@ -30,6 +30,10 @@ def lately(ctx: Context, record: Channel | Queue | Exchange) -> int | None:
 
 
 def judge(ctx: Context, ch: Channel) -> Stakes:
+    return ctx.once(("stakes", ch.name), lambda: _judged(ctx, ch))
+
+
+def _judged(ctx: Context, ch: Channel) -> Stakes:
     published = lately(ctx, ch)
     if not published:
         return Stakes(False, "it published nothing lately", {"published_in_window": published})
@@ -84,32 +88,54 @@ def _described(ctx: Context, q: Queue | str) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class _Routes:
+    """What a vhost's exchanges tell of where its publishes went lately: the exchanges that took publishes, the
+    queues each reaches, and whether each reaches a queue that keeps messages."""
+
+    took: tuple[Exchange, ...]
+    reach: dict[str, list[Queue | str]]
+    at_stake: dict[str, bool]
+
+
+def _routes(ctx: Context, vhost: str) -> _Routes | None:
+    """The vhost's routes, computed once per evaluation; None where its exchanges were not read."""
+    def compute() -> _Routes | None:
+        exchanges = [x for x in ctx.snapshot.exchanges if x.vhost == vhost]
+        if not exchanges:
+            return None
+        took = tuple(x for x in exchanges if lately(ctx, x))
+        by_name = _by_name(ctx, vhost, exchanges) if any(x.name == "" for x in took) else []
+        reach = {x.name: _reached(ctx, x, exchanges, by_name) for x in took}
+        return _Routes(took, reach, {x.name: any(_keeps(ctx, q) is True for q in reach[x.name]) for x in took})
+    return ctx.once(("routes", vhost), compute)
+
+
 def _destinations(ctx: Context, ch: Channel, published: int) -> tuple[list[Queue | str] | None, str]:
     """The queues the channel's publishes reach (a name where the queue is not in the snapshot), and how that
     is known; None where it is not."""
     if ch.routed_into is not None:
         return [ctx.queue(ch.vhost, n) or n for n in ch.routed_into], "counted by the broker per channel and queue"
-    exchanges = [x for x in ctx.snapshot.exchanges if x.vhost == ch.vhost]
-    if not exchanges:
+    routes = _routes(ctx, ch.vhost)
+    if routes is None:
         return None, "the source does not say which exchange a channel publishes to"
-    took = [x for x in exchanges if lately(ctx, x)]
-    reach = {x.name: _reached(ctx, x, exchanges) for x in took}
-    verdicts = {x.name: any(_keeps(ctx, q) is True for q in reach[x.name]) for x in took}
-    if took and len(set(verdicts.values())) == 1:
-        every = sorted({q.name if isinstance(q, Queue) else q: q for x in took for q in reach[x.name]}.items())
+    took = few(x.name or "(default)" for x in routes.took)
+    if routes.took and len(set(routes.at_stake.values())) == 1:
+        every = sorted({q.name if isinstance(q, Queue) else q: q for x in routes.took for q in routes.reach[x.name]
+                        }.items())
         return [q for _, q in every], (
-            f"inferred: the management API does not say which exchange a channel publishes to; every exchange of "
-            f"the vhost that took publishes lately ({few(x.name or '(default)' for x in took)}) routes "
-            + ("into a queue that keeps messages" if next(iter(verdicts.values())) else "only into queues that "
-               "keep nothing"))
-    matched = [x for x in took if lately(ctx, x) == published]
+            "inferred: the management API does not say which exchange a channel publishes to; every exchange of "
+            f"the vhost that took publishes lately ({took}) routes "
+            + ("into a queue that keeps messages" if next(iter(routes.at_stake.values())) else "only into queues "
+               "that keep nothing"))
+    matched = [x for x in routes.took if lately(ctx, x) == published]
     if len(matched) == 1:
         x = matched[0]
-        return reach[x.name], (f"inferred: the channel's {published} publishes lately equal those exchange "
-                               f"{x.name or '(default)'} took, the only exchange of the vhost that took as many")
+        return routes.reach[x.name], (f"inferred: the channel's {published} publishes lately equal those exchange "
+                                      f"{x.name or '(default)'} took, the only exchange of the vhost that took as "
+                                      "many")
     return None, ("the management API does not say which exchange a channel publishes to, and the exchanges "
-                  f"of the vhost that took publishes lately ({few(x.name or '(default)' for x in took)}) differ "
-                  "in what they put at stake")
+                  f"of the vhost that took publishes lately ({took}) differ in what they put at stake")
 
 
 def _by_name(ctx: Context, vhost: str, exchanges: list[Exchange]) -> list[Queue]:
@@ -125,18 +151,19 @@ def _by_name(ctx: Context, vhost: str, exchanges: list[Exchange]) -> list[Queue]
     return [q for q in ctx.snapshot.queues if q.vhost == vhost and num(lately(ctx, q)) > bound.get(q.name, 0)]
 
 
-def _reached(ctx: Context, x: Exchange, exchanges: list[Exchange]) -> list[Queue | str]:
-    """The queues an exchange routes into, through exchange-to-exchange bindings too."""
-    by_name = {e.name: e for e in exchanges}
+def _reached(ctx: Context, x: Exchange, exchanges: list[Exchange], by_name: list[Queue]) -> list[Queue | str]:
+    """The queues an exchange routes into, through exchange-to-exchange bindings too (`by_name`: what the
+    default exchange reached)."""
+    named = {e.name: e for e in exchanges}
     seen, todo, queues = {x.name}, [x], {}
     while todo:
         e = todo.pop()
         if e.name == "":
-            queues.update((q.name, q) for q in _by_name(ctx, x.vhost, exchanges))
+            queues.update((q.name, q) for q in by_name)
         for kind, name in e.bindings:
             if kind == "queue":
                 queues[name] = ctx.queue(x.vhost, name) or name
-            elif name not in seen and name in by_name:
+            elif name not in seen and name in named:
                 seen.add(name)
-                todo.append(by_name[name])
+                todo.append(named[name])
     return [queues[n] for n in sorted(queues)]
