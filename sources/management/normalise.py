@@ -82,9 +82,6 @@ EXPECTED = {
     "channels": ("name", "vhost", "connection_details", "prefetch_count", "global_prefetch_count",
                  "messages_unacknowledged", "messages_unconfirmed", "confirm", "transactional", "consumer_count"),
     "consumers": ("queue", "consumer_tag", "channel_details", "prefetch_count", "ack_required"),
-    # Read only in the vhosts where a channel publishes without confirms or in transactions (publishing_at_risk).
-    "exchanges": ("name", "vhost", "message_stats.publish_in"),
-    "bindings": ("source", "vhost", "destination", "destination_type"),
     "queues": ("name", "vhost", "type", "durable", "arguments", "consumers"),
 }
 
