@@ -21,8 +21,9 @@ class Thresholds:
     probe_confirm_p99_seconds: float = 1.0  # probe-confirm-latency-high
     # The recent window the rate-like rules judge (unroutable, nacked, requeue-loop, deliveries, gets).
     window_seconds: float = 300.0
-    # publisher-without-confirms and heartbeat-disabled warn for a channel publishing this many per second
-    # over the window; below it, framework control traffic (events, replies) is info.
+    # Where the source cannot tell where a channel's messages go (diagnosis/stakes.py), publisher-without-confirms
+    # and heartbeat-disabled warn for one publishing this many per second over the window, and say so; where it
+    # can, what is at stake decides at any rate.
     publish_rate_at_stake: float = 1.0
     # unroutable-dropped and unroutable-returned warn at this many messages in the window; one is info.
     unroutable_at_stake: int = 2
