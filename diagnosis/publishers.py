@@ -73,7 +73,7 @@ def _without_confirms(ctx: Context, rule: Rule) -> Iterator[Finding]:
 def _transactional(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
         if _publishing(ch) and ch.transactional is True:
-            stake, stakes, _rate = publishes_at_stake(ctx, ch)
+            stakes = judge(ctx, ch)
             # A transaction's cost matters where its messages do; a framework's plumbing in transactions is info.
             yield rule.finding("info" if stakes.at_stake is False else "warning", ch.vhost, f"channel {ch.name}",
                                ch, _touching(ch, published=ch.message_stats.publish, transactional=True,
