@@ -352,23 +352,24 @@ def release_watching(release_broker, release_vhost, start_exporter):
                           selection=_only(release_vhost))
 
 
-def test_celery_with_its_defaults_is_held_by_its_prefetch_and_warned_of_its_heartbeats_only(
+def test_celery_with_its_defaults_is_held_by_its_prefetch_and_warned_of_its_producer_and_heartbeats(
         release, release_broker, release_vhost, release_watching, release_clients):
     """Celery sets a channel-wide (global) prefetch, which RabbitMQ 4.0-4.2 applies without showing it and 4.3
-    applies per consumer: on no release is its worker a consumer without a limit. What it is warned of is its
-    connections without heartbeat: the worker consumes."""
+    applies per consumer: on no release is its worker a consumer without a limit. What it is warned of: its
+    producer's tasks without confirms into the durable queue `celery`, and its connections without heartbeat."""
     celery_worker(release_clients)
-    release_clients.run(sys.executable, "celery_app.py", "fine", "5")
     wait_for(lambda: any(q["name"] == "celery" and q.get("consumers") for q in
                          release_broker.api("GET", f"/queues/{release_vhost}").json()), timeout=60,
              what="the worker to consume")
+    release_clients.start(sys.executable, "celery_app.py", "fine", "0")  # 0.3 tasks a second
     window_filled(release_watching)
     seen = polls_seen(release_watching.url, 8, timeout=60)
     release_clients.check()
     loud = {(f["rule"], f["severity"]) for doc in seen for f in doc["findings"] if f["severity"] != "info"}
-    assert loud == {("heartbeat-disabled", "warning")}, loud
-    assert all(f["evidence"]["consumes"] for doc in seen for f in doc["findings"] if f["rule"] == "heartbeat-disabled"
-               and f["severity"] == "warning")
+    assert loud == {("heartbeat-disabled", "warning"), ("publisher-without-confirms", "warning")}, loud
+    unsafe = {q["queue"] for doc in seen for f in doc["findings"] if f["rule"] == "publisher-without-confirms"
+              and f["severity"] == "warning" for q in f["evidence"]["at_stake"]}
+    assert unsafe == {"celery"}, release.version
 
 
 def test_celery_task_that_rejects_with_requeue_is_a_requeue_loop(release, release_watching, release_clients):
