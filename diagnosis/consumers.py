@@ -59,7 +59,8 @@ def _prefetch_saturated(ctx: Context, rule: Rule) -> Iterator[Finding]:
     seen = set()
     for con in ctx.snapshot.consumers:
         ch, q = ctx.channel(con.channel), ctx.queue(con.vhost, con.queue)
-        if ch is None or q is None or con.ack_required is not True or (ch.name, q.name) in seen:
+        # A stream's ready messages are its retained log, not a backlog the consumer holds up (its acks grant credit).
+        if ch is None or q is None or q.stream or con.ack_required is not True or (ch.name, q.name) in seen:
             continue
         seen.add((ch.name, q.name))
         if num(q.messages_ready) == 0:
@@ -95,7 +96,7 @@ def _prefetch_one(ctx: Context, rule: Rule) -> Iterator[Finding]:
         # Prefetch 1 as it binds: the consumer's own, or a channel-wide 1 (Celery's acks_late with
         # worker_prefetch_multiplier=1 sets global QoS 1 and leaves the consumer's at 0).
         limit = ch.limit_for(con.prefetch_count) if ch is not None else con.prefetch_count
-        if con.ack_required is not True or limit != 1 or q is None:
+        if con.ack_required is not True or limit != 1 or q is None or q.stream:
             continue
         if num(q.messages_ready) < ctx.thresholds.prefetch_one_backlog:
             continue

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from ackscope.model.findings import Finding
 from ackscope.model.probes import TargetStats
-from ackscope.model.snapshot import DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Exchange, Queue, Snapshot
+from ackscope.model.snapshot import (DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Exchange, Link, Queue,
+                                     Snapshot)
 
 from .thresholds import Thresholds
 
@@ -51,6 +52,7 @@ class Context:
         object.__setattr__(self, "_start_queues", {(q.vhost, q.name): q for q in start.queues} if start else {})
         object.__setattr__(self, "_start_channels", {c.name: c for c in start.channels} if start else {})
         object.__setattr__(self, "_start_exchanges", {(x.vhost, x.name): x for x in start.exchanges} if start else {})
+        object.__setattr__(self, "_start_links", {k.key: k for k in start.links} if start else {})
         object.__setattr__(self, "_memo", {})
 
     def once(self, key, compute: Callable[[], object]):
@@ -108,7 +110,8 @@ class Context:
         were dead-lettered, dropped, expired or purged: an inference from the queue's counters, which the
         broker keeps for none of those. None where a counter is not reported."""
         published, acked = self.over_window(q, "publish"), self.over_window(q, "ack")
-        if published is None or q.messages_ready is None:
+        # A stream removes only by retention, and its consumers' acks grant credit: nothing to infer.
+        if published is None or q.messages_ready is None or q.stream:
             return None
         # The management API leaves out a counter never counted: a queue nobody acked from has no `ack`.
         acked = acked or 0
@@ -132,6 +135,23 @@ class Context:
         if isinstance(record, Exchange):
             return self._start_exchanges.get((record.vhost, record.name))
         return self._start_channels.get(record.name)
+
+    @property
+    def window_start(self) -> Snapshot | None:
+        """The snapshot the window starts at; None on the first poll."""
+        return self._start
+
+    def link_at_window_start(self, link: Link) -> Link | None:
+        return self._start_links.get(link.key)
+
+    def link_transfers(self, link: Link) -> int | None:
+        """Transfers on an AMQP 1.0 link over the window (its delivery-count's growth, since the window's start or
+        the link's attach within it); None on the first poll or where the broker did not say."""
+        if link.delivery_count is None or self.window_seconds is None:
+            return None
+        then = self.link_at_window_start(link)
+        # delivery-count is a sequence number: it wraps at 2**32.
+        return (link.delivery_count - num(then.delivery_count if then is not None else 0)) % 2**32
 
     def over_window(self, record: Channel | Queue | Exchange, stat: str) -> int | None:
         """How much one of a channel's or queue's counters grew over the window: since the window's first

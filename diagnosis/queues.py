@@ -44,7 +44,8 @@ def _gets(ctx: Context, q: Queue) -> tuple[int | None, int | None]:
 
 def _no_consumers(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for q in ctx.snapshot.queues:
-        if q.consumers == 0 and num(q.messages_ready) >= ctx.thresholds.no_consumers_backlog \
+        # A stream's messages_ready is what it retains, read again by whoever subscribes: no backlog.
+        if not q.stream and q.consumers == 0 and num(q.messages_ready) >= ctx.thresholds.no_consumers_backlog \
                 and not any(_gets(ctx, q)):  # a queue polled with basic.get is read: queue-polled judges it
             yield rule.finding("warning", q.vhost, f"queue {q.name}", None,
                                {"ready": q.messages_ready, "consumers": 0},

@@ -12,13 +12,13 @@ from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, worst_firs
 from ackscope.model.probes import NAMESPACE, is_probe_connection
 from ackscope.model.snapshot import Snapshot
 
-from . import cluster, connections, consumers, probes, publishers, queues
+from . import cluster, connections, consumers, links, probes, publishers, queues, streams
 from .context import Context, Rule
 
 __all__ = ["RULES", "Context", "Rule", "diagnose", "evaluate"]
 
 RULES: tuple[Rule, ...] = (consumers.RULES + publishers.RULES + queues.RULES + connections.RULES + cluster.RULES
-                           + probes.RULES)
+                           + links.RULES + streams.RULES + probes.RULES)
 
 
 def evaluate(ctx: Context) -> list[Finding]:

@@ -27,11 +27,13 @@ from .collectors.channels import ChannelCollector
 from .collectors.connections import ConnectionCollector
 from .collectors.consumers import ConsumerCollector
 from .collectors.findings import FindingCollector
+from .collectors.links import LinkCollector
 from .collectors.nodes import NodeCollector
 from .collectors.overview import OverviewCollector
 from .collectors.probes import ProbeCollector
 from .collectors.queues import QueueCollector
 from .collectors.self_metrics import SelfCollector
+from .collectors.streams import StreamCollector
 from .status import PollStatus
 from .text_format import LabelSets, families, text
 
@@ -100,8 +102,8 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
     collectors = [SelfCollector(status, shaped)]
     if shaped is not None:
         collectors += [OverviewCollector(snapshot), NodeCollector(snapshot), ConnectionCollector(snapshot),
-                       ChannelCollector(shaped), ConsumerCollector(shaped), QueueCollector(shaped),
-                       FindingCollector(diagnosis)]
+                       ChannelCollector(shaped), ConsumerCollector(shaped), LinkCollector(snapshot),
+                       QueueCollector(shaped), StreamCollector(snapshot), FindingCollector(diagnosis)]
     return Exposition(
         metrics_gz=compressed(families(collectors, label_sets)),
         snapshot=Document(lambda: snapshot_json(snapshot, status)),

@@ -70,20 +70,35 @@ class Connection:
     client: str | None  # client library and version, e.g. "Pika Python Client Library 1.4.4"
     peer_port: int | None = None
     platform: str | None = None  # what the client says it runs on, e.g. "Python 3.11.7", "Node.JS v20.20.2"
+    protocol: str | None = None  # as the broker names it: "AMQP 0-9-1", "AMQP 1-0", "MQTT 3-1-1", "STOMP 1.2" ...
+    # An AMQP 1.0 client's container-id: the name its application goes by in AMQP 1.0 (a random UUID unless the
+    # application sets one). RabbitMQ's own AMQP 1.0 clients send no connection properties: it is all they say.
+    container_id: str | None = None
 
     @property
     def identity(self) -> str:
         """Who this client is, for a human: its connection name; failing that, what it runs, from where and
-        as whom, e.g. "py-amqp 5.4.2 from 10.0.3.7:51234 as celery" (stable for the connection's life)."""
+        as whom, e.g. "py-amqp 5.4.2 from 10.0.3.7:51234 as celery" (stable for the connection's life); an AMQP
+        1.0 client adds its container-id."""
         if self.connection_name:
             return self.connection_name
         peer = f"{self.peer_host}:{self.peer_port}" if self.peer_host and self.peer_port else self.peer_host
-        return f"{self.client or 'unnamed client'} from {peer or self.name} as {self.user}"
+        client = self.client or ("AMQP 1.0 client" if self.amqp10 else "unnamed client")
+        container = f" (container {self.container_id})" if self.container_id else ""
+        return f"{client}{container} from {peer or self.name} as {self.user}"
+
+    @property
+    def amqp10(self) -> bool:
+        """Whether it speaks AMQP 1.0: its sessions and links are read, not channels."""
+        return self.protocol == AMQP10
 
     @property
     def blocked(self) -> bool | None:
         """True when publishers on it are held back: blocked, blocking, or in credit-flow control."""
         return None if self.state is None else self.state in ("blocked", "blocking", "flow")
+
+
+AMQP10 = "AMQP 1-0"  # Connection.protocol of an AMQP 1.0 client, as the broker names it
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +184,95 @@ class Consumer:
 
 
 @dataclass(frozen=True, slots=True)
+class Link:
+    """One AMQP 1.0 link, as the broker's session lists it (GET /api/connections/{name}/sessions): a receiver
+    (the broker's outgoing link: it delivers a queue's messages to the client) or a sender (the client publishes
+    on it). The /management link every client opens is no consumer nor publisher and is left out."""
+
+    vhost: str
+    user: str
+    connection: str
+    session: int  # the session's channel number on its connection
+    handle: int  # the link's handle in its session
+    name: str  # the link name the client gave
+    role: str  # "receiver" | "sender", from the client's side
+    address: str  # the source (receiver) or target (sender) address, e.g. "/queues/orders"
+    queue: str | None  # the queue a receiver consumes from; None for a sender
+    # Pre-settled: a receiver's deliveries are settled when sent (at-most-once, the analog of auto-ack); a sender's
+    # transfers are settled when sent (snd-settle-mode settled: it never hears an outcome, no confirms).
+    settled: bool | None
+    credit: int | None  # what the link may still transfer, as the broker holds it
+    delivery_count: int | None  # transfers on the link so far (AMQP 1.0 flow control's delivery-count)
+    unconfirmed: int | None = None  # a sender's transfers the broker has not settled yet; None for a receiver
+    # The session's deliveries sent and not yet settled by the client: the broker counts them per session, not per
+    # link; `session_receivers` is how many receivers share the count.
+    session_unsettled: int | None = None
+    session_receivers: int = 0
+    client: str | None = None  # as Channel.client
+    identity: str = ""  # as Channel.identity
+
+    @property
+    def unsettled(self) -> int | None:
+        """This receiver's unsettled deliveries: its session's, where it is the session's only receiver."""
+        return self.session_unsettled if self.role == "receiver" and self.session_receivers == 1 else None
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.connection, self.session, self.handle)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConsumer:
+    """A consumer of a stream over the stream protocol, as the stream plugin's management lists it."""
+
+    vhost: str
+    stream: str
+    connection: str
+    subscription_id: int
+    offset: int | None  # the next offset the broker dispatches to it
+    # What the broker has not dispatched to it yet (the stream's committed offset less `offset`): a client that
+    # buffers chunks it has been sent but not processed looks caught up by it.
+    offset_lag: int | None
+    credits: int | None
+    consumed: int | None  # messages dispatched to it so far
+    reference: str | None = None  # its name for offset tracking, where the client said it
+    client: str | None = None
+    identity: str = ""
+
+    @property
+    def committed_offset(self) -> int | None:
+        """The stream's end as this consumer's figures give it."""
+        return None if self.offset is None or self.offset_lag is None else self.offset + self.offset_lag
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPublisher:
+    """A publisher into a stream over the stream protocol: what it sent and what the broker confirmed."""
+
+    vhost: str
+    stream: str
+    connection: str
+    publisher_id: int
+    reference: str | None
+    published: int | None
+    confirmed: int | None
+    errored: int | None
+    client: str | None = None
+    identity: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOffset:
+    """An offset a stream client stored under its reference (the stream protocol's offset tracking): its own
+    progress, whatever the broker has dispatched to it."""
+
+    vhost: str
+    stream: str
+    reference: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class Queue:
     vhost: str
     name: str
@@ -197,6 +301,13 @@ class Queue:
     # Where the queue dead-letters (x-dead-letter-exchange, by argument or policy): "" for none, None unknown.
     dead_letter_exchange: str | None = None
     messages_delayed: int | None = None  # held back by a quorum queue's delayed retry (RabbitMQ 4.3)
+    # A stream's largest consumer offset lag, as the Prometheus plugin reports it (stream protocol consumers).
+    stream_max_offset_lag: int | None = None
+
+    @property
+    def stream(self) -> bool:
+        """A stream keeps its log: messages_ready is what it retains, not a backlog waiting to be consumed."""
+        return self.type == "stream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +351,8 @@ QUEUE_COUNTS = "the queues' depths and counters"
 NODE_ALARMS = "the nodes' memory and disk alarms"
 CONNECTIONS = "the connections and their clients"  # a count of 0 is a count only where they were read
 DEAD_LETTER_COUNTS = "the nodes' dead-letter counters (the Prometheus plugin's)"
+AMQP10_LINKS = "the AMQP 1.0 sessions and links"
+STREAM_CLIENTS = "the stream protocol's consumers, publishers and stored offsets (the stream plugin's management)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +381,10 @@ class Snapshot:
     # The exchanges of the vhosts where a channel publishes without confirms (or in transactions), where the
     # source reads them (the management API): what such a channel's publishes may reach.
     exchanges: tuple[Exchange, ...] = ()
+    links: tuple[Link, ...] = ()  # the AMQP 1.0 clients' receivers and senders
+    stream_consumers: tuple[StreamConsumer, ...] = ()
+    stream_publishers: tuple[StreamPublisher, ...] = ()
+    stored_offsets: tuple[StoredOffset, ...] = ()
     notes: tuple[str, ...] = field(default=())  # what the broker did not report, said once for humans
     unreported: frozenset[str] = frozenset()  # facts this source cannot report at all (the constants above)
     unread: tuple[Unread, ...] = ()  # a partial poll: what failed (the facts it would give are in `unreported`)
@@ -288,10 +405,14 @@ def attributed(s: Snapshot) -> Snapshot:
     by_name = {c.name: c for c in s.connections}
 
     def who(record):
-        client, identity = attribution(by_name.get(record.connection), record.connection_name, record.client)
+        # A link or stream client has no connection name of its own: unattributed, it goes by its connection's.
+        named = record.connection_name if isinstance(record, (Channel, Consumer)) else record.connection
+        client, identity = attribution(by_name.get(record.connection), named, record.client)
         return replace(record, client=client, identity=identity)
 
-    return replace(s, channels=tuple(who(c) for c in s.channels), consumers=tuple(who(c) for c in s.consumers))
+    return replace(s, channels=tuple(who(c) for c in s.channels), consumers=tuple(who(c) for c in s.consumers),
+                   links=tuple(who(k) for k in s.links), stream_consumers=tuple(who(c) for c in s.stream_consumers),
+                   stream_publishers=tuple(who(p) for p in s.stream_publishers))
 
 
 def sharing(s: Snapshot, previous: Snapshot | None) -> Snapshot:

@@ -22,7 +22,10 @@ from ackscope.workloads.scenarios import BY_NAME, PREFIX, SCENARIOS
 # Rules a client cannot cause from a scenario: alarms are the broker's (the alarm test raises one).
 # The broker's own state, not a client's doing: alarms, and the cluster's (on real nodes in test_cluster.py).
 NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm", "node-down", "network-partition", "quorum-queue-degraded",
-                      "quorum-queue-no-quorum", "queue-leaders-unbalanced", "mirrored-queue-unsynchronised"}
+                      "quorum-queue-no-quorum", "queue-leaders-unbalanced", "mirrored-queue-unsynchronised",
+                      # AMQP 1.0 links and streams need RabbitMQ 4 and their own clients: tests/test_protocols_4x.py.
+                      "receiver-unsettled-unbounded", "receiver-presettled", "sender-presettled",
+                      "stream-consumer-lagging"}
 
 
 @pytest.fixture

@@ -109,10 +109,11 @@ class Ports:
     dist: int
     management: int
     prometheus: int
+    stream: int  # the stream protocol's, where the node enables rabbitmq_stream
 
     @classmethod
     def free(cls) -> Ports:
-        return cls(free_port(), free_port(), free_port(), free_port())
+        return cls(free_port(), free_port(), free_port(), free_port(), free_port())
 
 
 class LocalBroker:
@@ -263,6 +264,9 @@ class LocalBroker:
             "log.console = false\nlog.file.level = warning\n"
             + ("" if self.statistics else "management_agent.disable_metrics_collector = true\n")
             + ("" if self.net_ticktime is None else f"net_ticktime = {self.net_ticktime}\n")
+            # The stream protocol listens on its own port and tells clients where to reach a stream's leader.
+            + (f"stream.listeners.tcp.1 = 127.0.0.1:{p.stream}\nstream.advertised_host = 127.0.0.1\n"
+               f"stream.advertised_port = {p.stream}\n" if any(p.startswith("rabbitmq_stream") for p in self.plugins) else "")
             + "".join(f"{line}\n" for line in self.config)
         )
         (self.base_dir / "enabled_plugins").write_text("[" + ",".join(self.plugins) + "].\n")

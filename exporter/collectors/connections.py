@@ -25,3 +25,10 @@ class ConnectionCollector:
         yield gauge("ackscope_connection_blocked", "1 when the connection is blocked, blocking or in flow "
                     "control (its publishers are being held back).", LABELS, connections, _labels,
                     lambda c: flag(c.blocked))
+        counted: dict[tuple[str, str], int] = {}
+        for c in connections:
+            key = (c.vhost, c.protocol or "unknown")
+            counted[key] = counted.get(key, 0) + 1
+        yield gauge("ackscope_connections", "Connections by protocol as the broker names it (AMQP 0-9-1, AMQP 1-0, "
+                    "MQTT, STOMP, stream ...).", ("vhost", "protocol"), counted.items(), lambda kv: kv[0],
+                    lambda kv: kv[1])

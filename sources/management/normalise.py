@@ -55,7 +55,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
               "disk_free_alarm", "fd_used", "fd_total", "io_sync_count", "io_sync_avg_time", "partitions"),
     "vhosts": ("name",),
     "connections": ("name", "vhost", "user", "user_provided_name", "client_properties", "timeout", "state",
-                    "node", "peer_host", "peer_port"),
+                    "node", "peer_host", "peer_port", "protocol", "container_id"),
     "channels": ("name", "number", "vhost", "user", "connection_details.name", "prefetch_count",
                  "global_prefetch_count", "messages_unacknowledged", "messages_unconfirmed", "confirm",
                  "transactional", "consumer_count", "state") + _stats_columns(*_STATS),
@@ -201,6 +201,8 @@ def connection(raw: dict) -> Connection:
         client=client_properties.client(props),
         peer_port=_int(raw.get("peer_port")),
         platform=client_properties.platform(props),
+        protocol=_str(raw.get("protocol")),
+        container_id=_str(raw.get("container_id")),
     )
 
 

@@ -24,7 +24,7 @@ from ..http import Readers
 from ..prometheus_plugin import normalise as plugin_normalise
 from ..prometheus_plugin.listeners import plugin_urls
 from ..selection import Selection
-from . import normalise
+from . import normalise, protocols
 from .client import PAGES_UP_TO, ManagementClient
 
 log = logging.getLogger("ackscope.sources")
@@ -43,6 +43,7 @@ MISSED_WITHOUT = {
     # A vhost whose exchanges could not be read leaves what its unconfirmed publishers put at stake unknown: the
     # rule then judges them by their rate, and says so.
     "exchanges": frozenset(),
+    **protocols.MISSED_WITHOUT,
 }
 # What only each node's Prometheus plugin counts, read beside the lists where the broker lists the plugin's
 # listener: the messages dead-lettered or dropped, by reason (a quorum queue's delivery limit drops messages
@@ -70,8 +71,8 @@ class ManagementSource:
         self._missing_since: dict[str, float] = {}  # a field missing from every answer since (monotonic)
 
     def read(self) -> Snapshot:
-        taken_at = time.time()
-        raw, errors = self.fetch()
+        taken_at, deadline = time.time(), time.monotonic() + self.deadline
+        raw, errors = self.fetch(deadline)
         per_node = raw.pop("metrics", None)
         self._say_missing(raw)
         while True:
@@ -91,6 +92,8 @@ class ManagementSource:
             snapshot = replace(snapshot, dead_lettered=counted, nodes=tuple(
                 replace(n, quorum_commit_latency_seconds=latency[n.name]) if latency.get(n.name) is not None else n
                 for n in snapshot.nodes))
+        snapshot, failed = protocols.read(snapshot, self.client, deadline, self._pool)
+        errors = sorted([*errors, *failed], key=lambda e: e.endpoint)
         return partial(snapshot, errors, frozenset().union(*(MISSED_WITHOUT[e.endpoint] for e in errors)))
 
     def _say_missing(self, raw: dict[str, Any]) -> None:
@@ -125,11 +128,12 @@ class ManagementSource:
             latency[node] = plugin_normalise.quorum_commit_latency(samples)
         return tuple(found), latency
 
-    def fetch(self) -> tuple[dict[str, Any], list[FetchError]]:
+    def fetch(self, deadline: float | None = None) -> tuple[dict[str, Any], list[FetchError]]:
         """Every endpoint's JSON ([] for a list that failed), the nodes' dead-letter counters ("metrics", where
         the overview lists their plugins), and what failed; SourceFailed when the overview fails, every list
-        does, or one fails for a reason that is the configuration's (FATAL). Bounded by the deadline."""
-        deadline = time.monotonic() + self.deadline
+        does, or one fails for a reason that is the configuration's (FATAL). Bounded by `deadline` (monotonic; by
+        default the source's deadline from now)."""
+        deadline = time.monotonic() + self.deadline if deadline is None else deadline
         try:
             raw = {"overview": self.client.fetch("overview", deadline)}
         except FetchError as e:

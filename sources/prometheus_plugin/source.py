@@ -22,6 +22,7 @@ from ackscope.model.source import FATAL, FetchError, SourceFailed, as_fetch_erro
 from ..cli import CliEnricher
 from ..http import Readers
 from ..management import normalise as management_normalise
+from ..management import protocols
 from ..management.client import PAGES_UP_TO, ManagementClient
 from ..selection import Selection
 from . import normalise
@@ -191,7 +192,7 @@ class PrometheusPluginSource:
             # that may take longer than one request's timeout on a busy node (at 50,000 queues it once
             # took over 5 s and the poll lost its queue counts), so it may take until the deadline.
             jobs[("metrics/detailed", url)] = lambda url=url: self._read_plugin(
-                url, "metrics/detailed", [("family", f) for f in self.families], deadline, len(urls) > 1,
+                url, "metrics/detailed", [("family", f) for f in (*self.families, normalise.STREAM_LAG_FAMILY)], deadline, len(urls) > 1,
                 patient=listed is not None and len(listed.queues) > PAGES_UP_TO, listed=counting)
             jobs[("metrics", url)] = lambda url=url: self._read_plugin(url, "metrics", {}, deadline, len(urls) > 1)
         if listed is None:
@@ -238,6 +239,12 @@ class PrometheusPluginSource:
                                       counted=counted is not None and not alone)
         missed |= frozenset().union(*(MISSED_WITHOUT.get(e.endpoint, ()) for e in errors
                                       if e.reason != "incomplete" or e.endpoint == "metrics"))  # its alarms
+        if alone:  # what AMQP 1.0 and stream clients hold is the management API's to list
+            snapshot = replace(snapshot, unreported=snapshot.unreported | {facts.AMQP10_LINKS, facts.STREAM_CLIENTS})
+        else:
+            snapshot, failed = protocols.read(snapshot, self.management, deadline, self._pool)
+            errors = [*errors, *failed]
+            missed |= frozenset().union(*(protocols.MISSED_WITHOUT[e.endpoint] for e in failed))
         snapshot = partial(snapshot, errors, missed)
         unread = self._unread_nodes(snapshot)
         if unread:

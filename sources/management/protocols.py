@@ -1,0 +1,72 @@
+"""What AMQP 1.0 and stream clients hold, read beside the lists both sources read from the management API: each
+AMQP 1.0 connection's sessions (its links, their credit, what they leave unsettled) and, where the broker has
+streams, the stream plugin's consumers, publishers and stored offsets. All of them answer with management
+statistics off. A part that fails costs only itself: the rules that need it say "not evaluated"."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Executor, wait
+from dataclasses import replace
+from urllib.parse import quote
+
+from ackscope.model import snapshot as facts
+from ackscope.model.snapshot import Snapshot
+from ackscope.model.source import FetchError, as_fetch_error
+
+from . import links as links_normalise
+from . import streams as streams_normalise
+from .client import ManagementClient
+
+MISSED_WITHOUT = {"sessions": frozenset({facts.AMQP10_LINKS}), "streams": frozenset({facts.STREAM_CLIENTS})}
+NO_STREAM_MANAGEMENT = ("the stream plugin's management (rabbitmq_stream_management) is not enabled: a stream's "
+                        "consumers are known by the Prometheus plugin's largest offset lag per stream, where it is read")
+
+
+def read(s: Snapshot, client: ManagementClient, deadline: float, pool: Executor) -> tuple[Snapshot, list[FetchError]]:
+    """`s` with its AMQP 1.0 links and stream clients, and what could not be read; bounded by `deadline`."""
+    http = client.http
+    jobs = {("sessions", c.name): (lambda c=c: links_normalise.links(c, http.json(
+        "sessions", f"/api/connections/{quote(c.name, safe='')}/sessions", {}, deadline)))
+        for c in s.connections if c.amqp10}
+    streams = sorted({(q.vhost, q.name) for q in s.queues if q.stream})
+    if streams:
+        by_name = {c.name: c for c in s.connections}
+        jobs[("streams", "consumers")] = lambda: streams_normalise.consumers(
+            http.json("streams", "/api/stream/consumers", {}, deadline), by_name)
+        jobs[("streams", "publishers")] = lambda: streams_normalise.publishers(
+            http.json("streams", "/api/stream/publishers", {}, deadline), by_name)
+        for vhost, name in streams:
+            jobs[("streams", (vhost, name))] = lambda vhost=vhost, name=name: streams_normalise.stored_offsets(
+                vhost, name, http.json("streams", f"/api/stream/{quote(vhost, safe='')}/{quote(name, safe='')}/"
+                                       "tracking", {}, deadline))
+    futures = {pool.submit(job): key for key, job in jobs.items()}
+    done, _ = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+    got: dict = {}
+    failed: dict[str, FetchError] = {}
+    for future, (part, what) in futures.items():
+        if future not in done:
+            failed.setdefault(part, FetchError(part, "deadline", "no complete answer within the poll deadline"))
+        elif future.exception() is None:
+            got[(part, what)] = future.result()
+        elif isinstance(future.exception(), (links_normalise.MalformedSessions, streams_normalise.MalformedStreams)):
+            failed.setdefault(part, FetchError(part, "malformed", str(future.exception())))
+        elif what != "consumers" and getattr(future.exception(), "status", None) == 404:
+            continue  # the connection closed, or the stream was deleted, since it was listed: nothing left to read
+        else:
+            failed.setdefault(part, as_fetch_error(part, future.exception()))
+    notes, unreported = list(s.notes), set(s.unreported)
+    stream_error = failed.get("streams")
+    if stream_error is not None and stream_error.status == 404:  # the plugin is off: nothing failed, it is unknown
+        del failed["streams"]
+        notes.append(NO_STREAM_MANAGEMENT)
+        unreported.add(facts.STREAM_CLIENTS)
+    out = replace(s, notes=tuple(notes), unreported=frozenset(unreported),
+                  links=() if "sessions" in failed else tuple(
+                      k for (part, _), found in got.items() if part == "sessions" for k in found),
+                  **({} if "streams" in failed or facts.STREAM_CLIENTS in unreported else dict(
+                      stream_consumers=tuple(got.get(("streams", "consumers"), ())),
+                      stream_publishers=tuple(got.get(("streams", "publishers"), ())),
+                      stored_offsets=tuple(o for (p, what), found in got.items()
+                                           if p == "streams" and isinstance(what, tuple) for o in found))))
+    return out, sorted(failed.values(), key=lambda e: e.endpoint)
