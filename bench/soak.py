@@ -20,7 +20,6 @@ import signal
 import sys
 from pathlib import Path
 
-import plotly.graph_objects as go
 from charts import save_png
 from plotly.subplots import make_subplots
 

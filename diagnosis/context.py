@@ -4,7 +4,6 @@ rules of several concerns share."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -86,7 +85,7 @@ class Context:
     @property
     def release(self) -> tuple[int, int] | None:
         """The broker's (major, minor), for what differs by release; None where it did not say."""
-        return release_of(self.snapshot.overview.rabbitmq_version)
+        return self.snapshot.overview.release
 
     def dead_lettered_over_window(self) -> dict[tuple[str, str, str], dict[str, int]] | None:
         """What the nodes' dead-letter counters grew by over the window: {(reason, queue type, strategy): {node:
@@ -188,12 +187,6 @@ class Rule:
         return Finding(self.id, severity, vhost, obj, who.connection_name, evidence, explanation,
                        remedy or self.remedy, client=who.client or "",
                        identity=who.identity or who.connection_name)
-
-
-def release_of(version: str | None) -> tuple[int, int] | None:
-    """(major, minor) of a RabbitMQ version string ("4.0.5", "3.13.7+2.g3ab2f1c"); None for none or nonsense."""
-    found = re.match(r"(\d+)\.(\d+)", version or "")
-    return (int(found[1]), int(found[2])) if found else None
 
 
 def num(v) -> int:

@@ -16,11 +16,15 @@ from ackscope.model.snapshot import (
     Connection,
     Consumer,
     DeadLettered,
+    Link,
     MessageStats,
     Node,
     Overview,
     Queue,
     Snapshot,
+    StoredOffset,
+    StreamConsumer,
+    StreamPublisher,
 )
 
 from .cardinality import Limits
@@ -42,7 +46,7 @@ def sample_snapshot() -> Snapshot:
                     quorum_commit_latency_seconds=0.002),),
         vhosts=("/",),
         connections=(Connection("peer -> host", "/", "app", "billing", 60, "running", "rabbit@example", "peer",
-                                "pika"),),
+                                "pika", protocol="AMQP 0-9-1"),),
         channels=(Channel("peer -> host (1)", 1, "/", "app", "peer -> host", "billing", 10, 0, 5, 0, True, False, 1,
                           "running", _COUNTS),),
         consumers=(Consumer("/", "orders", "ctag", "peer -> host (1)", "peer -> host", "billing", "app", 10, True,
@@ -52,8 +56,17 @@ def sample_snapshot() -> Snapshot:
                 Queue("/", "payments", "quorum", True, False, False, "running", "rabbit@example", 1, 0, 1, 1, 1.0,
                       _COUNTS, members=("rabbit@example", "rabbit@b", "rabbit@c"),
                       online=("rabbit@example", "rabbit@b"), delivery_limit=20, dead_letter_exchange="",
-                      messages_delayed=0)),
+                      messages_delayed=0),
+                Queue("/", "events", "stream", True, False, False, "running", "rabbit@example", 150, 0, None, 1, None,
+                      MessageStats(), stream_max_offset_lag=50)),
         dead_lettered=(DeadLettered("rabbit@example", "delivery_limit", "quorum", "disabled", 1),),
+        links=(Link("/", "app", "peer2 -> host", 0, 1, "app-orders", "receiver", "/queues/orders", "orders", False,
+                    10, 300, session_unsettled=300, session_receivers=1),
+               Link("/", "app", "peer2 -> host", 0, 2, "app-events", "sender", "/queues/events", None, True, 170, 5,
+                    unconfirmed=0)),
+        stream_consumers=(StreamConsumer("/", "events", "peer3 -> host", 0, 100, 50, 10, 100),),
+        stream_publishers=(StreamPublisher("/", "events", "peer3 -> host", 0, None, 150, 150, 0),),
+        stored_offsets=(StoredOffset("/", "events", "reader", 90),),
     )
 
 

@@ -6,6 +6,7 @@ object too new to have stats): the collectors then emit no series, never a made-
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -35,6 +36,13 @@ class Overview:
     statistics_disabled: bool
     message_stats: MessageStats
     queue_total: int | None = None  # queues in the cluster, all vhosts: what listing them costs the broker
+
+    @property
+    def release(self) -> tuple[int, int] | None:
+        """(major, minor) of the broker's version ("4.0.5", "3.13.7+2.g3ab2f1c"); None for none or nonsense: what
+        differs by release is looked up by it."""
+        found = re.match(r"(\d+)\.(\d+)", self.rabbitmq_version or "")
+        return (int(found[1]), int(found[2])) if found else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,10 @@ if [ "${1:-}" = "--test" ]; then
   # The soak's packet loss: nftables in a network namespace (this kernel has no netem), made with iproute2.
   command -v nft >/dev/null || need+=(nftables)
   command -v ip >/dev/null || need+=(iproute2)
+  # Qpid Proton's Python binding (an AMQP 1.0 client of the suite) has no wheel for this Python: pip builds it.
+  command -v gcc >/dev/null || need+=(gcc)
+  python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
+    || need+=(python3-dev)
   # The release matrix's RabbitMQ 4 nodes run from Debian roots that debootstrap makes (below).
   command -v debootstrap >/dev/null || need+=(debootstrap)
 fi

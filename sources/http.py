@@ -118,7 +118,7 @@ class HttpReader:
             raise FetchError(endpoint, "forbidden", f"user {self.username!r} may not read {path}: "
                              "give it the 'monitoring' tag")
         if status == 404:
-            raise FetchError(endpoint, "not_found", f"{path} not found: is this the {self.what}'s URL?")
+            raise FetchError(endpoint, "not_found", f"{path} not found: is this the {self.what}'s URL?", status)
         reason = "server_error" if status >= 500 else "http_error"
         said = _broker_reason(response)
         raise FetchError(endpoint, reason, f"HTTP {status} from {path}" + (f": {said}" if said else ""), status)

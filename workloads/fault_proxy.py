@@ -21,7 +21,7 @@ class FaultProxy:
     def __init__(self, upstream: str, host: str = "127.0.0.1"):
         """`host`: the address it listens on (a test host's link, for one)."""
         self.upstream = upstream.rstrip("/")
-        self.faults: dict[str, str] = {}  # endpoint ("queues", or "*" for every one) -> fault
+        self.faults: dict[str, str] = {}  # endpoint ("queues"; "*/sessions"; "*" for every one) -> fault
         self.requests: list[str] = []
         self._closing = threading.Event()
         proxy = self
@@ -32,7 +32,9 @@ class FaultProxy:
             def do_GET(self):
                 endpoint = self.path.split("?", 1)[0].removeprefix("/api/")
                 proxy.requests.append(endpoint)
-                fault = proxy.faults.get(endpoint, proxy.faults.get("*"))
+                # "*/sessions": that endpoint of every object (each AMQP 1.0 connection's sessions).
+                fault = proxy.faults.get(endpoint, proxy.faults.get("*/" + endpoint.rsplit("/", 1)[-1],
+                                                                    proxy.faults.get("*")))
                 if fault == "hang":
                     proxy._closing.wait(120)
                     return

@@ -19,16 +19,40 @@ from . import streams as streams_normalise
 from .client import ManagementClient
 
 MISSED_WITHOUT = {"sessions": frozenset({facts.AMQP10_LINKS}), "streams": frozenset({facts.STREAM_CLIENTS})}
-NO_STREAM_MANAGEMENT = ("the stream plugin's management (rabbitmq_stream_management) is not enabled: a stream's "
-                        "consumers are known by the Prometheus plugin's largest offset lag per stream, where it is read")
+_LAG_ONLY = "a stream's consumers are known by the Prometheus plugin's largest offset lag per stream, where it is read"
+UNLISTED = {404: f"the stream plugin's management (rabbitmq_stream_management) is not enabled: {_LAG_ONLY}",
+            400: f"with management statistics off the stream plugin lists no stream consumers or publishers: {_LAG_ONLY}"}
+
+
+# The sessions endpoint came with RabbitMQ 4.1 (its management plugin's rabbit_mgmt_wm_connection_sessions, 2024-11).
+NO_SESSIONS = ("RabbitMQ {version} has no sessions endpoint (it came in 4.1): AMQP 1.0 links, their credit and "
+               "what they leave unsettled are not known")
+# With statistics off RabbitMQ lists connections by name only, without their protocol (measured on 4.0.5), or
+# none at all (4.3.6): which speak AMQP 1.0, and so their sessions, cannot be found.
+NO_CONNECTIONS = ("RabbitMQ {version} lists no connections with their protocol with management statistics off: "
+                  "AMQP 1.0 sessions and links cannot be found")
 
 
 def read(s: Snapshot, client: ManagementClient, deadline: float, pool: Executor) -> tuple[Snapshot, list[FetchError]]:
-    """`s` with its AMQP 1.0 links and stream clients, and what could not be read; bounded by `deadline`."""
+    """`s` with its AMQP 1.0 links and stream clients, and what could not be read; bounded by `deadline`. Where the
+    release cannot say (no sessions endpoint; no connections listed), the links are unreported, and why is noted."""
+    version, release = s.overview.rabbitmq_version, s.overview.release or (0, 0)
+    unknown = (NO_SESSIONS if (4, 0) <= release < (4, 1) else
+               NO_CONNECTIONS if release >= (4, 0) and s.overview.statistics_disabled and not any(
+                   c.protocol for c in s.connections) else
+               None)
+    s, errors = _read(s, [] if unknown else [c for c in s.connections if c.amqp10], client, deadline, pool)
+    if unknown:
+        s = replace(s, notes=(*s.notes, unknown.format(version=version)), unreported=s.unreported | {facts.AMQP10_LINKS})
+    return s, errors
+
+
+def _read(s: Snapshot, asked: list, client: ManagementClient, deadline: float, pool: Executor
+          ) -> tuple[Snapshot, list[FetchError]]:
     http = client.http
     jobs = {("sessions", c.name): (lambda c=c: links_normalise.links(c, http.json(
         "sessions", f"/api/connections/{quote(c.name, safe='')}/sessions", {}, deadline)))
-        for c in s.connections if c.amqp10}
+        for c in asked}
     streams = sorted({(q.vhost, q.name) for q in s.queues if q.stream})
     if streams:
         by_name = {c.name: c for c in s.connections}
@@ -57,9 +81,10 @@ def read(s: Snapshot, client: ManagementClient, deadline: float, pool: Executor)
             failed.setdefault(part, as_fetch_error(part, future.exception()))
     notes, unreported = list(s.notes), set(s.unreported)
     stream_error = failed.get("streams")
-    if stream_error is not None and stream_error.status == 404:  # the plugin is off: nothing failed, it is unknown
+    # The plugin is off (404), or statistics are (400, measured on 4.0.5 and 4.3.6): nothing failed, it is unknown.
+    if stream_error is not None and stream_error.status in UNLISTED:
         del failed["streams"]
-        notes.append(NO_STREAM_MANAGEMENT)
+        notes.append(UNLISTED[stream_error.status])
         unreported.add(facts.STREAM_CLIENTS)
     out = replace(s, notes=tuple(notes), unreported=frozenset(unreported),
                   links=() if "sessions" in failed else tuple(
