@@ -153,6 +153,23 @@ def _prefetch_section(data: Live, search: str = "", top: int = 15, chart: bool =
         help="unacked / prefetch limit; full where nothing limits the client")})
 
 
+def _receivers_section(data: Live, search: str = "", top: int = 15) -> None:
+    """AMQP 1.0 receivers beside the channels: their unsettled deliveries against their link credit. Shown where
+    the broker has any (RabbitMQ 4.1 and later list them)."""
+    df, total = views.receivers(data.snapshot, search, top)
+    if df.empty:
+        return
+    st.subheader("AMQP 1.0 receivers: unsettled against credit")
+    st.caption(f"The {len(df)} most unsettled of {total} AMQP 1.0 receivers. Credit is what the broker may still "
+               "send; a client that grants it again as transfers arrive is bounded by nothing (marked).")
+    _table(df)
+
+
+def _consumers_section(data: Live, search: str = "", top: int = 15) -> None:
+    _prefetch_section(data, search, top)
+    _receivers_section(data, search, top)
+
+
 def _markdown_table(df: pd.DataFrame) -> str:
     """A DataFrame of strings as a Markdown table, every cell escaped."""
     head = "| " + " | ".join(_md(str(c)) for c in df.columns) + " |"
@@ -248,8 +265,9 @@ def _top_n_page(title: str, search_label: str, search_key: str, top_label: str,
 
 def consumers() -> None:
     _top_n_page("Consumers & prefetch", "Search client, channel, queue or vhost", "consumer-search",
-                "Show the fullest", _prefetch_section,
-                ("prefetch-unlimited", "auto-ack-consumer", "prefetch-saturated", "prefetch-one"))
+                "Show the fullest", _consumers_section,
+                ("prefetch-unlimited", "auto-ack-consumer", "prefetch-saturated", "prefetch-one",
+                 "receiver-unsettled-unbounded", "receiver-presettled"))
 
 
 def redelivery() -> None:

@@ -78,6 +78,34 @@ def prefetch(snapshot: dict[str, Any] | None, search: str = "", top: int = 50) -
     return df.head(top).reset_index(drop=True), len(df)
 
 
+def receivers(snapshot: dict[str, Any] | None, search: str = "", top: int = 50) -> tuple[pd.DataFrame, int]:
+    """AMQP 1.0 receivers, most unsettled first: client, unsettled deliveries against the link's credit, and marks
+    for what bounds nothing (more unsettled than credit: credit granted as transfers arrive; pre-settled). The
+    broker counts unsettled per session: a receiver sharing its session shows the session's count, said so."""
+    columns = ["client", "link", "vhost", "queue", "unsettled", "credit", "mark", "connection"]
+    if not snapshot:
+        return pd.DataFrame(columns=columns), 0
+    rows = []
+    for k in snapshot.get("links", []):
+        if k.get("role") != "receiver":
+            continue
+        held, credit = k.get("session_unsettled"), k.get("credit")
+        marks = []
+        if k.get("settled") is True:
+            marks.append("pre-settled (at-most-once)")
+        elif held is not None and credit is not None and held > credit:
+            marks.append("credit bounds nothing")
+        if k.get("session_receivers", 1) > 1:
+            marks.append(f"unsettled: its session's {k['session_receivers']} receivers together")
+        rows.append({"client": k.get("identity") or k.get("connection", ""), "link": k.get("name", ""),
+                     "vhost": k.get("vhost", ""), "queue": k.get("queue") or "", "unsettled": held, "credit": credit,
+                     "mark": ", ".join(marks), "connection": f"{k.get('connection', '')} (session {k.get('session')})"})
+    df = pd.DataFrame(rows, columns=columns)
+    df = _search(df, search, ("client", "link", "queue", "vhost"))
+    df = df.sort_values("unsettled", ascending=False, kind="stable", na_position="last")
+    return df.head(top).reset_index(drop=True), len(df)
+
+
 BAR = 10  # blocks in a text bar of how full a prefetch is
 
 

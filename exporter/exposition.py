@@ -183,5 +183,9 @@ def _plain(snapshot: Snapshot) -> dict:
         "consumers": [_record(c) for c in snapshot.consumers],
         "queues": [_record(q) for q in snapshot.queues],
         "dead_lettered": [_record(d) for d in snapshot.dead_lettered],
+        "links": [dict(_record(k), unsettled=k.unsettled) for k in snapshot.links],
+        "stream_consumers": [_record(c) for c in snapshot.stream_consumers],
+        "stream_publishers": [_record(p) for p in snapshot.stream_publishers],
+        "stored_offsets": [_record(o) for o in snapshot.stored_offsets],
     }
     return document

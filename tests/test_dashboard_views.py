@@ -126,3 +126,23 @@ def test_broker_views_show_alarms_and_blocked_connections():
     nodes = views.nodes(SNAPSHOT)
     assert nodes.loc[0, "alarms"] == "memory" and nodes.loc[0, "memory_limit_mib"] == 2048.0
     assert list(views.blocked_connections(SNAPSHOT)["client"]) == ["billing"]
+
+
+def _receiver(name: str, unsettled: int, credit: int, **more) -> dict:
+    return {"role": "receiver", "name": name, "identity": f"app {name}", "vhost": "/", "queue": name,
+            "connection": "peer -> host", "session": 0, "session_unsettled": unsettled, "session_receivers": 1,
+            "credit": credit, "settled": False, **more}
+
+
+def test_receivers_view_puts_the_most_unsettled_first_and_marks_what_credit_does_not_bound():
+    snapshot = {"links": [_receiver("bounded", 5, 10), _receiver("unbounded", 300, 10),
+                          _receiver("at-most-once", 0, 10, settled=True),
+                          _receiver("shared", 40, 10, session_receivers=2),
+                          {"role": "sender", "name": "publisher", "credit": 170}]}
+    df, total = views.receivers(snapshot)
+    assert total == 4 and list(df["link"]) == ["unbounded", "shared", "bounded", "at-most-once"]
+    marks = dict(zip(df["link"], df["mark"]))
+    assert marks["unbounded"] == "credit bounds nothing" and marks["bounded"] == ""
+    assert marks["at-most-once"].startswith("pre-settled")
+    assert "its session's 2 receivers together" in marks["shared"]
+    assert views.receivers(snapshot, search="unbounded")[1] == 1

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 from client_processes import Clients
+from dashboard_helpers import frames, page
 from helpers import polls_seen, private_broker, scrape, value, wait_for, wait_for_sample
 
 from ackscope.diagnosis.thresholds import Thresholds
@@ -92,9 +93,10 @@ def _fires(exporter, clients: Clients, rule: str, queue: str, severity: str, tim
 
 @pytest.mark.parametrize("library", ["rabbitmq", "proton"])
 def test_amqp10_receivers_and_senders_are_judged_in_amqp10s_terms(release, node, vhost, start_exporter, tmp_path,
-                                                                    library):
-    """A receiver that never settles holds 300 deliveries against a credit of 10 and is named; one that settles
-    stays quiet; a sender publishing pre-settled is a warning while it publishes."""
+                                                                    library, monkeypatch):
+    """A receiver that never settles holds 300 deliveries against a credit of 10 and is named, and the dashboard's
+    consumers page shows it against its credit; one that settles stays quiet; a sender publishing pre-settled is a
+    warning while it publishes."""
     for queue in ("settled", "held", "read"):  # durable quorum queues, as the library's own declare makes them
         node.api("PUT", f"/queues/{vhost}/{queue}", json={"durable": True, "arguments": {"x-queue-type": "quorum"}})
     exporter = _watching(start_exporter, node, vhost)
@@ -109,6 +111,11 @@ def test_amqp10_receivers_and_senders_are_judged_in_amqp10s_terms(release, node,
         held = _fires(exporter, clients, "receiver-unsettled-unbounded", "held", "warning")
         assert held["evidence"]["credit"] <= 10 < held["evidence"]["unsettled"] <= 300, held["evidence"]
         assert held["evidence"]["queue"] == "held" and "credit bounds nothing" in held["explanation"]
+        app = page(monkeypatch, "consumers", exporter.url)
+        receivers = next(d for d in frames(app) if "credit" in d.columns)
+        shown = receivers[receivers["queue"] == "held"].iloc[0]
+        assert shown["unsettled"] > shown["credit"] and shown["mark"] == "credit bounds nothing", receivers
+        assert receivers[receivers["queue"] == "settled"].iloc[0]["mark"] == ""
         sender = _fires(exporter, clients, "sender-presettled", "read", "warning", timeout=WINDOW + 60)
         assert sender["evidence"]["transfers"] > 0 and sender["evidence"]["snd_settle_mode"] == "settled"
         seen = polls_seen(exporter.url, 4)
