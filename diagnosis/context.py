@@ -103,6 +103,27 @@ class Context:
                 grown.setdefault((d.reason, d.queue_type, d.strategy), {})[d.node] = change
         return grown
 
+    def deliveries_over_window(self, protocol: str) -> dict[str, tuple[int, int]] | None:
+        """Deliveries and redeliveries to `protocol`'s consumers over the window, by queue type, summed over the
+        nodes (a node that restarted counts from zero); None without the nodes' counters or on the first poll."""
+        start = self._start
+        if DEAD_LETTER_COUNTS in self.snapshot.unreported or start is None or self.window_seconds is None:
+            return None
+        before = {(c.node, c.queue_type): c for c in start.protocol_counts if c.protocol == protocol}
+        grown: dict[str, tuple[int, int]] = {}
+        for c in self.snapshot.protocol_counts:
+            if c.protocol != protocol:
+                continue
+            then = before.get((c.node, c.queue_type))
+            if then is None:  # not counted at the window's start: what it counted before is not the window's
+                continue
+            restarted = c.delivered < then.delivered or c.redelivered < then.redelivered
+            delivered = c.delivered - (0 if restarted else then.delivered)
+            redelivered = c.redelivered - (0 if restarted else then.redelivered)
+            was = grown.get(c.queue_type, (0, 0))
+            grown[c.queue_type] = (was[0] + delivered, was[1] + redelivered)
+        return grown
+
     def removed_without_ack(self, q: Queue) -> int | None:
         """Messages that left the queue over the window neither acked nor delivered with automatic ack: what
         was published into it, less the acks, the auto-ack deliveries and gets, and what its depth grew. They

@@ -347,6 +347,20 @@ class DeadLettered:
         return self.strategy == "disabled"
 
 
+@dataclass(frozen=True, slots=True)
+class ProtocolCounts:
+    """One node's deliveries to consumers of one protocol from one type of queue, as its Prometheus plugin counts
+    them (rabbitmq_global_messages_delivered_total, ..._redelivered_total): per node, protocol and queue type, with
+    no queue named. Where AMQP 1.0 deliveries are counted at all: the management API keeps no per-queue statistics
+    of them (measured on 4.3.6: message_stats null)."""
+
+    node: str
+    protocol: str  # as the plugin names it: amqp091 | amqp10 | stream | mqtt ...
+    queue_type: str  # as the model names queue types: quorum | classic | stream ("" where not labelled)
+    delivered: int
+    redelivered: int
+
+
 # Facts a source may be unable to report (Snapshot.unreported); a rule that needs one is not evaluated.
 CHANNEL_TRANSACTIONAL = "the channel's transactional flag"
 QUEUE_PERSISTENT_COUNTS = "the queue's count of persistent messages"
@@ -386,6 +400,7 @@ class Snapshot:
     consumers: tuple[Consumer, ...] = ()
     queues: tuple[Queue, ...] = ()
     dead_lettered: tuple[DeadLettered, ...] = ()  # every node's, where its Prometheus plugin was read
+    protocol_counts: tuple[ProtocolCounts, ...] = ()  # every node's, where its Prometheus plugin was read
     # The exchanges of the vhosts where a channel publishes without confirms (or in transactions), where the
     # source reads them (the management API): what such a channel's publishes may reach.
     exchanges: tuple[Exchange, ...] = ()

@@ -25,6 +25,7 @@ NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm", "node-down", "network-partit
                       "quorum-queue-no-quorum", "queue-leaders-unbalanced", "mirrored-queue-unsynchronised",
                       # AMQP 1.0 links and streams need RabbitMQ 4 and their own clients: tests/test_protocols_4x.py.
                       "receiver-unsettled-unbounded", "receiver-presettled", "sender-presettled",
+                      "receiver-requeue-loop", "receiver-rejects",
                       "stream-consumer-lagging"}
 
 

@@ -17,7 +17,7 @@ from ackscope.diagnosis.rules import Context, diagnose, evaluate
 from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.exposition import render
 from ackscope.exporter.status import PollStatus
-from ackscope.model.snapshot import STREAM_CLIENTS, StoredOffset
+from ackscope.model.snapshot import AMQP10_LINKS, STREAM_CLIENTS, StoredOffset
 from ackscope.sources.management import links as links_normalise
 from ackscope.sources.management import normalise, streams
 
@@ -130,3 +130,39 @@ def test_links_streams_and_protocols_are_rendered_as_families():
     assert value(samples, "ackscope_stream_stored_offset_lag", reference="slow-reader") == \
         c.committed_offset - stored[0].offset
     assert value(samples, "ackscope_stream_max_offset_lag", stream="s1") == 7
+
+
+def _outcomes(version: str, redelivered: int, rejected: int = 0, links=None):
+    """Two polls 10 s apart of a broker whose AMQP 1.0 receivers of quorum queue "held" took 1,000 deliveries."""
+    from snapshot_builders import OVERVIEW
+
+    from ackscope.model.snapshot import DeadLettered, ProtocolCounts
+
+    receiver = next(k for k in _links() if k.role == "receiver")
+    held = queue("q10", type="quorum", delivery_limit=20, dead_letter_exchange="")
+
+    def at(t: float, delivered: int, again: int, dropped: int):
+        return replace(snapshot(t, queues=[held], links=[receiver] if links is None else links,
+                                protocol_counts=[ProtocolCounts("rabbit@a", "amqp10", "quorum", delivered, again)],
+                                dead_lettered=[DeadLettered("rabbit@a", "rejected", "quorum", "disabled", dropped)]),
+                       overview=replace(OVERVIEW, rabbitmq_version=version))
+    return Context(at(1010.0, 1000, redelivered, rejected), at(1000.0, 0, 0, 0))
+
+
+def test_amqp10_deliveries_released_back_are_a_requeue_loop_whose_fate_is_the_releases():
+    on_43 = {f.rule: f for f in evaluate(_outcomes("4.3.6", redelivered=950))}["receiver-requeue-loop"]
+    assert on_43.severity == "critical" and on_43.object == "queue q10" and on_43.identity.startswith("AMQP 1.0")
+    assert "loops forever" in on_43.explanation and on_43.evidence["attribution"].startswith("inferred:")
+    on_40 = {f.rule: f for f in evaluate(_outcomes("4.0.5", redelivered=950))}["receiver-requeue-loop"]
+    assert "delivery limit" in on_40.explanation and "dropped" in on_40.explanation
+    assert not [f for f in evaluate(_outcomes("4.3.6", redelivered=10)) if f.rule == "receiver-requeue-loop"]
+
+
+def test_rejected_outcomes_without_a_dead_letter_exchange_are_drops_named_by_receiver():
+    f = {f.rule: f for f in evaluate(_outcomes("4.3.6", redelivered=0, rejected=300))}["receiver-rejects"]
+    assert f.severity == "warning" and f.evidence["dropped"] == 300 and f.object == "queue q10"
+    # Where the release lists no links, the counts still tell, and say the receivers are not named.
+    unlisted = _outcomes("4.0.5", redelivered=0, rejected=300, links=[])
+    unlisted = replace(unlisted, snapshot=replace(unlisted.snapshot, unreported=frozenset({AMQP10_LINKS})))
+    f = {f.rule: f for f in evaluate(unlisted)}["receiver-rejects"]
+    assert f.object == "AMQP 1.0 receivers of quorum queues" and "not named" in f.evidence["attribution"]

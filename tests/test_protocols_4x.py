@@ -6,6 +6,7 @@ them."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
@@ -241,3 +242,33 @@ def test_a_session_list_that_cannot_be_read_costs_only_the_amqp10_part(release, 
             _fires(exporter, clients, "receiver-unsettled-unbounded", "held", "warning")
     finally:
         proxy.close()
+
+
+def test_outcomes_a_receiver_settles_with_are_judged_where_the_broker_counts_them(release, node, vhost,
+                                                                                   start_exporter, tmp_path):
+    """A receiver that releases every delivery loops (how long: the release's delivery limit says); one that rejects
+    every delivery of a queue without a dead-letter exchange drops them. The broker counts both per node and queue
+    type: the receivers are named where the release lists links (4.1 and later), and said unnamed where not."""
+    for queue in ("poison", "refused"):
+        node.api("PUT", f"/queues/{vhost}/{queue}", json={"durable": True, "arguments": {"x-queue-type": "quorum"}})
+    exporter = _watching(start_exporter, node, vhost)
+
+    def judged(mode: str, queue: str, rule: str) -> dict:
+        (tmp_path / mode).mkdir()
+        with _clients(node, vhost, tmp_path / mode) as clients:
+            clients.start(sys.executable, "amqp10_client.py", "rabbitmq", mode, queue)
+
+            def found():
+                clients.check()
+                return next((f for f in _findings(exporter) if f["rule"] == rule), None)
+            return wait_for(found, timeout=WINDOW + 60, what=f"{rule} of a receiver {mode}")
+    loop = judged("releasing", "poison", "receiver-requeue-loop")
+    rejects = judged("rejecting", "refused", "receiver-rejects")
+    assert loop["evidence"]["queue_type"] == "quorum" and loop["evidence"]["redeliver_rate"] > 1
+    assert ("loops forever" if release.at_least(4, 3) else "delivery limit") in loop["explanation"]
+    assert rejects["severity"] == "warning" and rejects["evidence"]["dropped"] >= 1
+    if release.at_least(4, 1):
+        assert loop["object"] == "queue poison" and loop["identity"].startswith("AMQP 1.0 client"), json.dumps(loop)
+        assert rejects["object"] == "queue refused"
+    else:
+        assert "not named" in loop["evidence"]["attribution"] and "not named" in rejects["evidence"]["attribution"]

@@ -48,7 +48,8 @@ MISSED_WITHOUT = {
 # What only each node's Prometheus plugin counts, read beside the lists where the broker lists the plugin's
 # listener: the messages dead-lettered or dropped, by reason (a quorum queue's delivery limit drops messages
 # silently from RabbitMQ 4.0, and the management API counts none of it), and its quorum commit latency.
-PLUGIN_SAMPLES = frozenset((*plugin_normalise.DEAD_LETTERED, *plugin_normalise.RAFT_COMMIT_LATENCY))
+PLUGIN_SAMPLES = frozenset((*plugin_normalise.DEAD_LETTERED, *plugin_normalise.RAFT_COMMIT_LATENCY,
+                            *plugin_normalise.PROTOCOL_COUNTS))
 
 
 class ManagementSource:
@@ -88,8 +89,8 @@ class ManagementSource:
         if per_node is None:  # no node lists its plugin: the counters are not known, and that is no error
             snapshot = replace(snapshot, unreported=snapshot.unreported | {facts.DEAD_LETTER_COUNTS})
         else:
-            counted, latency = per_node
-            snapshot = replace(snapshot, dead_lettered=counted, nodes=tuple(
+            counted, latency, deliveries = per_node
+            snapshot = replace(snapshot, dead_lettered=counted, protocol_counts=deliveries, nodes=tuple(
                 replace(n, quorum_commit_latency_seconds=latency[n.name]) if latency.get(n.name) is not None else n
                 for n in snapshot.nodes))
         snapshot, failed = protocols.read(snapshot, self.client, deadline, self._pool)
@@ -113,10 +114,10 @@ class ManagementSource:
             log.warning("RabbitMQ %s sends no %s: what %s is not reported, the rest is", version or "(unknown)",
                         ", ".join(new), "they give" if len(new) > 1 else "it gives")
 
-    def _node_metrics(self, urls: dict[str, str], deadline: float) -> tuple[tuple, dict[str, float | None]]:
-        """Every listed node's dead-letter counters and quorum commit latency, each from the node's own plugin
-        (they are per node)."""
-        found, latency = [], {}
+    def _node_metrics(self, urls: dict[str, str], deadline: float) -> tuple[tuple, dict[str, float | None], tuple]:
+        """Every listed node's dead-letter counters, quorum commit latency and deliveries per protocol, each from
+        the node's own plugin (they are per node)."""
+        found, latency, deliveries = [], {}, []
         for node, url in sorted(urls.items()):
             text = self._plugins.at(url).get("metrics", "/metrics", {}, deadline, "text/plain").decode("utf-8", "replace")
             samples = plugin_normalise.parse(text, "metrics", PLUGIN_SAMPLES)
@@ -126,7 +127,8 @@ class ManagementSource:
                                  "RabbitMQ before 3.10, or an answer cut short)")
             found.extend(counted)
             latency[node] = plugin_normalise.quorum_commit_latency(samples)
-        return tuple(found), latency
+            deliveries.extend(plugin_normalise.protocol_counts(samples, node))
+        return tuple(found), latency, tuple(deliveries)
 
     def fetch(self, deadline: float | None = None) -> tuple[dict[str, Any], list[FetchError]]:
         """Every endpoint's JSON ([] for a list that failed), the nodes' dead-letter counters ("metrics", where

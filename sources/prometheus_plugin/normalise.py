@@ -21,6 +21,7 @@ from ackscope.model.snapshot import (
     MessageStats,
     Node,
     Overview,
+    ProtocolCounts,
     Queue,
     Snapshot,
     attributed,
@@ -71,12 +72,15 @@ QUEUE_TYPES = {"rabbit_quorum_queue": "quorum", "rabbit_classic_queue": "classic
 # The quorum queues' Raft commit latency, under the name each release gives it: to 4.1 one gauge for all the node's
 # Raft clusters; from 4.2 (the Raft families renamed) the largest of the quorum queues' own.
 RAFT_COMMIT_LATENCY = ("rabbitmq_raft_max_commit_latency_seconds", "rabbitmq_raft_entry_commit_latency_seconds")
+# Deliveries to consumers per protocol and queue type: how AMQP 1.0 outcomes that give a message back (released,
+# modified) show, as redeliveries.
+PROTOCOL_COUNTS = ("rabbitmq_global_messages_delivered_total", "rabbitmq_global_messages_redelivered_total")
 NODE_SAMPLES = frozenset({
     "rabbitmq_build_info", "rabbitmq_identity_info", "rabbitmq_process_resident_memory_bytes",
     "rabbitmq_resident_memory_limit_bytes", "rabbitmq_alarms_memory_used_watermark",
     "rabbitmq_disk_space_available_bytes", "rabbitmq_disk_space_available_limit_bytes",
     "rabbitmq_alarms_free_disk_space_watermark", "rabbitmq_process_open_fds", "rabbitmq_process_max_fds",
-    *DEAD_LETTERED, *RAFT_COMMIT_LATENCY})
+    *DEAD_LETTERED, *RAFT_COMMIT_LATENCY, *PROTOCOL_COUNTS})
 
 
 def parse(text: str, endpoint: str, names: frozenset[str] | None = None) -> Samples:
@@ -305,6 +309,15 @@ def dead_lettered(metrics: Samples, node: str) -> tuple[DeadLettered, ...] | Non
     return tuple(sorted(found, key=lambda d: (d.reason, d.queue_type, d.strategy))) if found else None
 
 
+def protocol_counts(metrics: Samples, node: str) -> tuple[ProtocolCounts, ...]:
+    """The node's deliveries and redeliveries per protocol and queue type, from its /metrics."""
+    delivered, redelivered = ({(labels.get("protocol", ""), labels.get("queue_type", "")): int(v)
+                               for labels, v in metrics.get(name, ())} for name in PROTOCOL_COUNTS)
+    return tuple(ProtocolCounts(node, protocol, QUEUE_TYPES.get(queue_type, queue_type), delivered[key],
+                                redelivered.get(key, 0))
+                 for key in sorted(delivered) for protocol, queue_type in (key,))
+
+
 def node_name(metrics: Samples | None) -> str | None:
     """The name of the node whose plugin answered (rabbitmq_identity_info), if it said."""
     identity = (metrics or {}).get("rabbitmq_identity_info")
@@ -375,6 +388,7 @@ def snapshot(base: Snapshot, detailed: Samples | None, metrics: Sequence[Samples
     dead = tuple(d for node in counts for d in node) if counts and None not in counts else None
     nodes = tuple(nodes_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes
     base = replace(base, dead_lettered=dead or (),
+                   protocol_counts=tuple(c for m in metrics or () for c in protocol_counts(m, node_name(m) or "")),
                    unreported=base.unreported | ({facts.DEAD_LETTER_COUNTS} if dead is None else set()))
     if channels_listed:
         return replace(base, queues=queues, unreported=base.unreported | {facts.QUEUE_PERSISTENT_COUNTS},

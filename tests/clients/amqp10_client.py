@@ -2,10 +2,11 @@
 (python-qpid-proton), as an application would write it, against the broker of $AMQP_URL:
 
     amqp10_client.py rabbitmq|proton settling|holding|presettled-receiver|presettled-sender QUEUE
+    amqp10_client.py rabbitmq releasing|rejecting QUEUE
 
 The receivers take what QUEUE holds (filled first with 300 messages, published unsettled: each outcome awaited),
 with a link credit of 10: `settling` accepts each message, `holding` never settles one, `presettled-receiver`
-takes them pre-settled. `presettled-sender` publishes 5 messages a second pre-settled (snd-settle-mode settled).
+takes them pre-settled, `releasing` gives each back (outcome released), `rejecting` rejects each. `presettled-sender` publishes 5 messages a second pre-settled (snd-settle-mode settled).
 Prints "ready" once its links are attached, then runs until SIGTERM."""
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ def rabbitmq() -> None:
         def on_amqp_message(self, event):
             if mode == "settling":
                 self.delivery_context.accept(event)
+            elif mode == "releasing":  # every delivery back to the queue: a consumer failing every message
+                self.delivery_context.requeue(event)
+            elif mode == "rejecting":
+                self.delivery_context.discard(event)
 
     options = (ConsumerOptions(settle_strategy=ConsumerSettleStrategy.PreSettled) if mode == "presettled-receiver"
                else None)
