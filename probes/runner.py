@@ -81,6 +81,9 @@ class _TargetProbe:
         self.sent_at: dict[int, int] = {}  # seq -> when its publish left, until its first delivery
         self.pub_wire: WireClock | None = None
         self.unacked = 0
+        # A stream target's next offset to read: after the last delivered, so a consumer that attaches again
+        # neither misses nor repeats; from the stream's first (its retention: an hour, a few MB) at the start.
+        self.next_offset: int | None = None
         self.ever_opened = {"publisher": False, "consumer": False}
         self.last_error: str | None = None
         self._tick = None
@@ -281,7 +284,10 @@ class _TargetProbe:
     def _consume(self, channel) -> None:
         if not channel.is_open:  # closed as basic.qos was answered: its close callback takes over
             return
-        args = {"x-stream-offset": "next"} if self.t.queue_type == "stream" else None
+        # From "next", whatever was published before the consumer attached (a node just started takes seconds to
+        # place a new stream) would never come: counted lost. Earlier runs' messages it reads are set aside.
+        args = ({"x-stream-offset": "first" if self.next_offset is None else self.next_offset}
+                if self.t.queue_type == "stream" else None)
         channel.basic_consume(self.t.queue, self._on_delivery, auto_ack=False, arguments=args)
         self.con_channel = channel
         if self.ever_opened["consumer"]:
@@ -308,9 +314,12 @@ class _TargetProbe:
             self.fail("consumer", describe_close(reason))
             self.r.later(BACKOFF_MAX, lambda: self.r.reopen(self, "consumer", channel.connection))
 
-    def _on_delivery(self, channel, method, _props, body) -> None:
+    def _on_delivery(self, channel, method, props, body) -> None:
         now = channel.connection.wire.read_ns
         self.r.read_acks()
+        offset = (props.headers or {}).get("x-stream-offset")  # a stream's delivery says where it was read
+        if isinstance(offset, int):
+            self.next_offset = offset + 1
         msg = ProbeMessage.decode(body)
         if msg is None or msg.run_id != self.r.run_id or msg.target != self.t.name:
             channel.basic_ack(method.delivery_tag)  # another run's leftovers: not ours to audit

@@ -18,6 +18,7 @@ import requests
 from client_processes import Clients
 from dashboard_helpers import frames, page
 from helpers import polls_seen, private_broker, scrape, value, wait_for, wait_for_sample
+from probe_helpers import probe_config, probe_samples, quick, running_probes, wait_probe
 
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
@@ -272,3 +273,19 @@ def test_outcomes_a_receiver_settles_with_are_judged_where_the_broker_counts_the
         assert rejects["object"] == "queue refused"
     else:
         assert "not named" in loop["evidence"]["attribution"] and "not named" in rejects["evidence"]["attribution"]
+
+
+def test_the_probes_measure_a_stream_beside_classic_and_quorum_queues(release, node, vhost):
+    """A stream target publishes with confirms into a stream and consumes from the next offset: its confirm and
+    end-to-end (publish to delivery) latency are reported as the classic and quorum targets' are, nothing lost."""
+    targets = (quick("classic", "classic"), quick("quorum", "quorum"), quick("events", "stream"))
+    with running_probes(probe_config(node, vhost, targets)) as probes:
+        for t in targets:
+            wait_probe(probes, "ackscope_probe_confirm_latency_seconds_count", t.name, 40, timeout=60)
+            wait_probe(probes, "ackscope_probe_delivery_latency_seconds_count", t.name, 40, timeout=60)
+        s = probe_samples(probes)
+    for t in targets:
+        assert value(s, "ackscope_probe_up", target=t.name, queue_type=t.queue_type) == 1
+        assert (value(s, "ackscope_probe_lost_total", target=t.name) or 0) == 0
+    stream = node.api("GET", f"/queues/{vhost}/ackscope.probe.events").json()
+    assert stream["type"] == "stream" and stream["arguments"]["x-max-age"] == "1h"
