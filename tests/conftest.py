@@ -5,13 +5,12 @@ tools (promtool, Prometheus, chromium). Each test is marked by the services its 
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pika
 import pytest
-from helpers import connect, private_broker, prometheus_scraping, require_binary
+from helpers import connect, own_vhost, private_broker, prometheus_scraping, require_binary
 
 from ackscope.apps.exporter import Exporter, ExporterConfig
 from ackscope.core.http_server import WebSecurity
@@ -109,11 +108,8 @@ def newest_statsoff_cluster() -> Iterator[LocalCluster]:
 @pytest.fixture
 def vhost(broker: LocalBroker) -> Iterator[str]:
     """A fresh vhost per test, so tests never see each other's queues, channels or connections."""
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    broker.api("PUT", f"/vhosts/{name}")
-    broker.api("PUT", f"/permissions/{name}/{ADMIN_USER}", json={"configure": ".*", "write": ".*", "read": ".*"})
-    yield name
-    broker.api("DELETE", f"/vhosts/{name}")
+    with own_vhost(broker, "t") as name:
+        yield name
 
 
 def exporter_config(management_url: str, *, username: str = ADMIN_USER, password: str = ADMIN_PASSWORD,

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -104,6 +105,19 @@ def cli_args(**kwargs) -> argparse.Namespace:
     values.update(config=None)
     values.update(kwargs)
     return argparse.Namespace(**values)
+
+
+@contextmanager
+def own_vhost(node: LocalBroker, prefix: str = "v") -> Iterator[str]:
+    """A fresh vhost on `node`, the admin allowed everything in it, deleted afterwards: tests never see each
+    other's queues, channels or connections."""
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    node.api("PUT", f"/vhosts/{name}")
+    node.api("PUT", f"/permissions/{name}/{ADMIN_USER}", json={"configure": ".*", "write": ".*", "read": ".*"})
+    try:
+        yield name
+    finally:
+        node.api("DELETE", f"/vhosts/{name}")
 
 
 @contextmanager

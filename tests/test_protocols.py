@@ -26,7 +26,8 @@ pytestmark = pytest.mark.unit
 
 
 def _connections():
-    return {c.name: c for c in (normalise.connection(raw) for raw in json.loads((DATA / "connections.json").read_text()))}
+    listed = json.loads((DATA / "connections.json").read_text())
+    return {c.name: c for c in (normalise.connection(raw) for raw in listed)}
 
 
 def _links():

@@ -10,20 +10,19 @@ import json
 import logging
 import re
 import sys
-import uuid
 from collections.abc import Iterator
 
 import pytest
 import requests
 from client_processes import Clients
 from dashboard_helpers import frames, page
-from helpers import polls_seen, private_broker, scrape, value, wait_for, wait_for_sample
+from helpers import own_vhost, polls_seen, private_broker, scrape, value, wait_for, wait_for_sample
 from probe_helpers import probe_config, probe_samples, quick, running_probes, wait_probe
 
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
 from ackscope.workloads.fault_proxy import FaultProxy
-from ackscope.workloads.private_broker import ADMIN_USER, LocalBroker, Release
+from ackscope.workloads.private_broker import LocalBroker, Release
 
 MATRIX = {"4.0": "trixie", "newest": "sid"}
 WINDOW = 20.0
@@ -46,13 +45,8 @@ def node(release) -> Iterator[LocalBroker]:
 
 @pytest.fixture
 def vhost(node) -> Iterator[str]:
-    name = f"v-{uuid.uuid4().hex[:10]}"
-    node.api("PUT", f"/vhosts/{name}")
-    node.api("PUT", f"/permissions/{name}/{ADMIN_USER}", json={"configure": ".*", "write": ".*", "read": ".*"})
-    try:
+    with own_vhost(node) as name:
         yield name
-    finally:
-        node.api("DELETE", f"/vhosts/{name}")
 
 
 def _watching(start_exporter, broker: LocalBroker, vhost: str, **options):
@@ -73,7 +67,8 @@ def _findings(exporter) -> list[dict]:
 def _links_unknown(exporter, why: str) -> None:
     """The link rules say they could not run, and the snapshot says why (`why` is part of its note)."""
     unevaluated = wait_for(lambda: {n["rule"]: n for n in requests.get(
-        exporter.url + "/api/findings", timeout=5).json()["not_evaluated"]}, timeout=30, what="the rules that cannot run")
+        exporter.url + "/api/findings", timeout=5).json()["not_evaluated"]}, timeout=30,
+        what="the rules that cannot run")
     for rule in ("receiver-unsettled-unbounded", "receiver-presettled", "sender-presettled"):
         assert "the AMQP 1.0 sessions and links" in unevaluated[rule]["needs"], unevaluated
     notes = requests.get(exporter.url + "/api/snapshot", timeout=5).json()["snapshot"]["notes"]
@@ -188,10 +183,7 @@ def test_with_statistics_off_what_the_release_lists_is_read_and_what_it_does_not
     why. The stream plugin lists no consumers with statistics off (HTTP 400): the Prometheus plugin's largest lag
     per stream stands for them."""
     with private_broker(f"ackscope-p{release.name.replace('.', '')}-off", release=release, plugins=PLUGINS,
-                        statistics=False) as broker:
-        name = "v-off"
-        broker.api("PUT", f"/vhosts/{name}")
-        broker.api("PUT", f"/permissions/{name}/{ADMIN_USER}", json={"configure": ".*", "write": ".*", "read": ".*"})
+                        statistics=False) as broker, own_vhost(broker) as name:
         broker.api("PUT", f"/queues/{name}/held", json={"durable": True, "arguments": {"x-queue-type": "quorum"}})
         # With statistics off no release lists its listeners: the plugin's port is said, as a user would.
         exporter = _watching(start_exporter, broker, name, prometheus_url=broker.prometheus_url)

@@ -14,7 +14,7 @@ import uuid
 import pytest
 import requests
 from client_processes import Clients
-from helpers import (markdown_table, polls_seen, scenarios_running, scrape, suspended_queue, value, wait_for,
+from helpers import (markdown_table, own_vhost, polls_seen, scenarios_running, scrape, suspended_queue, value, wait_for,
                      wait_for_sample)
 from probe_helpers import captured_log
 
@@ -27,12 +27,8 @@ from ackscope.workloads.scenarios import PREFIX, SCENARIOS
 
 @pytest.fixture
 def off_vhost(statsoff_broker):
-    name = f"off-{uuid.uuid4().hex[:8]}"
-    statsoff_broker.api("PUT", f"/vhosts/{name}")
-    statsoff_broker.api("PUT", f"/permissions/{name}/{ADMIN_USER}", json={"configure": ".*", "write": ".*",
-                                                                         "read": ".*"})
-    yield name
-    statsoff_broker.api("DELETE", f"/vhosts/{name}")
+    with own_vhost(statsoff_broker, "off") as name:
+        yield name
 
 
 def cli_beside(broker) -> list[str]:

@@ -13,14 +13,13 @@ import re
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pika
 import pytest
 import requests
-from helpers import polls_seen, private_broker, scenarios_running, scrape, suspended_queue, value, wait_for
+from helpers import (own_vhost, polls_seen, private_broker, scenarios_running, scrape, suspended_queue, value,
+                     wait_for)
 from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
 from client_processes import Clients
 from test_real_clients import CHANNEL, celery_worker, fires, java, window_filled
@@ -68,20 +67,9 @@ def release_plugin_only(release) -> Iterator[LocalBroker]:
         yield node
 
 
-@contextmanager
-def _vhost(node: LocalBroker) -> Iterator[str]:
-    name = f"v-{uuid.uuid4().hex[:10]}"
-    node.api("PUT", f"/vhosts/{name}")
-    node.api("PUT", f"/permissions/{name}/{ADMIN_USER}", json={"configure": ".*", "write": ".*", "read": ".*"})
-    try:
-        yield name
-    finally:
-        node.api("DELETE", f"/vhosts/{name}")
-
-
 @pytest.fixture
 def release_vhost(release_broker) -> Iterator[str]:
-    with _vhost(release_broker) as name:
+    with own_vhost(release_broker) as name:
         yield name
 
 
@@ -265,7 +253,7 @@ def _diagnose_while(node: LocalBroker, vhost: str, conn, tick) -> dict:
 
 # -- statistics off, and the plugin alone ----------------------------------------------------------------
 def _statistics_off_reads_the_plugin(node: LocalBroker, start_exporter) -> None:
-    with _vhost(node) as vhost:
+    with own_vhost(node) as vhost:
         # With statistics off no release lists its listeners (measured on 3.10, 4.0 and 4.3): the plugin's port
         # is said, as a user whose plugin is not on 15692 says it.
         exporter = start_exporter(node.management_url, prometheus_url=node.prometheus_url, interval=0.5,
