@@ -11,7 +11,7 @@ class Thresholds:
     unlimited_prefetch_unacked_critical: int = 1000  # prefetch-unlimited turns critical at this many unacked
     auto_ack_backlog: int = 1000  # auto-ack-consumer warns when its queue holds this many ready
     auto_ack_delivery_rate: float = 100.0  # ... or delivers this many per second
-    stream_lag_growth: int = 1000  # stream-consumer-lagging: a stream consumer's lag grew this many offsets in the window
+    stream_lag_growth: int = 1000  # stream-consumer-lagging: a stream consumer's lag grew this much in the window
     prefetch_one_backlog: int = 100  # prefetch-one: ready messages behind a prefetch-1 consumer
     requeue_ratio: float = 0.5  # requeue-loop: redeliveries per delivery
     requeue_min_rate: float = 1.0  # ... and at least this many redeliveries per second

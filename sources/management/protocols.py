@@ -21,7 +21,8 @@ from .client import ManagementClient
 MISSED_WITHOUT = {"sessions": frozenset({facts.AMQP10_LINKS}), "streams": frozenset({facts.STREAM_CLIENTS})}
 _LAG_ONLY = "a stream's consumers are known by the Prometheus plugin's largest offset lag per stream, where it is read"
 UNLISTED = {404: f"the stream plugin's management (rabbitmq_stream_management) is not enabled: {_LAG_ONLY}",
-            400: f"with management statistics off the stream plugin lists no stream consumers or publishers: {_LAG_ONLY}"}
+            400: "with management statistics off the stream plugin lists no stream consumers or publishers: "
+                 + _LAG_ONLY}
 
 
 # The sessions endpoint came with RabbitMQ 4.1 (its management plugin's rabbit_mgmt_wm_connection_sessions, 2024-11).
@@ -43,7 +44,8 @@ def read(s: Snapshot, client: ManagementClient, deadline: float, pool: Executor)
                None)
     s, errors = _read(s, [] if unknown else [c for c in s.connections if c.amqp10], client, deadline, pool)
     if unknown:
-        s = replace(s, notes=(*s.notes, unknown.format(version=version)), unreported=s.unreported | {facts.AMQP10_LINKS})
+        s = replace(s, notes=(*s.notes, unknown.format(version=version)),
+                    unreported=s.unreported | {facts.AMQP10_LINKS})
     return s, errors
 
 

@@ -7,7 +7,8 @@
 The receivers take what QUEUE holds (filled first with 300 messages, published unsettled: each outcome awaited),
 with a link credit of 10: `settling` accepts each message, `holding` never settles one, `presettled-receiver`
 takes them pre-settled, `releasing` gives each back (outcome released), `rejecting` rejects each.
-`presettled-sender` publishes 5 messages a second pre-settled (snd-settle-mode settled). Prints "ready" once its links are attached, then runs until SIGTERM."""
+`presettled-sender` publishes 5 messages a second pre-settled (snd-settle-mode settled). Prints "ready" once
+its links are attached, then runs until SIGTERM."""
 
 from __future__ import annotations
 
