@@ -187,11 +187,11 @@ class PrometheusPluginSource:
                 **{name: (lambda name=name: self.management.fetch(name, deadline, paginate=name not in CHANNEL_LISTS))
                    for name in self._lists},
                 **({"consumers": lambda: self._read_consumer_list(deadline)} if self._consumers_due() else {})}
+        families = [("family", f) for f in (*self.families, normalise.STREAM_LAG_FAMILY)]
         for url in urls:
             # The plugin builds the whole answer before its first byte: for a broker of thousands of queues
             # that may take longer than one request's timeout on a busy node (at 50,000 queues it once
             # took over 5 s and the poll lost its queue counts), so it may take until the deadline.
-            families = [("family", f) for f in (*self.families, normalise.STREAM_LAG_FAMILY)]
             jobs[("metrics/detailed", url)] = lambda url=url: self._read_plugin(
                 url, "metrics/detailed", families, deadline, len(urls) > 1,
                 patient=listed is not None and len(listed.queues) > PAGES_UP_TO, listed=counting)
