@@ -22,11 +22,12 @@ from probe_helpers import probe_config, probe_samples, quick, running_probes, wa
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
 from ackscope.workloads.fault_proxy import FaultProxy
-from ackscope.workloads.private_broker import LocalBroker, Release
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, Release
 
 MATRIX = {"4.0": "trixie", "newest": "sid"}
 WINDOW = 20.0
-PLUGINS = ("rabbitmq_management", "rabbitmq_prometheus", "rabbitmq_stream", "rabbitmq_stream_management")
+PLUGINS = ("rabbitmq_management", "rabbitmq_prometheus", "rabbitmq_stream", "rabbitmq_stream_management",
+           "rabbitmq_mqtt", "rabbitmq_stomp")
 
 
 @pytest.fixture(scope="module", params=list(MATRIX))
@@ -281,3 +282,32 @@ def test_the_probes_measure_a_stream_beside_classic_and_quorum_queues(release, n
         assert (value(s, "ackscope_probe_lost_total", target=t.name) or 0) == 0
     stream = node.api("GET", f"/queues/{vhost}/ackscope.probe.events").json()
     assert stream["type"] == "stream" and stream["arguments"]["x-max-age"] == "1h"
+
+
+def test_mqtt_and_stomp_connections_are_counted_by_protocol_and_never_break_the_poll(release, node, start_exporter):
+    """paho-mqtt and stomp.py connected beside the rest: /api/connections lists them with their protocol; the poll
+    counts them by it, asks them for no AMQP 1.0 sessions, and fails nowhere."""
+    import paho.mqtt.client as mqtt
+    import stomp
+
+    exporter = start_exporter(node.management_url, interval=0.5)  # their vhost is the default one
+    publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="ackscope-test-sensor")
+    publisher.username_pw_set(ADMIN_USER, ADMIN_PASSWORD)
+    publisher.connect("127.0.0.1", node.ports.mqtt)
+    publisher.loop_start()
+    subscriber = stomp.Connection([("127.0.0.1", node.ports.stomp)])
+    subscriber.connect(ADMIN_USER, ADMIN_PASSWORD, wait=True)
+    try:
+        def counted():
+            samples = scrape(exporter)
+            by_protocol = {labels["protocol"]: v for labels, v in samples.get("ackscope_connections", [])}
+            return (samples, by_protocol) if any(p.startswith("MQTT") for p in by_protocol) and any(
+                p.startswith("STOMP") for p in by_protocol) else None
+        samples, by_protocol = wait_for(counted, timeout=30, what="MQTT and STOMP connections counted by protocol")
+    finally:
+        publisher.loop_stop()
+        publisher.disconnect()
+        subscriber.disconnect()
+    assert value(samples, "ackscope_up") == 1 and not samples.get("ackscope_poll_errors_total"), samples.get(
+        "ackscope_poll_errors_total")
+    assert all(v == 1 for p, v in by_protocol.items() if p.startswith(("MQTT", "STOMP"))), by_protocol

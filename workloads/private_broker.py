@@ -110,10 +110,12 @@ class Ports:
     management: int
     prometheus: int
     stream: int  # the stream protocol's, where the node enables rabbitmq_stream
+    mqtt: int  # where it enables rabbitmq_mqtt
+    stomp: int  # where it enables rabbitmq_stomp
 
     @classmethod
     def free(cls) -> Ports:
-        return cls(free_port(), free_port(), free_port(), free_port(), free_port())
+        return cls(*(free_port() for _ in range(7)))
 
 
 class LocalBroker:
@@ -267,6 +269,8 @@ class LocalBroker:
             # The stream protocol listens on its own port and tells clients where to reach a stream's leader.
             + (f"stream.listeners.tcp.1 = 127.0.0.1:{p.stream}\nstream.advertised_host = 127.0.0.1\n"
                f"stream.advertised_port = {p.stream}\n" if any(p.startswith("rabbitmq_stream") for p in self.plugins) else "")
+            + (f"mqtt.listeners.tcp.1 = 127.0.0.1:{p.mqtt}\n" if "rabbitmq_mqtt" in self.plugins else "")
+            + (f"stomp.listeners.tcp.1 = 127.0.0.1:{p.stomp}\n" if "rabbitmq_stomp" in self.plugins else "")
             + "".join(f"{line}\n" for line in self.config)
         )
         (self.base_dir / "enabled_plugins").write_text("[" + ",".join(self.plugins) + "].\n")
