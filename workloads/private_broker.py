@@ -268,7 +268,8 @@ class LocalBroker:
             + ("" if self.net_ticktime is None else f"net_ticktime = {self.net_ticktime}\n")
             # The stream protocol listens on its own port and tells clients where to reach a stream's leader.
             + (f"stream.listeners.tcp.1 = 127.0.0.1:{p.stream}\nstream.advertised_host = 127.0.0.1\n"
-               f"stream.advertised_port = {p.stream}\n" if any(p.startswith("rabbitmq_stream") for p in self.plugins) else "")
+               f"stream.advertised_port = {p.stream}\n" if any(plugin.startswith("rabbitmq_stream")
+                                                                for plugin in self.plugins) else "")
             + (f"mqtt.listeners.tcp.1 = 127.0.0.1:{p.mqtt}\n" if "rabbitmq_mqtt" in self.plugins else "")
             + (f"stomp.listeners.tcp.1 = 127.0.0.1:{p.stomp}\n" if "rabbitmq_stomp" in self.plugins else "")
             + "".join(f"{line}\n" for line in self.config)
