@@ -8,23 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ackscope.model.findings import Finding
-from ackscope.model.snapshot import QUEUE_COUNTS, STREAM_CLIENTS, Snapshot
+from ackscope.model.snapshot import QUEUE_COUNTS, STREAM_CLIENTS, stream_ends
 
 from .context import Context, Named, Rule, rounded
 
 STREAMS_GUIDE = "RabbitMQ guide 'Streams and Super Streams'"
 DISPATCHED = "dispatched: the broker's offset lag, what it has not yet sent the consumer"
 STORED = "stored: the stream's end less the offset the client stored (offset tracking), its own progress"
-
-
-def _ends(snapshot: Snapshot) -> dict[tuple[str, str], int]:
-    """Each stream's end (committed offset) as its stream-protocol consumers' figures give it."""
-    ends: dict[tuple[str, str], int] = {}
-    for c in snapshot.stream_consumers:
-        if c.committed_offset is not None:
-            key = (c.vhost, c.stream)
-            ends[key] = max(ends.get(key, 0), c.committed_offset)
-    return ends
 
 
 def _lagging(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -42,7 +32,7 @@ def _lagging(ctx: Context, rule: Rule) -> Iterator[Finding]:
             yield _finding(ctx, rule, c.vhost, c.stream, Named("", c.client or "", c.identity),
                            f"subscription {c.subscription_id} of connection {c.connection}", then.offset_lag,
                            c.offset_lag, DISPATCHED, seconds, consumed=c.consumed)
-        ends, ends_then = _ends(ctx.snapshot), _ends(start)
+        ends, ends_then = stream_ends(ctx.snapshot.stream_consumers), stream_ends(start.stream_consumers)
         stored_then = {(o.vhost, o.stream, o.reference): o.offset for o in start.stored_offsets}
         for o in ctx.snapshot.stored_offsets:
             key = (o.vhost, o.stream)

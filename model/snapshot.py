@@ -253,6 +253,15 @@ class StreamConsumer:
         return None if self.offset is None or self.offset_lag is None else self.offset + self.offset_lag
 
 
+def stream_ends(consumers: Sequence[StreamConsumer]) -> dict[tuple[str, str], int]:
+    """Each stream's end (committed offset), (vhost, stream): as its stream-protocol consumers' figures give it."""
+    ends: dict[tuple[str, str], int] = {}
+    for c in consumers:
+        if c.committed_offset is not None:
+            ends[(c.vhost, c.stream)] = max(ends.get((c.vhost, c.stream), 0), c.committed_offset)
+    return ends
+
+
 @dataclass(frozen=True, slots=True)
 class StreamPublisher:
     """A publisher into a stream over the stream protocol: what it sent and what the broker confirmed."""

@@ -4,7 +4,7 @@ backlog: these say how far behind its readers are."""
 
 from __future__ import annotations
 
-from ackscope.model.snapshot import Snapshot, StoredOffset, StreamConsumer, StreamPublisher
+from ackscope.model.snapshot import Snapshot, StoredOffset, StreamConsumer, StreamPublisher, stream_ends
 
 from .families import counter, gauge
 
@@ -39,10 +39,7 @@ class StreamCollector:
                     CONSUMER_LABELS, consumers, _consumer, lambda c: c.offset)
         yield gauge("ackscope_stream_consumer_credits", "Credits a stream consumer holds (chunks the broker may "
                     "still send it).", CONSUMER_LABELS, consumers, _consumer, lambda c: c.credits)
-        ends: dict[tuple[str, str], int] = {}
-        for c in consumers:
-            if c.committed_offset is not None:
-                ends[(c.vhost, c.stream)] = max(ends.get((c.vhost, c.stream), 0), c.committed_offset)
+        ends = stream_ends(consumers)
         yield gauge("ackscope_stream_stored_offset", "The offset a client stored under its reference (offset "
                     "tracking): its own progress.", STORED_LABELS, s.stored_offsets, _stored, lambda o: o.offset)
         yield gauge("ackscope_stream_stored_offset_lag", "The stream's end (committed offset, as its consumers' "

@@ -42,7 +42,11 @@ def read(s: Snapshot, client: ManagementClient, deadline: float, pool: Executor)
                NO_CONNECTIONS if release >= (4, 0) and s.overview.statistics_disabled and not any(
                    c.protocol for c in s.connections) else
                None)
-    s, errors = _read(s, [] if unknown else [c for c in s.connections if c.amqp10], client, deadline, pool)
+    # Before RabbitMQ 4 AMQP 1.0 is a plugin whose clients work through channels, and there is no sessions endpoint:
+    # asking each of its connections would be a 404 every poll.
+    before_4 = s.overview.release is not None and s.overview.release < (4, 0)
+    asked = [] if unknown or before_4 else [c for c in s.connections if c.amqp10]
+    s, errors = _read(s, asked, client, deadline, pool)
     if unknown:
         s = replace(s, notes=(*s.notes, unknown.format(version=version)),
                     unreported=s.unreported | {facts.AMQP10_LINKS})
