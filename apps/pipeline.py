@@ -32,6 +32,8 @@ OPTIONS = (
     Option("until", None, point_in_time, "only events before this time (same forms as --since)"),
     Option("loss_deadline", 120.0, config.positive_float, "seconds a confirmed message may take to be delivered "
            "before the audit calls it lost"),
+    Option("executor_wait", 60.0, config.positive_float, "seconds a cluster may take to give the run its first "
+           "executor before the run gives up (a master without a free worker never does)"),
     Option("spark_ui", False, config.boolean, "keep Spark's web UI on while the pipeline runs", switch=True),
 )
 
@@ -56,7 +58,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineConfig
             raise ConfigError(f"--conf {item!r}: expected KEY=VALUE")
         conf.append((key.strip(), value))
     return PipelineConfig(v["data_dir"], v["out"], v["master"], v["window"], v["since"], v["until"],
-                          v["loss_deadline"], bool(v["spark_ui"]), tuple(conf))
+                          v["loss_deadline"], bool(v["spark_ui"]), tuple(conf), v["executor_wait"])
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ackscope.model.schemas import EVENTS, REPORTS, SNAPSHOTS
+from ackscope.model.schemas import ADDED_COLUMNS, EVENTS, REPORTS, SNAPSHOTS
 
 _FAILED_READ = re.compile(r"Encountered error while reading file (\S+?)\.?\s+SQLSTATE")
 
@@ -29,6 +29,7 @@ class PipelineConfig:
     loss_deadline_s: float = 120.0
     spark_ui: bool = False
     spark_conf: tuple[tuple[str, str], ...] = ()
+    executor_wait_s: float = 60.0
 
 
 class NoInput(Exception):
@@ -61,12 +62,13 @@ def execute(cfg: PipelineConfig, progress: Progress) -> dict:
     from .session import start
 
     started = time.monotonic()
-    spark = start(cfg.master, cfg.spark_ui, dict(cfg.spark_conf))
+    spark = start(cfg.master, cfg.spark_ui, dict(cfg.spark_conf), cfg.executor_wait_s)
     root = cfg.data_dir.rstrip("/")
     days = (cfg.since.date() if cfg.since else None, cfg.until.date() if cfg.until else None)
     sources = {"events": scan(spark, "events", f"{root}/events", EVENTS, *days)}
     for kind, schema in SNAPSHOTS.items():
-        sources[f"snapshots/{kind}"] = scan(spark, kind, f"{root}/snapshots/{kind}", schema, *days)
+        sources[f"snapshots/{kind}"] = scan(spark, kind, f"{root}/snapshots/{kind}", schema, *days,
+                                            added=ADDED_COLUMNS.get(kind, frozenset()))
     if not any(s.files or s.skipped for s in sources.values()):
         raise NoInput(f"nothing to read under {root}: expected probe events in {root}/events/ or exporter "
                       f"history in {root}/snapshots/ (run the probes or the exporter with --data-dir)")
