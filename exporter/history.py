@@ -20,11 +20,13 @@ def rows(snapshot: Snapshot) -> dict[str, list[dict]]:
                       "global_prefetch_count": c.global_prefetch_count, "prefetch_limit": c.prefetch_limit,
                       "messages_unacked": c.messages_unacked, "messages_unconfirmed": c.messages_unconfirmed,
                       "consumer_count": c.consumer_count, "confirm": c.confirm, "transactional": c.transactional,
-                      **{f"{n}_total": getattr(c.message_stats, stat) for n, stat in CHANNEL_COUNTS.items()}}
+                      **{f"{n}_total": getattr(c.message_stats, stat) for n, stat in CHANNEL_COUNTS.items()},
+                      "client": c.client, "identity": c.identity or None}
                      for c in snapshot.channels],
         "consumers": [{"taken_at": ts, "vhost": c.vhost, "queue": c.queue, "consumer_tag": c.consumer_tag,
                        "channel": c.channel, "connection_name": c.connection_name,
-                       "prefetch_count": c.prefetch_count, "ack_required": c.ack_required}
+                       "prefetch_count": c.prefetch_count, "ack_required": c.ack_required,
+                       "client": c.client, "identity": c.identity or None}
                       for c in snapshot.consumers],
         "queues": [{"taken_at": ts, "vhost": q.vhost, "queue": q.name, "type": q.type, "durable": q.durable,
                     "messages_ready": q.messages_ready, "messages_unacked": q.messages_unacked,

@@ -30,6 +30,9 @@ CHANNEL_COUNTS = {"published": "publish", "confirmed": "confirm", "delivered": "
                   "unroutable_dropped": "drop_unroutable"}
 QUEUE_COUNTS = {k: CHANNEL_COUNTS[k] for k in ("published", "delivered", "acked", "redelivered")}
 
+# Who the client is (Channel.client, Channel.identity): the connection name alone leaves most clients unnamed.
+_CLIENT = [pa.field("client", pa.string()), pa.field("identity", pa.string())]
+
 SNAPSHOTS = {
     "channels": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "channel", "connection_name",
                                                                       "user")]
@@ -37,10 +40,11 @@ SNAPSHOTS = {
                                                                "prefetch_limit", "messages_unacked",
                                                                "messages_unconfirmed", "consumer_count")]
                           + [pa.field("confirm", pa.bool_()), pa.field("transactional", pa.bool_())]
-                          + [pa.field(f"{n}_total", pa.int64()) for n in CHANNEL_COUNTS]),
+                          + [pa.field(f"{n}_total", pa.int64()) for n in CHANNEL_COUNTS] + _CLIENT),
     "consumers": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "queue", "consumer_tag",
                                                                        "channel", "connection_name")]
-                           + [pa.field("prefetch_count", pa.int64()), pa.field("ack_required", pa.bool_())]),
+                           + [pa.field("prefetch_count", pa.int64()), pa.field("ack_required", pa.bool_())]
+                           + _CLIENT),
     "queues": pa.schema([_TS] + [pa.field(n, pa.string()) for n in ("vhost", "queue", "type")]
                         + [pa.field("durable", pa.bool_())]
                         + [pa.field(n, pa.int64()) for n in ("messages_ready", "messages_unacked",
@@ -48,6 +52,9 @@ SNAPSHOTS = {
                         + [pa.field("consumer_utilisation", pa.float64())]
                         + [pa.field(f"{n}_total", pa.int64()) for n in QUEUE_COUNTS]),
 }
+# Columns a dataset gained after files were written without them: the pipeline reads such a file with the column
+# null, instead of skipping it as another dataset's. A new column is added here, never as a required one.
+ADDED_COLUMNS = {"channels": frozenset(("client", "identity")), "consumers": frozenset(("client", "identity"))}
 
 # -- the pipeline's reports under --out, in the order it writes them ------------------------------------------
 REPORTS = ("delivery_audit", "lost_messages", "confirm_latency", "confirm_batches", "confirm_batch_interval",

@@ -66,10 +66,11 @@ def spark_schema(schema: pa.Schema) -> T.StructType:
 
 
 def scan(spark: SparkSession, name: str, root: str, schema: pa.Schema, since: date | None = None,
-         until: date | None = None) -> Input:
+         until: date | None = None, added: frozenset[str] = frozenset()) -> Input:
     """List and check the Parquet files under `root` (all of them, or the date= partitions that can hold
     events between `since` and `until`: a file's partition is the date of its first row, and a file spans at
-    most one rotation, so one day either side is enough)."""
+    most one rotation, so one day either side is enough). A file without one of the `added` columns (written
+    before the dataset gained it) passes, and is read with it null."""
     jvm = spark._jvm  # noqa: SLF001 - Hadoop's FileSystem is only reachable through the JVM
     conf = spark._jsc.hadoopConfiguration()  # noqa: SLF001
     path = jvm.org.apache.hadoop.fs.Path(root)
@@ -92,7 +93,7 @@ def scan(spark: SparkSession, name: str, root: str, schema: pa.Schema, since: da
     checks = []
     if candidates:
         # The footers are read where Spark runs its tasks: in parallel, and near the data on a cluster.
-        work = [(full, size, expected) for full, _, size in candidates]
+        work = [(full, size, expected, added) for full, _, size in candidates]
         # Shipped by value: the executors need pyarrow, not ackscope.
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
         slices = min(len(work), spark.sparkContext.defaultParallelism * 4)
@@ -108,7 +109,8 @@ def scan(spark: SparkSession, name: str, root: str, schema: pa.Schema, since: da
 
 
 def read(spark: SparkSession, source: Input, schema: pa.Schema) -> DataFrame:
-    """The checked files of `source` as one DataFrame (empty, with the schema, when there are none)."""
+    """The checked files of `source` as one DataFrame (empty, with the schema, when there are none). Read with
+    the dataset's schema, so that a column a file lacks (one added since) is null in its rows."""
     struct = spark_schema(schema)
     if not source.files:
         return spark.createDataFrame([], struct)
@@ -129,13 +131,13 @@ def physical_types(schema: pa.Schema) -> dict[str, str]:
     return {f.name: "INT64" if pa.types.is_timestamp(f.type) else _PHYSICAL[f.type] for f in schema}
 
 
-def check_footer(item: tuple[str, int, dict[str, str]]) -> tuple[str | None, int]:
+def check_footer(item: tuple[str, int, dict[str, str], frozenset[str]]) -> tuple[str | None, int]:
     """(why the file cannot be read, or None; its row count), from its Parquet footer. Runs in Spark's
     Python workers, so it reads through pyarrow's file systems (local, HDFS, S3, GCS)."""
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    uri, size, expected = item
+    uri, size, expected, added = item
     if not uri.endswith(".parquet"):
         return "not a .parquet file", 0
     if size == 0:
@@ -153,10 +155,10 @@ def check_footer(item: tuple[str, int, dict[str, str]]) -> tuple[str | None, int
             return f"not a complete Parquet file ({size} bytes, no valid footer: half-written or cut short)", 0
         return f"unreadable Parquet footer: {message.splitlines()[0] if message else type(e).__name__}", 0
     found = {meta.schema.column(i).name: meta.schema.column(i).physical_type for i in range(meta.num_columns)}
-    missing = [n for n in expected if n not in found]
+    missing = [n for n in expected if n not in found and n not in added]
     if missing:
         return f"not this dataset's schema: no column {', '.join(missing)}", 0
-    wrong = [f"{n} is {found[n]}, expected {t}" for n, t in expected.items() if found[n] != t]
+    wrong = [f"{n} is {found[n]}, expected {t}" for n, t in expected.items() if n in found and found[n] != t]
     if wrong:
         return f"not this dataset's schema: {'; '.join(wrong)}", 0
     return None, meta.num_rows

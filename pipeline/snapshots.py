@@ -23,6 +23,11 @@ def _increment(column: str, key: list[str]) -> Column:
         .otherwise(current)
 
 
+def _client() -> list[Column]:
+    """Who the channel's client is, as the history last named it (null in history written before it did)."""
+    return [F.max_by(c, F.when(F.col(c).isNotNull(), F.col("taken_at"))).alias(c) for c in ("client", "identity")]
+
+
 def prefetch_saturation(channels: DataFrame, consumers: DataFrame) -> DataFrame:
     """Per consuming channel: samples, how many found unacked ≥ its prefetch limit (and the share), the
     highest and mean unacked, samples with unacked deliveries and no limit at all, and its consumers'
@@ -31,6 +36,7 @@ def prefetch_saturation(channels: DataFrame, consumers: DataFrame) -> DataFrame:
     consuming = channels.where((F.col("consumer_count") > 0) | (unacked > 0))
     per_channel = consuming.groupBy(*CHANNEL).agg(
         F.max("user").alias("user"),
+        *_client(),
         F.max(limit).alias("prefetch_limit"),
         F.count("*").alias("samples"),
         F.sum(F.when((limit > 0) & (unacked >= limit), 1).otherwise(0)).cast("long").alias("saturated_samples"),
@@ -72,4 +78,4 @@ def publisher_safety(channels: DataFrame, window_s: int) -> DataFrame:
             .withColumn("window_start", window_start("taken_at", window_s))
             .withColumn("mode", mode)
             .groupBy("window_start", *CHANNEL, "user", "mode")
-            .agg(F.sum("published").cast("long").alias("published")))
+            .agg(F.sum("published").cast("long").alias("published"), *_client()))

@@ -67,3 +67,16 @@ def write_events(data_dir: Path, *logs: Log, name: str = "part-000001.parquet") 
 
 def rows_of(df, order: list[str]) -> list[dict]:
     return [r.asDict() for r in df.orderBy(*order).collect()]
+
+
+def write_snapshots(data_dir: Path, kind: str, rows: list[dict], name: str = "part-000001.parquet",
+                    schema: pa.Schema | None = None) -> Path:
+    """Snapshot history rows of `kind` (`taken_at` in seconds after T0, missing fields null) as the exporter
+    writes them, or as a writer of an older `schema` did."""
+    schema = schema or SCHEMAS[kind]
+    table = pa.Table.from_pylist([{n: at(r["taken_at"]) if n == "taken_at" else r.get(n) for n in schema.names}
+                                  for r in rows], schema)
+    path = data_dir / "snapshots" / kind / f"date={at(rows[0]['taken_at']).date().isoformat()}" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="zstd")
+    return path

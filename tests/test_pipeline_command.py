@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from pipeline_builders import Log, at, write_events
+from pipeline_builders import Log, at, write_events, write_snapshots
 
 from ackscope.apps.cli import main
-from ackscope.model.schemas import REPORTS
+from ackscope.model.schemas import ADDED_COLUMNS, REPORTS
 from ackscope.model.schemas import SNAPSHOTS as SCHEMAS
+from ackscope.pipeline.inputs import check_footer, physical_types
 from ackscope.pipeline.run import PipelineConfig, Progress, execute
 
 ACKSCOPE = str(Path(sys.executable).with_name("ackscope"))
@@ -107,6 +108,50 @@ def test_a_rerun_for_one_day_replaces_only_that_days_partitions(spark, tmp_path)
     assert [r for r in latency if r["window_start"].day == at(0).day] == day1  # untouched
     day2 = [r for r in latency if r["window_start"].day == at(86_400).day]
     assert len(day2) == 1 and day2[0]["count"] == 42  # one hourly window now
+
+
+def _older(kind: str):
+    """The schema `kind` had before its added columns (what an exporter of an earlier release wrote)."""
+    schema = SCHEMAS[kind]
+    return schema.remove(schema.get_field_index("identity")).remove(schema.get_field_index("client"))
+
+
+def _channel(t: float, channel: str, unacked: int, **kw) -> dict:
+    return {"taken_at": t, "vhost": "/", "channel": channel, "connection_name": "", "user": "app",
+            "prefetch_limit": 10, "messages_unacked": unacked, "consumer_count": 1, "confirm": False,
+            "transactional": False, "published_total": int(t), **kw}
+
+
+def test_a_history_file_written_before_a_column_was_added_passes_its_footer_check(tmp_path):
+    old = write_snapshots(tmp_path, "channels", [_channel(0, "a (1)", 3)], schema=_older("channels"))
+    size = old.stat().st_size
+    expected = physical_types(SCHEMAS["channels"])
+    assert check_footer((f"file:{old}", size, expected, ADDED_COLUMNS["channels"])) == (None, 1)
+    # Without the rule it would be another dataset's file, as any file lacking a column the dataset requires is.
+    why, _ = check_footer((f"file:{old}", size, expected, frozenset()))
+    assert why == "not this dataset's schema: no column client, identity"
+
+
+def test_old_and_new_history_files_read_as_one_dataset_and_the_reports_name_the_client(spark, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    # An exporter of an earlier release wrote the first minute, without client columns; this one the next.
+    write_snapshots(data, "channels", [_channel(t, "10.0.0.7:5000 -> 10.0.0.1:5672 (1)", 10) for t in (0, 30)]
+                    + [_channel(t, "10.0.0.8:6000 -> 10.0.0.1:5672 (1)", 2) for t in (0, 30)],
+                    name="part-old.parquet", schema=_older("channels"))
+    worker = dict(client="py-amqp 5.4.2", identity="py-amqp 5.4.2 from 10.0.0.7:5000 as app")
+    write_snapshots(data, "channels", [_channel(t, "10.0.0.7:5000 -> 10.0.0.1:5672 (1)", 10, **worker)
+                                       for t in (60, 90)], name="part-new.parquet")
+    summary = _run(data, out)
+    assert summary["inputs"]["snapshots/channels"]["files_read"] == 2
+    assert summary["inputs"]["snapshots/channels"]["rows"] == 6 and summary["files_skipped"] == 0
+    saturation = {r["channel"]: r for r in _reports(out)["prefetch_saturation"]}
+    named = saturation["10.0.0.7:5000 -> 10.0.0.1:5672 (1)"]
+    assert named["samples"] == 4 and named["saturated_samples"] == 4  # old rows and new, one channel
+    assert (named["client"], named["identity"]) == (worker["client"], worker["identity"])
+    unnamed = saturation["10.0.0.8:6000 -> 10.0.0.1:5672 (1)"]
+    assert unnamed["samples"] == 2 and unnamed["client"] is None and unnamed["identity"] is None
+    safety = [r for r in _reports(out)["publisher_safety"] if r["identity"]]
+    assert safety and all(r["client"] == worker["client"] and r["mode"] == "none" for r in safety)
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
