@@ -183,6 +183,16 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A standalone Spark cluster from the project's PySpark: a master and two workers of one core and 1 GiB,
+    started once for the session (the tests that end a worker start it again)."""
+    from ackscope.workloads.spark_cluster import StandaloneCluster
+    require_binary("java", "openjdk-17-jre-headless")
+    with StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as cluster:
+        yield cluster
+
+
 # -- tools, as fixtures so that the tests needing them are marked ---------------------------------------------
 @pytest.fixture(scope="session")
 def promtool() -> str:
@@ -221,7 +231,7 @@ SERVICE_OF_FIXTURE = {
     "newest_partition_pair": "broker", "newest_statsoff_cluster": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",
     "release": "broker", "release_broker": "broker", "release_statsoff": "broker", "release_plugin_only": "broker",
-    "spark": "spark", "java": "spark",
+    "spark": "spark", "java": "spark", "spark_cluster": "spark",
     "chromium": "browser",
     "promtool": "prometheus", "prometheus": "prometheus",
 }
