@@ -18,12 +18,19 @@ def _count_kind(kind: str) -> F.Column:
     return F.sum(F.when(F.col("kind") == kind, 1).otherwise(0))
 
 
+# How each of a message's columns combines across parts of its story (messages(a) with messages(b)).
+_MERGE = {"queue_type": F.max, "persistent": F.max, "first_seen": F.min, "published_at": F.min,
+          "confirmed_at": F.min, "nacks": F.sum, "returns": F.sum, "confirm_timeouts": F.sum, "republishes": F.sum,
+          "deliveries": F.sum, "redeliveries": F.sum, "requeues": F.sum}
+MESSAGE = ["run_id", "probe", "seq"]
+
+
 def messages(events: DataFrame) -> DataFrame:
     """One row per message: when it was published and confirmed, and how its story went."""
     kind, ts = F.col("kind"), F.col("ts")
     # Acks say nothing the deliveries do not; a probe's queue type and persistence are fixed for its run,
     # so they ride along instead of widening the shuffle's key.
-    return events.where(kind != "acked").groupBy("run_id", "probe", "seq").agg(
+    return events.where(kind != "acked").groupBy(*MESSAGE).agg(
         F.max("queue_type").alias("queue_type"),
         F.max("persistent").alias("persistent"),
         F.min("ts").alias("first_seen"),
@@ -39,13 +46,32 @@ def messages(events: DataFrame) -> DataFrame:
     )
 
 
+def merge_messages(earlier: DataFrame, later: DataFrame) -> DataFrame:
+    """`messages` of two parts of the log as `messages` of the whole: min, max and sums combine exactly."""
+    return earlier.unionByName(later).groupBy(*MESSAGE).agg(
+        *(merge(c).alias(c) for c, merge in _MERGE.items()))
+
+
+def run_ends(events: DataFrame) -> DataFrame:
+    """Per run and probe: its last event, which decides whether a message's loss deadline has passed."""
+    return events.groupBy("run_id", "probe").agg(F.max("ts").alias("run_last_event"))
+
+
+def merge_run_ends(earlier: DataFrame, later: DataFrame) -> DataFrame:
+    return earlier.unionByName(later).groupBy("run_id", "probe").agg(F.max("run_last_event").alias("run_last_event"))
+
+
 def classify(events: DataFrame, loss_deadline_s: float, since: datetime | None = None,
              until: datetime | None = None) -> DataFrame:
     """`messages` first seen in [since, until), each marked lost (confirmed, not returned, never
     delivered, and its deadline passed before the run's last event) or awaiting (same, deadline not yet
     passed). The log beyond the range still counts as evidence of delivery."""
-    msgs = messages(events)
-    runs = events.groupBy("run_id", "probe").agg(F.max("ts").alias("run_last_event"))
+    return judge(messages(events), run_ends(events), loss_deadline_s, since, until)
+
+
+def judge(msgs: DataFrame, runs: DataFrame, loss_deadline_s: float, since: datetime | None = None,
+          until: datetime | None = None) -> DataFrame:
+    """`classify` from a log's `messages` and `run_ends` (an incremental run keeps both, not the events)."""
     undelivered = (F.col("confirmed_at").isNotNull() & (F.col("returns") == 0) & (F.col("deliveries") == 0))
     # A message can only be judged once its deadline has passed within what the log covers.
     due = (F.unix_micros("confirmed_at") + int(loss_deadline_s * 1_000_000)) <= F.unix_micros("run_last_event")
