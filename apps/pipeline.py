@@ -34,6 +34,10 @@ OPTIONS = (
            "before the audit calls it lost"),
     Option("executor_wait", 60.0, config.positive_float, "seconds a cluster may take to give the run its first "
            "executor before the run gives up (a master without a free worker never does)"),
+    Option("incremental", False, config.boolean, "read only the event files no earlier run read, keeping what the "
+           "reports need of the others under OUT/_state", switch=True),
+    Option("rebuild", False, config.boolean, "with --incremental: drop the state under OUT/_state and read every "
+           "file again", switch=True),
     Option("spark_ui", False, config.boolean, "keep Spark's web UI on while the pipeline runs", switch=True),
 )
 
@@ -49,6 +53,10 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineConfig
     for required in ("data_dir", "out"):
         if not v[required]:
             raise ConfigError(f"--{required.replace('_', '-')} is required")
+    if v["rebuild"] and not v["incremental"]:
+        raise ConfigError("--rebuild starts an incremental state over: give --incremental too")
+    if v["incremental"] and (v["since"] or v["until"]):
+        raise ConfigError("--incremental reads the whole history: --since and --until are for full runs")
     if v["since"] and v["until"] and v["since"] >= v["until"]:
         raise ConfigError("--since must be before --until")
     conf = []
@@ -58,20 +66,22 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineConfig
             raise ConfigError(f"--conf {item!r}: expected KEY=VALUE")
         conf.append((key.strip(), value))
     return PipelineConfig(v["data_dir"], v["out"], v["master"], v["window"], v["since"], v["until"],
-                          v["loss_deadline"], bool(v["spark_ui"]), tuple(conf), v["executor_wait"])
+                          v["loss_deadline"], bool(v["spark_ui"]), tuple(conf), v["executor_wait"],
+                          bool(v["incremental"]), bool(v["rebuild"]))
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
+    from ackscope.pipeline.incremental import StateRefused
     from ackscope.pipeline.session import SparkUnavailable
 
     cfg = load(args, environ)
     progress = Progress(sys.stderr)
     try:
         summary = execute(cfg, progress)
-    except (SparkUnavailable, NoInput) as e:
+    except (SparkUnavailable, NoInput, StateRefused) as e:
         print(f"ackscope pipeline: {e}", file=sys.stderr)
         return 1
     except (PySparkException, Py4JError) as e:

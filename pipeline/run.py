@@ -30,6 +30,8 @@ class PipelineConfig:
     spark_ui: bool = False
     spark_conf: tuple[tuple[str, str], ...] = ()
     executor_wait_s: float = 60.0
+    incremental: bool = False
+    rebuild: bool = False
 
 
 class NoInput(Exception):
@@ -54,47 +56,83 @@ class Progress:
         return rows
 
 
-def execute(cfg: PipelineConfig, progress: Progress) -> dict:
-    """Run the whole pipeline; return (and write) the summary."""
-    from py4j.protocol import Py4JJavaError
+SCHEMAS = {"events": EVENTS, **{f"snapshots/{kind}": schema for kind, schema in SNAPSHOTS.items()}}
 
-    from .inputs import read, scan
+
+def execute(cfg: PipelineConfig, progress: Progress) -> dict:
+    """Run the whole pipeline (or, with cfg.incremental, what is new since the last run); return (and write) the
+    summary."""
     from .session import start
 
     started = time.monotonic()
     spark = start(cfg.master, cfg.spark_ui, dict(cfg.spark_conf), cfg.executor_wait_s)
-    root = cfg.data_dir.rstrip("/")
+    if cfg.incremental:
+        return _incremental(spark, cfg, progress, started)
     days = (cfg.since.date() if cfg.since else None, cfg.until.date() if cfg.until else None)
-    sources = {"events": scan(spark, "events", f"{root}/events", EVENTS, *days)}
+    sources = _scan(spark, cfg.data_dir, days)
+    _need_input(cfg.data_dir, sources)
+    _say(progress, sources)
+    written, audit_rows, confirm_p = _with_damaged_set_aside(
+        spark, sources, progress, lambda frames: _reports(spark, cfg, frames, progress))
+    summary = _summary(spark, cfg, sources, written, headline(
+        audit_rows, {r["probe"]: (r["p50_s"], r["p99_s"]) for r in confirm_p}), started)
+    _write_text(spark, f"{cfg.out.rstrip('/')}/summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+def _scan(spark, data_dir: str, days=(None, None), seen: Callable[[str], Mapping[str, int] | None] = lambda _: None):
+    from .inputs import scan
+    root = data_dir.rstrip("/")
+    sources = {"events": scan(spark, "events", f"{root}/events", EVENTS, *days, seen=seen("events"))}
     for kind, schema in SNAPSHOTS.items():
-        sources[f"snapshots/{kind}"] = scan(spark, kind, f"{root}/snapshots/{kind}", schema, *days,
-                                            added=ADDED_COLUMNS.get(kind, frozenset()))
+        name = f"snapshots/{kind}"
+        sources[name] = scan(spark, kind, f"{root}/{name}", schema, *days, added=ADDED_COLUMNS.get(kind, frozenset()),
+                             seen=seen(name))
+    return sources
+
+
+def _need_input(data_dir: str, sources: Mapping[str, Any]) -> None:
     if not any(s.files or s.skipped for s in sources.values()):
+        root = data_dir.rstrip("/")
         raise NoInput(f"nothing to read under {root}: expected probe events in {root}/events/ or exporter "
                       f"history in {root}/snapshots/ (run the probes or the exporter with --data-dir)")
-    schemas = {"events": EVENTS, **{f"snapshots/{kind}": schema for kind, schema in SNAPSHOTS.items()}}
+
+
+def _say(progress: Progress, sources: Mapping[str, Any], new: str = "") -> None:
     for name, source in sources.items():
-        progress.line(f"read {name}: {len(source.files)} files, {source.rows:,} rows"
+        progress.line(f"read {name}: {len(source.files)} {new}files, {source.rows:,} rows"
                       + (f", {len(source.skipped)} skipped" if source.skipped else ""))
         for skipped in source.skipped[:5]:
             progress.line(f"  skipped {skipped.file}: {skipped.reason}")
         if len(source.skipped) > 5:
             progress.line(f"  … and {len(source.skipped) - 5} more (all in summary.json)")
+
+
+def _with_damaged_set_aside(spark, sources: dict, progress: Progress, work: Callable[[dict], Any],
+                            others: Callable[[], Mapping[str, Any]] = dict):
+    """work(the inputs' DataFrames), again without any file whose damage a footer cannot show (a page of a sound
+    file fails the job that reads it): that file is set aside, in `sources` (or in `others`' inputs, read too)."""
+    from py4j.protocol import Py4JJavaError
+
+    from .inputs import read
     while True:
-        frames = {name: read(spark, source, schemas[name]) for name, source in sources.items()}
+        frames = {name: read(spark, source, SCHEMAS[name]) for name, source in sources.items()}
         try:
-            written, audit_rows, confirm_p = _reports(spark, cfg, frames, progress)
-            break
+            return work(frames)
         except Py4JJavaError as e:
-            # Damage a footer cannot show (a page of a sound file) fails the job that reads it: set the file
-            # aside and run the reports again without it.
-            found = damaged_file(spark, e, sources)
+            found = damaged_file(spark, e, {**sources, **others()})
             if found is None:
                 raise
             name, damaged = found
+            if name not in sources:
+                raise
             sources[name] = sources[name].without(damaged, "damaged data pages (the footer is sound)")
             progress.line(f"  skipped {damaged.relative}: damaged data pages; writing the reports again without it")
-    summary = {
+
+
+def _summary(spark, cfg: PipelineConfig, sources: Mapping[str, Any], written: Mapping[str, int], probes: dict,
+             started: float) -> dict:
+    return {
         "data_dir": cfg.data_dir,
         "out": cfg.out,
         "since": cfg.since.isoformat() if cfg.since else None,
@@ -106,12 +144,10 @@ def execute(cfg: PipelineConfig, progress: Progress) -> dict:
         "files_read": sum(len(s.files) for s in sources.values()),
         "files_skipped": sum(len(s.skipped) for s in sources.values()),
         "rows": sum(s.rows for s in sources.values()),
-        "outputs": written,
-        "probes": headline(audit_rows, {r["probe"]: (r["p50_s"], r["p99_s"]) for r in confirm_p}),
+        "outputs": dict(written),
+        "probes": probes,
         "run_time_s": round(time.monotonic() - started, 3),
     }
-    _write_text(spark, f"{cfg.out.rstrip('/')}/summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    return summary
 
 
 def _reports(spark, cfg: PipelineConfig, frames: Mapping[str, Any], progress: Progress):
@@ -119,41 +155,174 @@ def _reports(spark, cfg: PipelineConfig, frames: Mapping[str, Any], progress: Pr
     percentiles per probe (for the summary)."""
     from pyspark import StorageLevel
 
-    from . import audit, batching, latency, snapshots
+    from . import audit, batching, latency
     from .windows import within
 
     events = frames["events"]
     in_range = within(events, "ts", cfg.since, cfg.until)
-    channels = within(frames["snapshots/channels"], "taken_at", cfg.since, cfg.until)
-    consumers = within(frames["snapshots/consumers"], "taken_at", cfg.since, cfg.until)
-    queues = within(frames["snapshots/queues"], "taken_at", cfg.since, cfg.until)
     # Both the audit and the list of lost messages come from one small per-run result: keep it.
     runs = audit.per_run(audit.classify(events, cfg.loss_deadline_s, cfg.since, cfg.until)) \
         .persist(StorageLevel.MEMORY_AND_DISK)
-    out, w = cfg.out.rstrip("/"), cfg.window_s
-    # DataFrame, sort keys, partitioned by date; written in the order of REPORTS (the names' one home).
-    reports: dict[str, tuple[Any, list[str], bool]] = {
-        "delivery_audit": (audit.delivery_audit(runs), ["run_id", "probe"], False),
-        "lost_messages": (audit.lost_messages(runs), ["run_id", "probe", "seq"], False),
-        "confirm_latency": (latency.confirm_latency(in_range, w), ["window_start", "probe"], True),
-        "confirm_batches": (batching.confirm_batches(in_range), ["probe", "batch_size"], False),
-        "confirm_batch_interval": (batching.confirm_batch_interval(in_range), ["probe"], False),
-        "delivery_latency": (latency.delivery_latency(in_range, w), ["window_start", "probe"], True),
-        "redelivery": (latency.redelivery(in_range, w), ["window_start", "probe"], True),
-        "prefetch_saturation": (snapshots.prefetch_saturation(channels, consumers), snapshots.CHANNEL, False),
-        "redelivery_hotspots": (snapshots.redelivery_hotspots(queues), ["rank"], False),
-        "publisher_safety": (snapshots.publisher_safety(channels, w), ["window_start", *snapshots.CHANNEL], True),
-    }
-    written: dict[str, int] = {}
+    w = cfg.window_s
     try:
-        for name in REPORTS:
-            df, keys, by_date = reports[name]
-            written[name] = progress.stage(name, lambda df=df, name=name, keys=keys, by_date=by_date:
-                                           _write(df, f"{out}/{name}", keys, by_date))
+        written = _write_reports(cfg.out, progress, {
+            "delivery_audit": audit.delivery_audit(runs),
+            "lost_messages": audit.lost_messages(runs),
+            "confirm_latency": latency.confirm_latency(in_range, w),
+            "confirm_batches": batching.confirm_batches(in_range),
+            "confirm_batch_interval": batching.confirm_batch_interval(in_range),
+            "delivery_latency": latency.delivery_latency(in_range, w),
+            "redelivery": latency.redelivery(in_range, w),
+            **_snapshot_reports(cfg, frames),
+        })
     finally:
         runs.unpersist()
-    audit_rows = spark.read.parquet(f"{out}/delivery_audit").collect()
+    audit_rows = spark.read.parquet(f"{cfg.out.rstrip('/')}/delivery_audit").collect()
     return written, audit_rows, latency.confirm_latency_by_probe(in_range).collect()
+
+
+def _snapshot_reports(cfg: PipelineConfig, frames: Mapping[str, Any]) -> dict[str, Any]:
+    from . import snapshots
+    from .windows import within
+    channels = within(frames["snapshots/channels"], "taken_at", cfg.since, cfg.until)
+    consumers = within(frames["snapshots/consumers"], "taken_at", cfg.since, cfg.until)
+    queues = within(frames["snapshots/queues"], "taken_at", cfg.since, cfg.until)
+    return {"prefetch_saturation": snapshots.prefetch_saturation(channels, consumers),
+            "redelivery_hotspots": snapshots.redelivery_hotspots(queues),
+            "publisher_safety": snapshots.publisher_safety(channels, cfg.window_s)}
+
+
+def _layout() -> dict[str, tuple[list[str], bool]]:
+    """Each report's sort keys, and whether it is partitioned by date."""
+    from .snapshots import CHANNEL
+    return {"delivery_audit": (["run_id", "probe"], False), "lost_messages": (["run_id", "probe", "seq"], False),
+            "confirm_latency": (["window_start", "probe"], True), "confirm_batches": (["probe", "batch_size"], False),
+            "confirm_batch_interval": (["probe"], False), "delivery_latency": (["window_start", "probe"], True),
+            "redelivery": (["window_start", "probe"], True), "prefetch_saturation": (CHANNEL, False),
+            "redelivery_hotspots": (["rank"], False), "publisher_safety": (["window_start", *CHANNEL], True)}
+
+
+def _write_reports(out: str, progress: Progress, reports: Mapping[str, Any]) -> dict[str, int]:
+    """Write the reports in the order of REPORTS (the names' one home); the rows written of each."""
+    written: dict[str, int] = {}
+    layout = _layout()
+    for name in REPORTS:
+        keys, by_date = layout[name]
+        written[name] = progress.stage(name, lambda name=name, keys=keys, by_date=by_date:
+                                       _write(reports[name], f"{out.rstrip('/')}/{name}", keys, by_date))
+    return written
+
+
+def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float) -> dict:
+    """Only the event files no earlier run read; the state under OUT/_state holds what the reports need of the
+    others (pipeline/incremental.py)."""
+    from pyspark import StorageLevel
+    from pyspark.errors import AnalysisException
+    from py4j.protocol import Py4JJavaError
+
+    from . import audit, batching, incremental, latency
+    from .inputs import Input
+
+    store = incremental.Store(spark, cfg.out)
+    if cfg.rebuild:
+        store.remove()
+    data_dir = _qualified(spark, cfg.data_dir)
+    manifest = store.load(data_dir, cfg.window_s, cfg.loss_deadline_s)
+    sources = _scan(spark, cfg.data_dir, seen=lambda name: manifest.seen(name) if manifest else None)
+    changed = [f"{name}/{c}" for name, s in sources.items() for c in s.changed]
+    if changed:
+        raise incremental.StateRefused(
+            f"{data_dir}/{changed[0]} is not the file an earlier run read (its size changed"
+            + (f"; {len(changed) - 1} more" if len(changed) > 1 else "") + "): the state under "
+            f"{store.root} no longer describes the input: run with --rebuild to start over")
+    if manifest is None:
+        _need_input(cfg.data_dir, sources)
+    _say(progress, sources, "new " if manifest else "")
+    if manifest is not None and not any(s.files for s in sources.values()):
+        progress.line(f"nothing new since run {manifest.generation}: the reports stand")
+        return {**manifest.summary, "run_time_s": round(time.monotonic() - started, 3)}
+    generation = manifest.generation + 1 if manifest else 1
+    earlier = store.gen(manifest.generation) if manifest else None
+    here = store.gen(generation)
+    w = cfg.window_s
+
+    def everything(name: str) -> Input:
+        """Input `name`'s files read before and now (the snapshot reports are computed from all of them)."""
+        new = sources[name]
+        old = manifest.data_files(name, f"{data_dir}/{name}") if manifest else []
+        return Input(name, new.root, (*old, *new.files), new.rows + sum(f.rows for f in old), new.skipped)
+
+    def state_and_reports(frames: Mapping[str, Any]):
+        from .inputs import read
+        new_events = frames["events"]
+        parts = {"messages": audit.messages(new_events), "run_ends": audit.run_ends(new_events),
+                 "batch_counts": batching.confirm_batch_counts(new_events),
+                 "frames": batching.multi_message_frames(new_events)}
+        ranges, window_events = None, new_events
+        if earlier:
+            before = {name: spark.read.parquet(f"{earlier}/{name}") for name in incremental.PARTS}
+            parts = {"messages": audit.merge_messages(before["messages"], parts["messages"]),
+                     "run_ends": audit.merge_run_ends(before["run_ends"], parts["run_ends"]),
+                     "batch_counts": batching.merge_batch_counts(before["batch_counts"], parts["batch_counts"]),
+                     "frames": before["frames"].unionByName(parts["frames"]).distinct()}
+            ranges = incremental.window_ranges(list(sources["events"].files), w)
+            old = incremental.overlapping(manifest.data_files("events", f"{data_dir}/events"), ranges)
+            window_events = read(spark, Input("events", "", (*old, *sources["events"].files), 0, ()), EVENTS)
+            if ranges is not None:
+                window_events = window_events.where(incremental.in_ranges("ts", ranges))
+        windows = {"confirm_latency": latency.confirm_latency(window_events, w),
+                   "delivery_latency": latency.delivery_latency(window_events, w),
+                   "redelivery": latency.redelivery(window_events, w)}
+        if earlier and ranges is not None:  # the windows the new files do not reach stand as they were
+            windows = {name: spark.read.parquet(f"{earlier}/windows/{name}")
+                       .where(~incremental.in_ranges("window_start", ranges)).unionByName(df)
+                       for name, df in windows.items()}
+        for name, df in {**parts, **{f"windows/{n}": df for n, df in windows.items()}}.items():
+            progress.stage(f"state {name}", lambda df=df, name=name: _write_state(spark, df, f"{here}/{name}"))
+        state = {name: spark.read.parquet(f"{here}/{name}") for name in incremental.PARTS}
+        runs = audit.per_run(audit.judge(state["messages"], state["run_ends"], cfg.loss_deadline_s)) \
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            written = _write_reports(cfg.out, progress, {
+                "delivery_audit": audit.delivery_audit(runs),
+                "lost_messages": audit.lost_messages(runs),
+                "confirm_batches": batching.with_frames(state["batch_counts"]),
+                "confirm_batch_interval": batching.interval_of(state["frames"]),
+                **{name: spark.read.parquet(f"{here}/windows/{name}") for name in incremental.WINDOWED},
+                **_snapshot_reports(cfg, frames)})
+        finally:
+            runs.unpersist()
+        return written, spark.read.parquet(f"{cfg.out.rstrip('/')}/delivery_audit").collect()
+
+    snapshots = {name: everything(name) for name in sources if name != "events"}
+    try:
+        written, audit_rows = _with_damaged_set_aside(spark, {"events": sources["events"], **snapshots}, progress,
+                                                      state_and_reports)
+    except (Py4JJavaError, AnalysisException) as e:
+        if store.root.split("://")[-1] in str(e):
+            raise incremental.StateRefused(f"the incremental state under {store.root} is damaged ({first_line(e)}): "
+                                           "run with --rebuild to start over") from None
+        raise
+    # Whole-range percentiles would need every event: the incremental summary leaves them to confirm_latency.
+    summary = {**_summary(spark, cfg, sources, written, headline(audit_rows, {}), started),
+               "incremental": {"run": generation, "files_before": sum(len(v) for v in (
+                   manifest.files.values() if manifest else ()))}}
+    store.commit(incremental.with_files(manifest, generation, data_dir, w, cfg.loss_deadline_s,
+                                        {"events": sources["events"], **{n: sources[n] for n in snapshots}},
+                                        summary))
+    _write_text(spark, f"{cfg.out.rstrip('/')}/summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+def _write_state(spark, df, where: str) -> int:
+    df.write.mode("overwrite").option("compression", "zstd").parquet(where)
+    return spark.read.parquet(where).count()
+
+
+def _qualified(spark, data_dir: str) -> str:
+    jvm = spark._jvm  # noqa: SLF001 - Hadoop qualifies the path as the listing does
+    path = jvm.org.apache.hadoop.fs.Path(data_dir.rstrip("/"))
+    return path.getFileSystem(spark._jsc.hadoopConfiguration()).makeQualified(path).toString()  # noqa: SLF001
 
 
 def damaged_file(spark, error: BaseException, sources: Mapping[str, Any]):

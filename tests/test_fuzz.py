@@ -134,7 +134,7 @@ def test_a_cut_or_corrupted_parquet_file_is_a_reason_or_its_rows_never_an_except
         report.mkdir()
         path = report / "part-0.parquet"
         path.write_bytes(bytes(data))
-        why, rows = check_footer((path.as_uri(), len(data), physical_types(EVENTS), frozenset()))
+        why, rows, _ = check_footer((path.as_uri(), len(data), physical_types(EVENTS), frozenset(), "ts"))
         if why is None:
             assert rows == 200  # a footer that reads says what the file holds
         else:

@@ -126,9 +126,9 @@ def test_a_history_file_written_before_a_column_was_added_passes_its_footer_chec
     old = write_snapshots(tmp_path, "channels", [_channel(0, "a (1)", 3)], schema=_older("channels"))
     size = old.stat().st_size
     expected = physical_types(SCHEMAS["channels"])
-    assert check_footer((f"file:{old}", size, expected, ADDED_COLUMNS["channels"])) == (None, 1)
+    assert check_footer((f"file:{old}", size, expected, ADDED_COLUMNS["channels"], "taken_at"))[:2] == (None, 1)
     # Without the rule it would be another dataset's file, as any file lacking a column the dataset requires is.
-    why, _ = check_footer((f"file:{old}", size, expected, frozenset()))
+    why, _, _ = check_footer((f"file:{old}", size, expected, frozenset(), "taken_at"))
     assert why == "not this dataset's schema: no column client, identity"
 
 

@@ -1,0 +1,211 @@
+"""`ackscope pipeline --incremental`: each run reads only the files no earlier run read, and its reports equal a
+full run's over all the files, whatever a message's story or a window spans; a run with nothing new reads and
+writes nothing; a run killed mid-way neither loses nor double-counts; a damaged state, or one made from other
+input or options, is refused in one line, and --rebuild starts over."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from pipeline_builders import Log, write_events, write_snapshots
+
+from ackscope.apps.cli import main
+from ackscope.model.schemas import REPORTS
+from ackscope.pipeline.run import PipelineConfig, Progress, execute
+
+ACKSCOPE = str(Path(sys.executable).with_name("ackscope"))
+
+
+def _channel(t: float, unacked: int, published: int) -> dict:
+    return {"taken_at": t, "vhost": "/", "channel": "10.0.0.7:5000 -> 10.0.0.1:5672 (1)", "connection_name": "",
+            "user": "app", "prefetch_limit": 10, "messages_unacked": unacked, "consumer_count": 1, "confirm": False,
+            "transactional": False, "published_total": published, "client": "pika 1.3.2", "identity": "app"}
+
+
+def _batch(data: Path, n: int) -> None:
+    """Part n (1–3) of one history, each part in files of its own, written as the probes and exporter would."""
+    run1 = Log(run_id="run1")
+    if n == 1:
+        for seq in range(1, 41):
+            run1.happy(seq, seq)
+        run1.add(41, "published", 50).add(41, "confirmed", 50.01, 0.01, batch_size=1)  # never delivered
+        run1.add(42, "published", 90)  # its confirm and delivery are in the next part
+        for seq in (43, 44, 45):  # one frame confirms three
+            run1.add(seq, "published", 94).add(seq, "confirmed", 95, 1.0, batch_size=3)
+    elif n == 2:
+        run1.add(42, "confirmed", 100.5, 10.5, batch_size=1).add(42, "delivered", 100.2, 10.2, redelivered=False)
+        for seq in (43, 44, 45):
+            run1.add(seq, "delivered", 110, 16.0, redelivered=False).add(seq, "acked", 110.1)
+        for seq in range(46, 81):  # the window [60 s, 120 s) holds events of both parts
+            run1.happy(seq, 100 + seq - 46)
+        run1.add(7, "requeued", 150).add(7, "delivered", 150.5, 143.5, redelivered=True)  # a redelivery
+        run1.add(8, "delivered", 151, 144.0, redelivered=True)  # a duplicate
+    else:
+        run1.happy(81, 400)  # the run's log now runs past seq 41's deadline: lost
+        for seq in (82, 83):
+            run1.add(seq, "published", 409).add(seq, "confirmed", 410, 1.0, batch_size=2)
+            run1.add(seq, "delivered", 409.5, 0.5, redelivered=False)
+        run2 = Log(run_id="run2", probe="quorum", queue_type="quorum")
+        for seq in range(1, 21):
+            run2.happy(seq, 420 + seq)
+        write_events(data, run2, name=f"part-{n}-run2.parquet")
+    write_events(data, run1, name=f"part-{n}.parquet")
+    write_snapshots(data, "channels", [_channel(t, 10 if t % 60 else 3, int(t)) for t in range(n * 100 - 100,
+                                                                                              n * 100, 30)],
+                    name=f"part-{n}.parquet")
+
+
+def _reports(out: Path) -> dict[str, list[dict]]:
+    return {name: sorted(ds.dataset(out / name, format="parquet", partitioning="hive").to_table().to_pylist(),
+                         key=repr) for name in REPORTS}
+
+
+def _run(data: Path, out: Path, **kw) -> dict:
+    return execute(PipelineConfig(str(data), str(out), **kw), Progress(io.StringIO()))
+
+
+def _incremental(data: Path, out: Path, **kw) -> tuple[dict, list[str]]:
+    said = io.StringIO()
+    summary = execute(PipelineConfig(str(data), str(out), incremental=True, **kw), Progress(said))
+    return summary, said.getvalue().splitlines()
+
+
+def test_each_incremental_run_reads_only_new_files_and_writes_what_a_full_run_writes(spark, tmp_path):
+    data = tmp_path / "data"
+    for n in (1, 2, 3):
+        _batch(data, n)
+        summary, said = _incremental(data, tmp_path / "incremental")
+        new_files = 2 if n == 3 else 1
+        assert said[0].startswith(f"read events: {new_files} {'new ' if n > 1 else ''}files"), said
+        assert summary["inputs"]["events"]["files_read"] == new_files and summary["incremental"]["run"] == n
+        full = tmp_path / f"full-{n}"
+        _run(data, full)
+        assert _reports(tmp_path / "incremental") == _reports(full), f"after part {n}"
+    audit = {r["run_id"]: r for r in _reports(full)["delivery_audit"]}
+    # What the parts were built to hold: a story across files, a loss decided two runs later, a duplicate.
+    assert (audit["run1"]["lost"], audit["run1"]["awaiting"], audit["run1"]["duplicates"]) == (1, 0, 1)
+    assert audit["run1"]["delivered"] == 83 - 1 and audit["run2"]["published"] == 20
+    # Only the committed run's state is kept.
+    state = sorted(p.name for p in (tmp_path / "incremental" / "_state").iterdir() if not p.name.startswith("."))
+    assert state == ["gen-000003", "manifest-000003.json"], state
+
+
+def test_a_run_with_nothing_new_reads_and_writes_nothing(spark, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    _batch(data, 1)
+    _incremental(data, out)
+    written = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    summary, said = _incremental(data, out)
+    assert said[0] == "read events: 0 new files, 0 rows" and said[-1] == "nothing new since run 1: the reports stand"
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == written
+    assert summary["incremental"]["run"] == 1
+
+
+def _cli(data: Path, out: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([ACKSCOPE, "pipeline", "--data-dir", str(data), "--out", str(out), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("killed_at", ["  state frames", "  confirm_latency"])
+def test_a_run_killed_mid_way_neither_loses_nor_double_counts(java, tmp_path, killed_at):
+    """Killed once its state is half written, or once half the reports are: the next run starts again from the
+    last committed run, and its reports are those of a full run."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    _batch(data, 1)
+    first = _cli(data, out, "--incremental")
+    assert first.wait(300) == 0, first.stderr.read()
+    _batch(data, 2)
+    doomed = _cli(data, out, "--incremental")
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(doomed.stderr), daemon=True).start()
+    deadline = time.monotonic() + 240
+    while not any(line.startswith(killed_at) for line in lines):
+        assert doomed.poll() is None and time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.02)
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(30)
+    assert (out / "_state" / "gen-000002").exists()  # what the killed run left
+    _batch(data, 3)
+    again = _cli(data, out, "--incremental")
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert err.splitlines()[0].startswith("read events: 3 new files"), err  # part 2's file, and part 3's two
+    full = _cli(data, tmp_path / "full")
+    assert full.wait(300) == 0
+    assert _reports(out) == _reports(tmp_path / "full")
+    assert sorted(p.name for p in (out / "_state").iterdir() if not p.name.startswith(".")) == [
+        "gen-000002", "manifest-000002.json"]
+
+
+def test_a_damaged_state_or_one_of_other_input_is_refused_in_one_line_and_rebuild_starts_over(java, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    _batch(data, 1)
+    assert _cli(data, out, "--incremental").wait(300) == 0
+    manifest = out / "_state" / "manifest-000001.json"
+
+    def refused(*args: str, data_dir: Path = data) -> str:
+        run = _cli(data_dir, out, "--incremental", *args)
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 1 and "Traceback" not in err, err
+        errors = [line for line in err.splitlines() if line.startswith("ackscope pipeline:")]
+        assert len(errors) == 1 and err.strip().endswith(errors[0]), err  # the progress lines before it, if any
+        return errors[0]
+
+    # Other options, other input, a file that changed under it.
+    assert refused("--window", "5m") == (
+        f"ackscope pipeline: the incremental state under {out}/_state was built with --window 60s --loss-deadline "
+        "120, not --window 300s --loss-deadline 120: run with those, or with --rebuild to start over")
+    other = tmp_path / "other"
+    _batch(other, 1)
+    assert refused(data_dir=other).startswith(f"ackscope pipeline: the incremental state under {out}/_state was "
+                                              f"built from file:{data}, not file:{other}: give each input its own")
+    events_file = next((data / "events").rglob("part-1.parquet"))
+    original = events_file.read_bytes()
+    events_file.write_bytes(original + b"\0")
+    assert refused() == (f"ackscope pipeline: file:{data}/events/{events_file.relative_to(data / 'events')} is not "
+                         f"the file an earlier run read (its size changed): the state under {out}/_state no longer "
+                         "describes the input: run with --rebuild to start over")
+    events_file.write_bytes(original)
+    # Damage: a manifest that is not JSON; a state file cut short.
+    good = manifest.read_text()
+    manifest.write_text(good[:40])
+    assert refused().startswith(f"ackscope pipeline: the incremental state under {out}/_state is damaged "
+                                f"({out}/_state/manifest-000001.json: ")
+    manifest.write_text(good)
+    part = next((out / "_state" / "gen-000001" / "messages").glob("*.parquet"))
+    part.write_bytes(part.read_bytes()[:100])
+    _batch(data, 2)
+    assert refused().startswith(f"ackscope pipeline: the incremental state under {out}/_state is damaged (")
+    rebuilt = _cli(data, out, "--incremental", "--rebuild")
+    _, err = rebuilt.communicate(timeout=300)
+    assert rebuilt.returncode == 0 and err.startswith("read events: 2 files"), err
+    assert _cli(data, tmp_path / "full").wait(300) == 0
+    assert _reports(out) == _reports(tmp_path / "full")
+
+
+def test_incremental_options_that_cannot_go_together_are_usage_errors(capsys):
+    assert main(["pipeline", "--data-dir", "d", "--out", "o", "--rebuild"]) == 2
+    assert main(["pipeline", "--data-dir", "d", "--out", "o", "--incremental", "--since", "6h"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "ackscope pipeline: --rebuild starts an incremental state over: give --incremental too",
+        "ackscope pipeline: --incremental reads the whole history: --since and --until are for full runs"]
+
+
+def test_the_state_records_each_files_size_rows_and_time_span(spark, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    _batch(data, 1)
+    _incremental(data, out)
+    files = json.loads((out / "_state" / "manifest-000001.json").read_text())["files"]
+    (relative, (size, rows, first, last)), = files["events"].items()
+    assert relative.endswith("part-1.parquet") and size == next((data / "events").rglob("part-1.parquet")).stat().st_size
+    assert rows == 4 * 40 + 2 + 1 + 6 and last - first == 94_000_000  # the footer's statistics: 1 s to 95 s
