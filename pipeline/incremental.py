@@ -11,7 +11,10 @@ The state of run N, OUT/_state/gen-N/ (Parquet), each part combined exactly with
   between them is a percentile over all of them).
 - `windows/<report>`: the rows of the windowed reports. A run recomputes only the windows its new files reach,
   from the new files and those earlier files whose time span (their footers' statistics) overlaps them.
-The snapshot history's reports are computed from all its files each run (docs/pipeline.md says why).
+- the snapshot history's reports' parts (pipeline/snapshots.py): per channel its samples' counts and extremes
+  (`saturation`), its consumers' queues (`consumer_queues`), per queue its redeliveries (`hotspots`), per window
+  and channel what it published (`safety`); and each channel's and queue's last sample (`channels_last`,
+  `queues_last`), from which the counters of its next sample count.
 
 OUT/_state/manifest-N.json commits run N: the files read (size, rows, time span), the input and the options.
 It is written last, after gen-N and the reports: a run that dies before it leaves gen-N behind, which the next
@@ -34,7 +37,8 @@ from .inputs import DataFile, Input
 
 STATE = "_state"
 FORMAT = 1
-PARTS = ("messages", "run_ends", "batch_counts", "frames")
+PARTS = ("messages", "run_ends", "batch_counts", "frames", "saturation", "consumer_queues", "hotspots", "safety",
+         "channels_last", "queues_last")
 WINDOWED = ("confirm_latency", "delivery_latency", "redelivery")
 _MANIFEST = re.compile(r"^manifest-(\d{6})\.json$")
 _MAX_INTERVALS = 64  # more windows' ranges than this are read as one range: a filter of that size costs more

@@ -220,7 +220,7 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
     from pyspark.errors import AnalysisException
     from py4j.protocol import Py4JJavaError
 
-    from . import audit, batching, incremental, latency
+    from . import audit, batching, incremental, latency, snapshots
     from .inputs import Input
 
     store = incremental.Store(spark, cfg.out)
@@ -246,25 +246,12 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
     here = store.gen(generation)
     w = cfg.window_s
 
-    def everything(name: str) -> Input:
-        """Input `name`'s files read before and now (the snapshot reports are computed from all of them)."""
-        new = sources[name]
-        old = manifest.data_files(name, f"{data_dir}/{name}") if manifest else []
-        return Input(name, new.root, (*old, *new.files), new.rows + sum(f.rows for f in old), new.skipped)
-
     def state_and_reports(frames: Mapping[str, Any]):
         from .inputs import read
-        new_events = frames["events"]
-        parts = {"messages": audit.messages(new_events), "run_ends": audit.run_ends(new_events),
-                 "batch_counts": batching.confirm_batch_counts(new_events),
-                 "frames": batching.multi_message_frames(new_events)}
-        ranges, window_events = None, new_events
+        before = {name: spark.read.parquet(f"{earlier}/{name}") for name in incremental.PARTS} if earlier else {}
+        parts = _state_parts(frames, before, w)
+        ranges, window_events = None, frames["events"]
         if earlier:
-            before = {name: spark.read.parquet(f"{earlier}/{name}") for name in incremental.PARTS}
-            parts = {"messages": audit.merge_messages(before["messages"], parts["messages"]),
-                     "run_ends": audit.merge_run_ends(before["run_ends"], parts["run_ends"]),
-                     "batch_counts": batching.merge_batch_counts(before["batch_counts"], parts["batch_counts"]),
-                     "frames": before["frames"].unionByName(parts["frames"]).distinct()}
             ranges = incremental.window_ranges(list(sources["events"].files), w)
             old = incremental.overlapping(manifest.data_files("events", f"{data_dir}/events"), ranges)
             window_events = read(spark, Input("events", "", (*old, *sources["events"].files), 0, ()), EVENTS)
@@ -289,15 +276,15 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
                 "confirm_batches": batching.with_frames(state["batch_counts"]),
                 "confirm_batch_interval": batching.interval_of(state["frames"]),
                 **{name: spark.read.parquet(f"{here}/windows/{name}") for name in incremental.WINDOWED},
-                **_snapshot_reports(cfg, frames)})
+                "prefetch_saturation": snapshots.saturation_of(state["saturation"], state["consumer_queues"]),
+                "redelivery_hotspots": snapshots.hotspots_of(state["hotspots"]),
+                "publisher_safety": snapshots.safety_of(state["safety"])})
         finally:
             runs.unpersist()
         return written, spark.read.parquet(f"{cfg.out.rstrip('/')}/delivery_audit").collect()
 
-    snapshots = {name: everything(name) for name in sources if name != "events"}
     try:
-        written, audit_rows = _with_damaged_set_aside(spark, {"events": sources["events"], **snapshots}, progress,
-                                                      state_and_reports)
+        written, audit_rows = _with_damaged_set_aside(spark, sources, progress, state_and_reports)
     except (Py4JJavaError, AnalysisException) as e:
         if store.root.split("://")[-1] in str(e):
             raise incremental.StateRefused(f"the incremental state under {store.root} is damaged ({first_line(e)}): "
@@ -307,11 +294,35 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
     summary = {**_summary(spark, cfg, sources, written, headline(audit_rows, {}), started),
                "incremental": {"run": generation, "files_before": sum(len(v) for v in (
                    manifest.files.values() if manifest else ()))}}
-    store.commit(incremental.with_files(manifest, generation, data_dir, w, cfg.loss_deadline_s,
-                                        {"events": sources["events"], **{n: sources[n] for n in snapshots}},
-                                        summary))
+    store.commit(incremental.with_files(manifest, generation, data_dir, w, cfg.loss_deadline_s, sources, summary))
     _write_text(spark, f"{cfg.out.rstrip('/')}/summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
+
+
+def _state_parts(frames: Mapping[str, Any], before: Mapping[str, Any], window_s: int) -> dict[str, Any]:
+    """The incremental state's parts (pipeline/incremental.py) from the new files' `frames`, combined with the
+    parts `before` them (none on the first run)."""
+    from . import audit, batching, snapshots
+    from .snapshots import CHANNEL, CHANNEL_COUNTERS, QUEUE, QUEUE_COUNTERS
+
+    events, channels = frames["events"], frames["snapshots/channels"]
+    queues, consumers = frames["snapshots/queues"], frames["snapshots/consumers"]
+    new = {"messages": audit.messages(events), "run_ends": audit.run_ends(events),
+           "batch_counts": batching.confirm_batch_counts(events), "frames": batching.multi_message_frames(events),
+           "saturation": snapshots.saturation_parts(channels), "consumer_queues": snapshots.consumer_queues(consumers),
+           # A counter's first new sample counts from its channel's or queue's last sample before.
+           "hotspots": snapshots.hotspot_parts(queues, before.get("queues_last")),
+           "safety": snapshots.safety_parts(channels, window_s, before.get("channels_last")),
+           "channels_last": snapshots.last_samples(channels, CHANNEL, CHANNEL_COUNTERS, before.get("channels_last")),
+           "queues_last": snapshots.last_samples(queues, QUEUE, QUEUE_COUNTERS, before.get("queues_last"))}
+    if not before:
+        return new
+    merge = {"messages": audit.merge_messages, "run_ends": audit.merge_run_ends,
+             "batch_counts": batching.merge_batch_counts,
+             "frames": lambda a, b: a.unionByName(b).distinct(),
+             "saturation": snapshots.merge_saturation_parts, "consumer_queues": snapshots.merge_consumer_queues,
+             "hotspots": snapshots.merge_hotspot_parts, "safety": snapshots.merge_safety_parts}
+    return {name: merge[name](before[name], df) if name in merge else df for name, df in new.items()}
 
 
 def _write_state(spark, df, where: str) -> int:

@@ -60,9 +60,19 @@ def _batch(data: Path, n: int) -> None:
             run2.happy(seq, 420 + seq)
         write_events(data, run2, name=f"part-{n}-run2.parquet")
     write_events(data, run1, name=f"part-{n}.parquet")
-    write_snapshots(data, "channels", [_channel(t, 10 if t % 60 else 3, int(t)) for t in range(n * 100 - 100,
-                                                                                              n * 100, 30)],
+    # Snapshots every 30 s: a channel at its prefetch limit in two samples of three, publishing; a queue whose
+    # counters restart in the last part (the node restarted); the channel's consumers, on another queue later.
+    times = range(n * 100 - 100, n * 100, 30)
+    write_snapshots(data, "channels", [_channel(t, 10 if t % 60 else 3, int(t)) for t in times],
                     name=f"part-{n}.parquet")
+    since = [t - 280 if t >= 280 else t for t in times]  # seconds since the counters (re)started
+    write_snapshots(data, "queues", [{"taken_at": t, "vhost": "/", "queue": "jobs", "type": "quorum", "durable": True,
+                                      "delivered_total": 3 * u, "redelivered_total": u // 2}
+                                     for t, u in zip(times, since)], name=f"part-{n}.parquet")
+    write_snapshots(data, "consumers", [{"taken_at": t, "vhost": "/", "queue": "a" if n == 1 else "b",
+                                         "consumer_tag": "ctag", "channel": "10.0.0.7:5000 -> 10.0.0.1:5672 (1)",
+                                         "connection_name": "", "prefetch_count": 10, "ack_required": n != 3}
+                                        for t in times], name=f"part-{n}.parquet")
 
 
 def _reports(out: Path) -> dict[str, list[dict]]:
@@ -95,6 +105,11 @@ def test_each_incremental_run_reads_only_new_files_and_writes_what_a_full_run_wr
     # What the parts were built to hold: a story across files, a loss decided two runs later, a duplicate.
     assert (audit["run1"]["lost"], audit["run1"]["awaiting"], audit["run1"]["duplicates"]) == (1, 0, 1)
     assert audit["run1"]["delivered"] == 83 - 1 and audit["run2"]["published"] == 20
+    saturation, = _reports(full)["prefetch_saturation"]
+    assert saturation["queues"] == ["a", "b"] and saturation["auto_ack"] and saturation["samples"] == 12
+    hotspot, = _reports(full)["redelivery_hotspots"]
+    # 0 → 260 s counted across the parts' files, then the restart: 10 s more.
+    assert (hotspot["delivered"], hotspot["redelivered"]) == (3 * 260 + 3 * 10, 260 // 2 + 10 // 2)
     # Only the committed run's state is kept.
     state = sorted(p.name for p in (tmp_path / "incremental" / "_state").iterdir() if not p.name.startswith("."))
     assert state == ["gen-000003", "manifest-000003.json"], state
