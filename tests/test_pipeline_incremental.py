@@ -21,6 +21,7 @@ from pipeline_builders import Log, write_events, write_snapshots
 
 from ackscope.apps.cli import main
 from ackscope.model.schemas import REPORTS
+from ackscope.pipeline.incremental import StateRefused
 from ackscope.pipeline.run import PipelineConfig, Progress, execute
 
 ACKSCOPE = str(Path(sys.executable).with_name("ackscope"))
@@ -162,49 +163,51 @@ def test_a_run_killed_mid_way_neither_loses_nor_double_counts(java, tmp_path, ki
         "gen-000002", "manifest-000002.json"]
 
 
-def test_a_damaged_state_or_one_of_other_input_is_refused_in_one_line_and_rebuild_starts_over(java, tmp_path):
+def test_a_damaged_state_or_one_of_other_input_is_refused_in_one_line_and_rebuild_starts_over(spark, java,
+                                                                                                 tmp_path):
     data, out = tmp_path / "data", tmp_path / "out"
     _batch(data, 1)
-    assert _cli(data, out, "--incremental").wait(300) == 0
+    _incremental(data, out)
     manifest = out / "_state" / "manifest-000001.json"
 
-    def refused(*args: str, data_dir: Path = data) -> str:
-        run = _cli(data_dir, out, "--incremental", *args)
-        _, err = run.communicate(timeout=300)
-        assert run.returncode == 1 and "Traceback" not in err, err
-        errors = [line for line in err.splitlines() if line.startswith("ackscope pipeline:")]
-        assert len(errors) == 1 and err.strip().endswith(errors[0]), err  # the progress lines before it, if any
-        return errors[0]
+    def refused(data_dir: Path = data, **kw) -> str:
+        with pytest.raises(StateRefused) as refusal:
+            _incremental(data_dir, out, **kw)
+        return str(refusal.value)
 
     # Other options, other input, a file that changed under it.
-    assert refused("--window", "5m") == (
-        f"ackscope pipeline: the incremental state under {out}/_state was built with --window 60s --loss-deadline "
-        "120, not --window 300s --loss-deadline 120: run with those, or with --rebuild to start over")
+    assert refused(window_s=300) == (
+        f"the incremental state under {out}/_state was built with --window 60s --loss-deadline 120, not --window "
+        "300s --loss-deadline 120: run with those, or with --rebuild to start over")
     other = tmp_path / "other"
     _batch(other, 1)
-    assert refused(data_dir=other).startswith(f"ackscope pipeline: the incremental state under {out}/_state was "
-                                              f"built from file:{data}, not file:{other}: give each input its own")
+    assert refused(other).startswith(f"the incremental state under {out}/_state was built from file:{data}, not "
+                                     f"file:{other}: give each input its own --out")
     events_file = next((data / "events").rglob("part-1.parquet"))
     original = events_file.read_bytes()
     events_file.write_bytes(original + b"\0")
-    assert refused() == (f"ackscope pipeline: file:{data}/events/{events_file.relative_to(data / 'events')} is not "
-                         f"the file an earlier run read (its size changed): the state under {out}/_state no longer "
-                         "describes the input: run with --rebuild to start over")
+    assert refused() == (f"file:{data}/events/{events_file.relative_to(data / 'events')} is not the file an earlier "
+                         f"run read (its size changed): the state under {out}/_state no longer describes the input: "
+                         "run with --rebuild to start over")
     events_file.write_bytes(original)
-    # Damage: a manifest that is not JSON; a state file cut short.
+    # Damage: a manifest that is not JSON (Hadoop's checksum finds it first); a state file cut short.
     good = manifest.read_text()
     manifest.write_text(good[:40])
-    assert refused().startswith(f"ackscope pipeline: the incremental state under {out}/_state is damaged "
+    assert refused().startswith(f"the incremental state under {out}/_state is damaged "
                                 f"({out}/_state/manifest-000001.json: ")
     manifest.write_text(good)
     part = next((out / "_state" / "gen-000001" / "messages").glob("*.parquet"))
     part.write_bytes(part.read_bytes()[:100])
     _batch(data, 2)
-    assert refused().startswith(f"ackscope pipeline: the incremental state under {out}/_state is damaged (")
-    rebuilt = _cli(data, out, "--incremental", "--rebuild")
-    _, err = rebuilt.communicate(timeout=300)
-    assert rebuilt.returncode == 0 and err.startswith("read events: 2 files"), err
-    assert _cli(data, tmp_path / "full").wait(300) == 0
+    # The command says it in one line, after its progress, and exits 1.
+    run = _cli(data, out, "--incremental")
+    _, err = run.communicate(timeout=300)
+    errors = [line for line in err.splitlines() if line.startswith("ackscope pipeline:")]
+    assert run.returncode == 1 and "Traceback" not in err and len(errors) == 1 and err.strip().endswith(errors[0])
+    assert errors[0].startswith(f"ackscope pipeline: the incremental state under {out}/_state is damaged ("), err
+    summary, said = _incremental(data, out, rebuild=True)
+    assert said[0].startswith("read events: 2 files") and summary["incremental"]["run"] == 1
+    _run(data, tmp_path / "full")
     assert _reports(out) == _reports(tmp_path / "full")
 
 
