@@ -79,12 +79,11 @@ def scan(spark: SparkSession, name: str, root: str, schema: pa.Schema, since: da
     before the dataset gained it) passes, and is read with it null. Files in `seen` (relative path: size), read
     by an earlier incremental run, are left out; one whose size changed is listed in `changed`."""
     jvm = spark._jvm  # noqa: SLF001 - Hadoop's FileSystem is only reachable through the JVM
-    conf = spark._jsc.hadoopConfiguration()  # noqa: SLF001
     path = jvm.org.apache.hadoop.fs.Path(root)
-    fs = path.getFileSystem(conf)
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())  # noqa: SLF001
     if not fs.exists(path):
         return Input(name, root, (), 0, ())
-    base = fs.makeQualified(path).toString().rstrip("/") + "/"
+    base = qualified(spark, root) + "/"
     expected = physical_types(schema)
     clock = next(f.name for f in schema if pa.types.is_timestamp(f.type))
     listing = fs.listFiles(path, True)
@@ -118,6 +117,14 @@ def scan(spark: SparkSession, name: str, root: str, schema: pa.Schema, since: da
             files.append(DataFile(full, relative, count, size, span))
             rows += count
     return Input(name, root, tuple(files), rows, tuple(skipped), tuple(sorted(changed)))
+
+
+def qualified(spark: SparkSession, where: str) -> str:
+    """`where` as Hadoop qualifies it (file:/…, hdfs://…), without a trailing slash: as the listing names files."""
+    jvm = spark._jvm  # noqa: SLF001 - Hadoop's FileSystem is only reachable through the JVM
+    path = jvm.org.apache.hadoop.fs.Path(where.rstrip("/") or "/")
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())  # noqa: SLF001
+    return fs.makeQualified(path).toString().rstrip("/")
 
 
 def read(spark: SparkSession, source: Input, schema: pa.Schema) -> DataFrame:

@@ -221,12 +221,12 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
     from py4j.protocol import Py4JJavaError
 
     from . import audit, batching, incremental, latency, snapshots
-    from .inputs import Input
+    from .inputs import Input, qualified
 
     store = incremental.Store(spark, cfg.out)
     if cfg.rebuild:
         store.remove()
-    data_dir = _qualified(spark, cfg.data_dir)
+    data_dir = qualified(spark, cfg.data_dir)
     manifest = store.load(data_dir, cfg.window_s, cfg.loss_deadline_s)
     sources = _scan(spark, cfg.data_dir, seen=lambda name: manifest.seen(name) if manifest else None)
     changed = [f"{name}/{c}" for name, s in sources.items() for c in s.changed]
@@ -328,12 +328,6 @@ def _state_parts(frames: Mapping[str, Any], before: Mapping[str, Any], window_s:
 def _write_state(spark, df, where: str) -> int:
     df.write.mode("overwrite").option("compression", "zstd").parquet(where)
     return spark.read.parquet(where).count()
-
-
-def _qualified(spark, data_dir: str) -> str:
-    jvm = spark._jvm  # noqa: SLF001 - Hadoop qualifies the path as the listing does
-    path = jvm.org.apache.hadoop.fs.Path(data_dir.rstrip("/"))
-    return path.getFileSystem(spark._jsc.hadoopConfiguration()).makeQualified(path).toString()  # noqa: SLF001
 
 
 def damaged_file(spark, error: BaseException, sources: Mapping[str, Any]):

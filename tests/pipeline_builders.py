@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ackscope.model.schemas import EVENTS
+from ackscope.model.schemas import EVENTS, REPORTS
 from ackscope.model.schemas import SNAPSHOTS as SCHEMAS
 
 T0 = datetime(2026, 11, 21, 3, 0, tzinfo=UTC)
@@ -80,3 +81,9 @@ def write_snapshots(data_dir: Path, kind: str, rows: list[dict], name: str = "pa
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path, compression="zstd")
     return path
+
+
+def read_reports(out: Path) -> dict[str, list[dict]]:
+    """Every report under `out`, its rows in a stable order: two runs' reports compare with ==."""
+    return {name: sorted(ds.dataset(out / name, format="parquet", partitioning="hive").to_table().to_pylist(),
+                         key=repr) for name in REPORTS}

@@ -12,11 +12,9 @@ import threading
 import time
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
-from pipeline_builders import Log, write_events, write_snapshots
+from pipeline_builders import Log, read_reports, write_events, write_snapshots
 
-from ackscope.model.schemas import REPORTS
 from ackscope.workloads.private_broker import free_port
 from ackscope.workloads.spark_cluster import StandaloneCluster
 
@@ -57,11 +55,6 @@ def _finish(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
     return process.returncode, err
 
 
-def _reports(out: Path) -> dict[str, list[dict]]:
-    return {name: sorted(ds.dataset(out / name, format="parquet", partitioning="hive").to_table().to_pylist(),
-                         key=repr) for name in REPORTS}
-
-
 @pytest.fixture(scope="module")
 def local_reports(tmp_path_factory, java) -> tuple[Path, dict]:
     """The known answer: the same input run in local mode."""
@@ -70,7 +63,7 @@ def local_reports(tmp_path_factory, java) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("local-out")
     code, err = _finish(_pipeline(data, out))
     assert code == 0, err
-    return data, _reports(out)
+    return data, read_reports(out)
 
 
 def test_a_standalone_cluster_writes_the_reports_local_mode_writes_with_the_work_in_its_executors(
@@ -82,7 +75,7 @@ def test_a_standalone_cluster_writes_the_reports_local_mode_writes_with_the_work
     before = {a["id"] for a in spark_cluster.state().get("completedapps", [])}
     code, err = _finish(_pipeline(data, tmp_path / "out", "--master", spark_cluster.master_url, *CLUSTER_CONF))
     assert code == 0, err
-    assert _reports(tmp_path / "out") == expected
+    assert read_reports(tmp_path / "out") == expected
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["spark"]["master"] == spark_cluster.master_url and summary["files_skipped"] == 0
     # The master's record of the application, and each worker's executor log of it: the work ran there.
@@ -111,7 +104,7 @@ def test_a_worker_lost_mid_run_is_retried_by_spark_and_the_reports_are_still_rig
     try:
         assert run.wait(300) == 0, "".join(stages)
         reader.join(5)
-        assert _reports(tmp_path / "out") == expected
+        assert read_reports(tmp_path / "out") == expected
         # Spark says the loss in one line of its own, and nothing else of it reaches the user.
         errors = [line for line in stages if "ERROR" in line]
         assert len(errors) == 1 and "Lost executor" in errors[0] and "worker lost" in errors[0], "".join(stages)

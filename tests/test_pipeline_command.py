@@ -11,9 +11,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from pipeline_builders import Log, at, write_events, write_snapshots
+from pipeline_builders import Log, at, read_reports, write_events, write_snapshots
 
 from ackscope.apps.cli import main
 from ackscope.model.schemas import ADDED_COLUMNS, REPORTS
@@ -38,14 +37,6 @@ def _log(runs: int = 1, start: float = 0.0) -> list[Log]:
 
 def _run(data: Path, out: Path, **kw) -> dict:
     return execute(PipelineConfig(str(data), str(out), **kw), Progress(io.StringIO()))
-
-
-def _reports(out: Path) -> dict[str, list[dict]]:
-    read = {}
-    for name in REPORTS:
-        table = ds.dataset(out / name, format="parquet", partitioning="hive").to_table()
-        read[name] = sorted(table.to_pylist(), key=repr)
-    return read
 
 
 def test_damaged_files_are_skipped_counted_and_named_and_the_rest_is_read(spark, tmp_path):
@@ -86,10 +77,10 @@ def test_a_rerun_over_the_same_input_writes_the_same_reports(spark, tmp_path):
     data, out = tmp_path / "data", tmp_path / "out"
     write_events(data, *_log(runs=2))
     first = _run(data, out)
-    before = _reports(out)
+    before = read_reports(out)
     files = sorted(p.relative_to(out) for p in out.rglob("*.parquet"))
     second = _run(data, out)
-    assert _reports(out) == before
+    assert read_reports(out) == before
     assert len(sorted(out.rglob("*.parquet"))) == len(files)  # replaced, not appended
     assert {k: v for k, v in first.items() if k != "run_time_s"} == \
         {k: v for k, v in second.items() if k != "run_time_s"}
@@ -100,11 +91,11 @@ def test_a_rerun_for_one_day_replaces_only_that_days_partitions(spark, tmp_path)
     write_events(data, *_log(), name="day1.parquet")
     write_events(data, *_log(start=86_400.0), name="day2.parquet")
     _run(data, out)
-    day1 = [r for r in _reports(out)["confirm_latency"] if r["window_start"].day == at(0).day]
+    day1 = [r for r in read_reports(out)["confirm_latency"] if r["window_start"].day == at(0).day]
     assert len({p.name for p in (out / "confirm_latency").iterdir() if p.name.startswith("date=")}) == 2
 
     _run(data, out, since=at(86_400), window_s=3600)
-    latency = _reports(out)["confirm_latency"]
+    latency = read_reports(out)["confirm_latency"]
     assert [r for r in latency if r["window_start"].day == at(0).day] == day1  # untouched
     day2 = [r for r in latency if r["window_start"].day == at(86_400).day]
     assert len(day2) == 1 and day2[0]["count"] == 42  # one hourly window now
@@ -144,13 +135,13 @@ def test_old_and_new_history_files_read_as_one_dataset_and_the_reports_name_the_
     summary = _run(data, out)
     assert summary["inputs"]["snapshots/channels"]["files_read"] == 2
     assert summary["inputs"]["snapshots/channels"]["rows"] == 6 and summary["files_skipped"] == 0
-    saturation = {r["channel"]: r for r in _reports(out)["prefetch_saturation"]}
+    saturation = {r["channel"]: r for r in read_reports(out)["prefetch_saturation"]}
     named = saturation["10.0.0.7:5000 -> 10.0.0.1:5672 (1)"]
     assert named["samples"] == 4 and named["saturated_samples"] == 4  # old rows and new, one channel
     assert (named["client"], named["identity"]) == (worker["client"], worker["identity"])
     unnamed = saturation["10.0.0.8:6000 -> 10.0.0.1:5672 (1)"]
     assert unnamed["samples"] == 2 and unnamed["client"] is None and unnamed["identity"] is None
-    safety = [r for r in _reports(out)["publisher_safety"] if r["identity"]]
+    safety = [r for r in read_reports(out)["publisher_safety"] if r["identity"]]
     assert safety and all(r["client"] == worker["client"] and r["mode"] == "none" for r in safety)
 
 

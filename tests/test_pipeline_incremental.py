@@ -15,12 +15,10 @@ import threading
 import time
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
-from pipeline_builders import Log, write_events, write_snapshots
+from pipeline_builders import Log, read_reports, write_events, write_snapshots
 
 from ackscope.apps.cli import main
-from ackscope.model.schemas import REPORTS
 from ackscope.pipeline.incremental import StateRefused
 from ackscope.pipeline.run import PipelineConfig, Progress, execute
 
@@ -76,11 +74,6 @@ def _batch(data: Path, n: int) -> None:
                                         for t in times], name=f"part-{n}.parquet")
 
 
-def _reports(out: Path) -> dict[str, list[dict]]:
-    return {name: sorted(ds.dataset(out / name, format="parquet", partitioning="hive").to_table().to_pylist(),
-                         key=repr) for name in REPORTS}
-
-
 def _run(data: Path, out: Path, **kw) -> dict:
     return execute(PipelineConfig(str(data), str(out), **kw), Progress(io.StringIO()))
 
@@ -101,14 +94,14 @@ def test_each_incremental_run_reads_only_new_files_and_writes_what_a_full_run_wr
         assert summary["inputs"]["events"]["files_read"] == new_files and summary["incremental"]["run"] == n
         full = tmp_path / f"full-{n}"
         _run(data, full)
-        assert _reports(tmp_path / "incremental") == _reports(full), f"after part {n}"
-    audit = {r["run_id"]: r for r in _reports(full)["delivery_audit"]}
+        assert read_reports(tmp_path / "incremental") == read_reports(full), f"after part {n}"
+    audit = {r["run_id"]: r for r in read_reports(full)["delivery_audit"]}
     # What the parts were built to hold: a story across files, a loss decided two runs later, a duplicate.
     assert (audit["run1"]["lost"], audit["run1"]["awaiting"], audit["run1"]["duplicates"]) == (1, 0, 1)
     assert audit["run1"]["delivered"] == 83 - 1 and audit["run2"]["published"] == 20
-    saturation, = _reports(full)["prefetch_saturation"]
+    saturation, = read_reports(full)["prefetch_saturation"]
     assert saturation["queues"] == ["a", "b"] and saturation["auto_ack"] and saturation["samples"] == 12
-    hotspot, = _reports(full)["redelivery_hotspots"]
+    hotspot, = read_reports(full)["redelivery_hotspots"]
     # 0 → 260 s counted across the parts' files, then the restart: 10 s more.
     assert (hotspot["delivered"], hotspot["redelivered"]) == (3 * 260 + 3 * 10, 260 // 2 + 10 // 2)
     # Only the committed run's state is kept.
@@ -158,7 +151,7 @@ def test_a_run_killed_mid_way_neither_loses_nor_double_counts(java, tmp_path, ki
     assert err.splitlines()[0].startswith("read events: 3 new files"), err  # part 2's file, and part 3's two
     full = _cli(data, tmp_path / "full")
     assert full.wait(300) == 0
-    assert _reports(out) == _reports(tmp_path / "full")
+    assert read_reports(out) == read_reports(tmp_path / "full")
     assert sorted(p.name for p in (out / "_state").iterdir() if not p.name.startswith(".")) == [
         "gen-000002", "manifest-000002.json"]
 
@@ -208,7 +201,7 @@ def test_a_damaged_state_or_one_of_other_input_is_refused_in_one_line_and_rebuil
     summary, said = _incremental(data, out, rebuild=True)
     assert said[0].startswith("read events: 2 files") and summary["incremental"]["run"] == 1
     _run(data, tmp_path / "full")
-    assert _reports(out) == _reports(tmp_path / "full")
+    assert read_reports(out) == read_reports(tmp_path / "full")
 
 
 def test_incremental_options_that_cannot_go_together_are_usage_errors(capsys):
