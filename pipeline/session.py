@@ -14,7 +14,6 @@ import shutil
 import socket
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
