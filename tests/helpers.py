@@ -46,18 +46,25 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
     return found[0] if found else None
 
 
+def poll_until(condition: Callable[[], object], timeout: float) -> object:
+    """Poll `condition` until it returns something truthy and return that, or None after `timeout` seconds: for a
+    condition the broker may or may not reach, where the test then does something else."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result or time.monotonic() > deadline:
+            return result or None
+        time.sleep(0.2)
+
+
 def wait_for(condition: Callable[[], object], timeout: float = 20.0,
              what: str | Callable[[], str] = "condition") -> object:
     """Poll `condition` until it returns something truthy and return that; fail after `timeout` seconds,
     saying `what` (a callable is asked only then, so it can report the last state seen)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
-        time.sleep(0.2)
+    result = poll_until(condition, timeout)
+    if result is None:
+        pytest.fail(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
+    return result
 
 
 def wait_for_sample(exporter: Exporter, name: str, expected: Callable[[float], bool] | float, timeout: float = 20.0,

@@ -7,9 +7,10 @@ from __future__ import annotations
 import time
 
 import pika
+import pytest
 import requests
 from dashboard_helpers import frames, page
-from helpers import scrape, value, wait_for
+from helpers import poll_until, scrape, value, wait_for
 from probe_helpers import probe_config, probe_samples, probe_value, quick, running_probes, settled_since, wait_probe
 
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalCluster, LocalBroker
@@ -227,14 +228,23 @@ def test_a_node_that_stops_answering_longer_than_net_ticktime_leaves_a_partition
     exporter = start_exporter(first.management_url, source="management", interval=0.5, timeout=5.0)
     wait_for(lambda: value(scrape(exporter), "ackscope_node_partitions", node=second.nodename) == 0, 30,
              "both nodes listed, whole")
-    second.pause()
-    try:
-        wait_for(lambda: value(scrape(exporter), "ackscope_node_running", node=second.nodename) == 0, 60,
-                 "node 1 to count the silent node 2 down")
-    finally:
-        second.resume()
-    seen = wait_for(lambda: of(exporter.url, "network-partition", f"node {first.nodename}"), 60,
-                    "network-partition named by node 1")
+    # Mnesia records the partition when the two nodes meet again, but not at every meeting: the reconnection
+    # races node 2's own count of node 1 as down (in one CI run, nothing was named 60 s after the resume). So
+    # the pause is repeated until node 1 itself lists the partition; what is tested is how soon ackscope names
+    # it then.
+    for _ in range(3):
+        second.pause()
+        try:
+            wait_for(lambda: value(scrape(exporter), "ackscope_node_running", node=second.nodename) == 0, 60,
+                     "node 1 to count the silent node 2 down")
+        finally:
+            second.resume()
+        if poll_until(lambda: second.nodename in first.ctl("eval", "rabbit_node_monitor:partitions()."), 30):
+            break
+    else:
+        pytest.fail("node 1 listed no partition after three pauses of node 2 past net_ticktime")
+    seen = wait_for(lambda: of(exporter.url, "network-partition", f"node {first.nodename}"), 20,
+                    "network-partition named by node 1, within a few polls of node 1 listing it")
     assert seen["severity"] == "critical" and seen["evidence"]["cannot_reach"] == [second.nodename]
     assert value(scrape(exporter), "ackscope_node_partitions", node=first.nodename) == 1
     second.restart()
