@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         window = window_seconds(args.window)
     except ValueError as e:
         raise ConfigError(f"--window: {e}") from None
-    password = exporter_app.password_for(v["username"], v["password"])
+    password = exporter_app.password_for(v["username"], v["password"], v["management_url"])
     thresholds = exporter_app.load_thresholds(document, path)
     probe_cfg = probe_config.load(args, environ, document, path)
     selection = Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"])

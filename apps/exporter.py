@@ -4,6 +4,7 @@ probes (with an AMQP URL), the snapshot history (with a data dir) and the HTTP s
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import shlex
 import sys
@@ -11,6 +12,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from ackscope.core import config, native_memory
 from ackscope.core.config import ConfigError, Option, choice
@@ -109,7 +111,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
     document = config.load_toml(path)
     section = config.table(document, "exporter", path)
     v: dict[str, Any] = config.resolve(OPTIONS, args, environ, section, SECRETS, where=path or "config")
-    password = password_for(v["username"], v["password"])
+    password = password_for(v["username"], v["password"], v["management_url"])
     if v["web_username"] and v["web_password"] is None:
         raise ConfigError("--web-username needs ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE")
     if bool(v["web_tls_cert"]) != bool(v["web_tls_key"]):
@@ -130,12 +132,25 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
     )
 
 
-def password_for(username: str, password: Secret | None) -> Secret:
+def password_for(username: str, password: Secret | None, management_url: str) -> Secret:
+    """The password given, or guest's own for user guest on a loopback URL: the broker's default account
+    answers only there, so anywhere else (a container reaching its broker by name) no credentials is an error
+    at the start, not a login refused at every poll."""
     if password is None:
         if username != "guest":
             raise ConfigError(f"no password for user {username!r}: set ACKSCOPE_PASSWORD or ACKSCOPE_PASSWORD_FILE")
-        password = Secret("guest")  # the broker's own default account, usable from loopback only
+        if not _loopback(urlsplit(management_url).hostname or ""):
+            raise ConfigError(f"no credentials for {management_url}: RabbitMQ's guest account answers on "
+                              "loopback only; set ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD or ACKSCOPE_PASSWORD_FILE")
+        password = Secret("guest")
     return password
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def load_thresholds(document: Mapping[str, Any], path: str | None) -> Thresholds:

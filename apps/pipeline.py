@@ -71,13 +71,19 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> PipelineConfig
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    from py4j.protocol import Py4JError
-    from pyspark.errors import PySparkException
+    cfg = load(args, environ)
+    try:
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+    except ImportError:
+        # PySpark is the pipeline extra: the exporter's image and installs do without its 430 MB.
+        print("ackscope pipeline: PySpark is not installed here: pip install 'ackscope[pipeline]' (and a Java 17+ "
+              "runtime)", file=sys.stderr)
+        return 1
 
     from ackscope.pipeline.incremental import StateRefused
     from ackscope.pipeline.session import SparkUnavailable
 
-    cfg = load(args, environ)
     progress = Progress(sys.stderr)
     try:
         summary = execute(cfg, progress)

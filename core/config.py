@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import tempfile
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -189,6 +190,21 @@ def choice(name: str, allowed: Sequence[str]) -> Callable[[Any], str]:
         return str(v)
     parse.__name__ = name
     return parse
+
+
+def writable_dir(v: Any) -> str:
+    """A directory this process can write files in, made when missing. Checked at the start, because the
+    writes come later, from threads that keep what they cannot write in memory: a read-only volume or a
+    directory of another owner is then one line and a non-zero exit, not an exporter that runs without its
+    history."""
+    path = Path(str(v))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write in {path}: {e.strerror}") from None
+    return str(path)
 
 
 def existing_file(v: Any) -> str:

@@ -27,6 +27,7 @@ from .status import PollStatus
 log = logging.getLogger("ackscope.exporter")
 
 SETTLE_INTERVALS = 5  # an outage or overrun is over, and said to be, once polls have been good this many intervals
+STOP_WAIT_S = 2.0  # how long a stop waits for the poll in flight
 
 
 class Poller:
@@ -157,9 +158,12 @@ class Poller:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop polling. A poll in flight may wait for its deadline (30 s by default) on a hanging broker, while a
+        stop must end within seconds (a container runtime kills after 10): it is given STOP_WAIT_S, then
+        abandoned, as its answer would be published to nobody."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.source.deadline + 5)
+            self._thread.join(timeout=STOP_WAIT_S)
         self.source.close()
 
     def _run(self) -> None:

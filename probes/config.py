@@ -35,7 +35,7 @@ OPTIONS = (
            "seen", switch=True),
 )
 # Shared with the exporter, which also records its snapshot history there.
-DATA_DIR = Option("data_dir", None, str, "write Parquet under DIR: probe events in DIR/events/ (and, for the "
+DATA_DIR = Option("data_dir", None, config.writable_dir, "write Parquet under DIR: probe events in DIR/events/ (and, for the "
                   "exporter, snapshot history in DIR/snapshots/)")
 SECRETS = ("amqp_password",)
 SHARED = ("rate", "burst_size", "burst_interval", "prefetch", "requeue_share")
@@ -63,7 +63,12 @@ def load(args: argparse.Namespace, environ: Mapping[str, str], document: Mapping
     --data-dir; without one, [probe] data_dir in the TOML file."""
     section = dict(config.table(document, "probe", path))
     rows = section.pop("targets", None)
-    data_dir = data_dir or section.pop("data_dir", None)
+    in_file = section.pop("data_dir", None)
+    if data_dir is None and in_file is not None:
+        try:
+            data_dir = config.writable_dir(in_file)
+        except ValueError as e:
+            raise ConfigError(f"{path or 'config'}: [probe] data_dir: {e}") from None
     v = config.resolve(OPTIONS, args, environ, section, SECRETS, where=path or "config")
     if v["amqp_url"] is None:
         return None

@@ -74,7 +74,7 @@ strict=(--config-settings editable_mode=strict)
 if [ "${1:-}" = "--test" ]; then
   step "installing ackscope with its test dependencies" .venv/bin/python -m pip install -q "${strict[@]}" -e '.[test]'
 else
-  step "installing ackscope" .venv/bin/python -m pip install -q "${strict[@]}" -e .
+  step "installing ackscope" .venv/bin/python -m pip install -q "${strict[@]}" -e '.[pipeline]'
 fi
 if [ "${1:-}" = "--test" ]; then
   step "installing amqplib from npm (tests/clients/node)" npm ci --prefix tests/clients/node --no-audit --no-fund

@@ -20,7 +20,7 @@ def _toml(tmp_path, text: str) -> str:
 
 def test_command_line_beats_environment_beats_toml_beats_default(tmp_path):
     path = _toml(tmp_path, '[exporter]\ninterval = 30\ntimeout = 7\nmanagement_url = "http://toml:15672"\n')
-    env = {"ACKSCOPE_INTERVAL": "20", "ACKSCOPE_MANAGEMENT_URL": "http://env:15672"}
+    env = {"ACKSCOPE_INTERVAL": "20", "ACKSCOPE_MANAGEMENT_URL": "http://env:15672", "ACKSCOPE_PASSWORD": "p"}
     cfg = load(cli_args(config=path, interval="5"), env)
     assert cfg.interval == 5.0  # command line
     assert cfg.management_url == "http://env:15672"  # environment
@@ -51,6 +51,14 @@ def test_password_comes_from_env_or_file_and_never_shows(tmp_path):
 def test_no_password_for_a_named_user_is_a_clear_error():
     with pytest.raises(ConfigError, match="no password for user 'watcher'.*ACKSCOPE_PASSWORD"):
         load(cli_args(username="watcher"), {})
+
+
+def test_no_credentials_are_guests_on_loopback_only_where_the_brokers_default_account_answers():
+    for url in ("http://localhost:15672", "http://127.0.0.1:15672", "http://[::1]:15672"):
+        assert load(cli_args(management_url=url), {}).password.reveal() == "guest"
+    with pytest.raises(ConfigError, match=r"^no credentials for http://rabbitmq:15672: RabbitMQ's guest account "
+                                          r"answers on loopback only; set ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD"):
+        load(cli_args(management_url="http://rabbitmq:15672"), {})
 
 
 def test_password_written_in_the_toml_file_is_refused(tmp_path):
@@ -152,13 +160,28 @@ def test_diagnose_reads_the_connection_from_the_exporters_toml_table(tmp_path, c
 
 
 def test_one_data_dir_serves_the_probes_and_the_snapshot_history(tmp_path):
-    path = _toml(tmp_path, '[exporter]\ndata_dir = "/var/lib/ackscope"\nsnapshot_every = 6\n'
+    shared, probe_only = tmp_path / "ackscope", tmp_path / "probe-only"
+    path = _toml(tmp_path, f'[exporter]\ndata_dir = "{shared}"\nsnapshot_every = 6\n'
                            '[probe]\namqp_url = "amqp://guest@rabbit/%2F"\n')
     cfg = load(cli_args(config=path), {})
-    assert (cfg.data_dir, cfg.snapshot_every, cfg.probes.data_dir) == ("/var/lib/ackscope", 6, "/var/lib/ackscope")
+    assert (cfg.data_dir, cfg.snapshot_every, cfg.probes.data_dir) == (str(shared), 6, str(shared))
     cfg = load(cli_args(config=_toml(tmp_path, '[probe]\namqp_url = "amqp://guest@rabbit/%2F"\n'
-                                                'data_dir = "/probe-only"\n')), {})
-    assert (cfg.data_dir, cfg.probes.data_dir) == (None, "/probe-only")
+                                                f'data_dir = "{probe_only}"\n')), {})
+    assert (cfg.data_dir, cfg.probes.data_dir) == (None, str(probe_only))
+    assert shared.is_dir() and probe_only.is_dir()  # made at the start, as the writes will need them
+
+
+def test_a_data_dir_that_cannot_be_written_is_refused_at_the_start_in_one_line(tmp_path, capsys):
+    # (A read-only volume is proven in the container: root, running this, may write anywhere.)
+    from ackscope.apps.cli import main
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert main(["exporter", "--data-dir", str(blocked / "data")]) == 2
+    assert capsys.readouterr().err == (f"ackscope exporter: --data-dir: cannot write in {blocked / 'data'}: "
+                                       "Not a directory\n")
+    with pytest.raises(ConfigError, match=r"\[probe\] data_dir: cannot write in .*: Not a directory"):
+        load(cli_args(config=_toml(tmp_path, '[probe]\namqp_url = "amqp://guest@rabbit/%2F"\n'
+                                              f'data_dir = "{blocked}/data"\n')), {})
 
 
 def test_output_into_a_closed_pipe_ends_quietly():
