@@ -65,8 +65,9 @@ trap 'rm -rf "$context"' EXIT
 # The project's wheel and its dependencies' (without the pipeline extra), made from the source tree here.
 "$here/.venv/bin/python" -m pip wheel --quiet --wheel-dir "$context/wheels" "$here" >>"$log" 2>&1 \
   || fail "pip wheel of ackscope and its dependencies"
+digest=$(cd "$context/wheels" && sha256sum -- * | sha256sum | cut -c1-16)
 "${podman[@]}" build --format docker --file "$here/deploy/container/Containerfile" --build-arg "BASE=$base" \
-  --tag "$image" "$context" >>"$log" 2>&1 || fail "podman build of $image"
+  --build-arg "WHEELS_DIGEST=$digest" --tag "$image" "$context" >>"$log" 2>&1 || fail "podman build of $image"
 # The image this build replaced, untagged now: not kept.
 "${podman[@]}" image prune --force >>"$log" 2>&1 || true
 echo "container-image: $image ($(size "$image") MiB)"

@@ -40,8 +40,11 @@ if [ "${1:-}" = "--test" ]; then
   command -v gcc >/dev/null || need+=(gcc)
   python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
     || need+=(python3-dev)
-  # The release matrix's RabbitMQ 4 nodes run from Debian roots that debootstrap makes (below).
+  # The release matrix's RabbitMQ 4 nodes run from Debian roots that debootstrap makes (below); the container
+  # image's base too, built and run by podman with runc (scripts/podman.sh says why not crun).
   command -v debootstrap >/dev/null || need+=(debootstrap)
+  command -v podman >/dev/null || need+=(podman)
+  command -v runc >/dev/null || need+=(runc)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -218,6 +218,20 @@ def java() -> str:
 
 
 @pytest.fixture(scope="session")
+def ackscope_image() -> str:
+    """ackscope's image, built once per session by scripts/container-image.sh (its Debian base is kept)."""
+    from container_helpers import build
+    return build()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_image() -> str:
+    """RabbitMQ 4.0 as an image: the release matrix's Debian 13 root, imported."""
+    from container_helpers import build
+    return build("--rabbitmq")
+
+
+@pytest.fixture(scope="session")
 def rabbitmq_server() -> str:
     """Debian's rabbitmq-server, for tests whose command starts its own node (the demo)."""
     return require_binary("/usr/lib/rabbitmq/bin/rabbitmq-server", "rabbitmq-server")
@@ -233,6 +247,7 @@ SERVICE_OF_FIXTURE = {
     "release": "broker", "release_broker": "broker", "release_statsoff": "broker", "release_plugin_only": "broker",
     "spark": "spark", "java": "spark", "spark_cluster": "spark",
     "chromium": "browser",
+    "ackscope_image": "container", "rabbitmq_image": "container",
     "promtool": "prometheus", "prometheus": "prometheus",
 }
 
