@@ -236,3 +236,22 @@ def test_rabbitmq_4_in_a_container_with_statistics_off_is_read_through_its_plugi
             assert "management statistics are disabled on the broker" in said and "RabbitMQ 4.0" in said
     finally:
         podman("rm", "--force", "--time", "0", rabbit, check=False)
+
+
+def test_the_dashboard_from_the_image_serves_on_a_read_only_root_and_calls_nowhere(ackscope_image):
+    port = free_port()
+    with container(ackscope_image, "dashboard", "--port", str(port), "--exporter-url", "http://127.0.0.1:9",
+                   options=("--network", "host")) as name:
+        wait_for(lambda: status_of(f"http://127.0.0.1:{port}/_stcore/health") == 200, 60,
+                 lambda: f"the dashboard's health (logs: {logs(name)[-5:]})")
+        assert status_of(f"http://127.0.0.1:{port}/") == 200
+        said = logs(name)
+    # Streamlit, left to itself, asks a public service for the external address (dashboard/server.py).
+    assert not [line for line in said if "external IP" in line or "External URL" in line], said
+
+
+def status_of(url: str) -> int | None:
+    try:
+        return requests.get(url, timeout=5).status_code
+    except requests.ConnectionError:
+        return None
