@@ -55,10 +55,12 @@ def data_volume(directory: Path) -> Path:
 @contextmanager
 def container(image: str, *command: str, env: dict[str, str] | None = None, mounts: tuple[str, ...] = (),
               options: tuple[str, ...] = ()) -> Iterator[str]:
-    """A detached container, read-only root and no writable /tmp (as Kubernetes' readOnlyRootFilesystem runs
-    it); removed at the end. Yields its name."""
+    """A detached container as Kubernetes runs one with readOnlyRootFilesystem: no writable /tmp, and the
+    image's VOLUME no volume unless one is mounted (podman would make one); removed at the end. Yields its
+    name."""
     name = f"ackscope-test-{uuid.uuid4().hex[:8]}"
-    args = ["run", "--detach", "--name", name, "--read-only", "--read-only-tmpfs=false", *options]
+    args = ["run", "--detach", "--name", name, "--read-only", "--read-only-tmpfs=false", "--image-volume=ignore",
+            *options]
     for key, value in (env or {}).items():
         args += ["--env", f"{key}={value}"]
     for mount in mounts:

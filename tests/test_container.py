@@ -129,7 +129,7 @@ BAD_STARTS = {
 @pytest.mark.parametrize("case", BAD_STARTS, ids=list(BAD_STARTS))
 def test_a_bad_start_is_one_line_and_exit_2_which_a_restart_does_not_cure(ackscope_image, tmp_path, case):
     env, needs, line = BAD_STARTS[case]
-    mounts = []
+    mounts = [] if "data:ro" in needs else [f"{data_volume(tmp_path / 'data')}:/var/lib/ackscope"]
     if "secret" in needs:  # root's own file, as a Secret mounted without the pod's fsGroup
         secrets = tmp_path / "secrets"
         secrets.mkdir()
