@@ -45,6 +45,9 @@ def test_exporter_records_snapshot_history_of_a_live_broker(broker, vhost, clien
     exporter = start_exporter(broker.management_url, data_dir=str(tmp_path),
                               selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
     wait_for_sample(exporter, "ackscope_consumer_prefetch_count", 5, vhost=vhost, queue="orders")
+    # The queue's own consumer count comes from its statistics, emitted every few seconds: later than the
+    # consumer list (a CI run recorded the consumer while the queue still counted 0).
+    wait_for_sample(exporter, "ackscope_queue_consumers", 1, vhost=vhost, queue="orders")
     exporter.stop()  # writes what is buffered
     read = {kind: ds.dataset(tmp_path / "snapshots" / kind, format="parquet", partitioning="hive").to_table()
             for kind in SCHEMAS}
