@@ -47,11 +47,12 @@ def exporter_env(broker: LocalBroker, listen: int, secrets: str = "/run/secrets"
             "ACKSCOPE_AMQP_PASSWORD_FILE": f"{secrets}/probe-password"}
 
 
-def secrets_dir(tmp_path) -> str:
+def secrets_dir(tmp_path, probe_password: str = ADMIN_PASSWORD) -> str:
+    """The two passwords as files the image's user may read, and their mount."""
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     secret_file(secrets, "monitoring-password", MONITORING_PASSWORD)
-    secret_file(secrets, "probe-password", ADMIN_PASSWORD)
+    secret_file(secrets, "probe-password", probe_password)
     return f"{secrets}:/run/secrets:ro"
 
 
@@ -94,15 +95,11 @@ def test_diagnose_from_the_image_names_the_culprit_and_exits_1(broker, vhost, mo
            "ACKSCOPE_PASSWORD_FILE": "/run/secrets/monitoring-password"}
     command = ("diagnose", "--include-vhosts", re.escape(vhost), "--window", "1.5s")
 
+    secrets = secrets_dir(tmp_path)
+
     def diagnosed():
-        with container(ackscope_image, *command, env=env, options=("--network", "host"),
-                       mounts=(secrets_dir(tmp_path),)) as name:
+        with container(ackscope_image, *command, env=env, options=("--network", "host"), mounts=(secrets,)) as name:
             code, out = exit_code(name), logs(name)
-        for entry in tmp_path.iterdir():  # a fresh secrets directory for the next try
-            if entry.is_dir():
-                for f in entry.iterdir():
-                    f.unlink()
-                entry.rmdir()
         return code == 1 and out
 
     with scenarios_running(broker, vhost, "prefetch-unlimited"):
@@ -211,10 +208,7 @@ def test_rabbitmq_4_in_a_container_with_statistics_off_is_read_through_its_plugi
                          "read": probe_only}]}))
     for f in conf.iterdir():
         f.chmod(0o644)
-    secrets = tmp_path / "secrets"
-    secrets.mkdir()
-    secret_file(secrets, "monitoring-password", MONITORING_PASSWORD)
-    secret_file(secrets, "probe-password", "probe-secret")
+    secrets = secrets_dir(tmp_path, probe_password="probe-secret")
     port = free_port()
     env = {"ACKSCOPE_MANAGEMENT_URL": "http://localhost:15672", "ACKSCOPE_USERNAME": MONITORING_USER,
            "ACKSCOPE_PASSWORD_FILE": "/run/secrets/monitoring-password", "ACKSCOPE_INTERVAL": "2",
@@ -225,7 +219,7 @@ def test_rabbitmq_4_in_a_container_with_statistics_off_is_read_through_its_plugi
                     "--volume", f"{conf}:/etc/rabbitmq:ro", rabbitmq_image).stdout.strip()
     try:
         with container(ackscope_image, env=env, options=("--network", f"container:{rabbit}"),
-                       mounts=(f"{secrets}:/run/secrets:ro", f"{data_volume(tmp_path / 'data')}:/var/lib/ackscope")
+                       mounts=(secrets, f"{data_volume(tmp_path / 'data')}:/var/lib/ackscope")
                        ) as name:
             samples = wait_for(lambda: (m := metrics(port)) and value(m, "ackscope_up") == 1
                                and (value(m, "ackscope_probe_confirmed_total", target="quorum") or 0) >= 5 and m,
