@@ -4,6 +4,7 @@ tools (promtool, Prometheus, chromium). Each test is marked by the services its 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -252,12 +253,45 @@ SERVICE_OF_FIXTURE = {
 }
 
 
+# -- parallel workers ------------------------------------------------------------------------------------
+# scripts/test.sh runs the suite on pytest-xdist workers (--dist loadgroup), then the tests marked `alone` on
+# none. A worker runs each group whole, in order: a test's group is its module (so that what a module starts
+# once starts once), split by release where the module runs the matrix, or else the group of the things that
+# must not overlap with one another (clusters starve each other's net ticks; podman builds share a store; the
+# Spark cluster's workers are fixed ports of their own).
+EXCLUSIVE_GROUP_OF_FIXTURE = {
+    "cluster": "clusters", "cluster_whole": "clusters", "statsoff_cluster": "clusters",
+    "partition_pair": "clusters", "newest_cluster": "clusters", "newest_partition_pair": "clusters",
+    "newest_statsoff_cluster": "clusters",
+    "ackscope_image": "containers", "rabbitmq_image": "containers",
+    "spark_cluster": "spark-cluster",
+}
+# Each worker picks ports in a range of its own, below the kernel's ephemeral ones (32768 and up): two
+# workers never pick one port, and no client's connection holds one (workloads/private_broker.free_port).
+PORTS_PER_WORKER = 1500
+if (_worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
+    _first = 20000 + PORTS_PER_WORKER * int(_worker[2:])
+    os.environ["ACKSCOPE_PORT_RANGE"] = f"{_first}-{_first + PORTS_PER_WORKER}"
+
+
+def _group(item) -> str:
+    fixtures = getattr(item, "fixturenames", ())
+    exclusive = sorted({EXCLUSIVE_GROUP_OF_FIXTURE[f] for f in fixtures if f in EXCLUSIVE_GROUP_OF_FIXTURE})
+    if exclusive:
+        return exclusive[0]
+    module = item.nodeid.split("::")[0]
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return f"{module}[{params['release']}]" if "release" in params else module
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups into the test ids
 def pytest_collection_modifyitems(items):
     for item in items:
         services = {SERVICE_OF_FIXTURE[f] for f in getattr(item, "fixturenames", ()) if f in SERVICE_OF_FIXTURE}
         # A thorough test is a tier of its own: service-free, but too slow for the loop run after every edit.
         for service in sorted(services) or ([] if item.get_closest_marker("thorough") else ["unit"]):
             item.add_marker(service)
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
 
 
 @pytest.fixture(autouse=True)

@@ -148,6 +148,7 @@ def test_the_pipeline_in_the_image_says_pyspark_is_its_extra(ackscope_image, tmp
                               "(and a Java 17+ runtime)"]
 
 
+@pytest.mark.alone  # a bound in seconds: nothing may compete with it for the CPU
 def test_sigterm_mid_poll_ends_the_container_within_5s_with_its_parquet_closed(broker, ackscope_image, tmp_path):
     # The management API hangs (a socket that takes connections and never answers), so a poll is in flight
     # whenever the signal comes; the probes keep writing events to the data volume meanwhile.

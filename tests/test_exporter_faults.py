@@ -15,6 +15,11 @@ from ackscope.sources import Selection
 from ackscope.workloads.fault_proxy import FaultProxy
 
 
+# What it proves are bounds in seconds (a scrape under 1 s while the broker hangs, a poll cut at its deadline):
+# nothing may compete with them for the CPU.
+pytestmark = pytest.mark.alone
+
+
 @pytest.fixture(scope="module")
 def spare_broker():
     """A node of its own that tests may stop and start without disturbing the others."""

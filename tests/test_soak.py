@@ -10,6 +10,9 @@ import pytest
 
 from ackscope.workloads.soak import Soak
 
+# Its recovery bound is a timing: nothing may compete with it for the CPU.
+pytestmark = pytest.mark.alone
+
 
 @pytest.fixture(scope="module")
 def soak(rabbitmq_server) -> Soak:

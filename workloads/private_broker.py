@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import pwd
+import random
 import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,11 +87,34 @@ def matrix() -> tuple[Release, ...]:
     return (Release.host(), *(Release.in_root(suite) for suite in ROOT_SUITES))
 
 
+# ACKSCOPE_PORT_RANGE=LO-HI: where free_port looks. Processes given disjoint ranges below the kernel's ephemeral
+# ones (the suite's parallel workers) can never pick the same port, nor one a client's connection is using.
+_PORT_RANGE = os.environ.get("ACKSCOPE_PORT_RANGE")
+_port_lock = threading.Lock()
+_next_port: list[int] = []
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on right now: the kernel's choice, or the next free one of
+    ACKSCOPE_PORT_RANGE, never the same twice from one process while the range lasts."""
+    if not _PORT_RANGE:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    lo, hi = (int(end) for end in _PORT_RANGE.split("-"))
+    with _port_lock:
+        if not _next_port:  # a child process of a worker starts elsewhere in the range than its parent
+            _next_port.append(random.randrange(lo, hi))
+        for _ in range(hi - lo):
+            port = _next_port[0]
+            _next_port[0] = lo if port + 1 >= hi else port + 1
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    raise LocalBrokerError(f"no free port left in ACKSCOPE_PORT_RANGE={_PORT_RANGE}")
 
 
 def ensure_rabbitmq_installed(root: Path | None = None) -> None:
