@@ -28,7 +28,9 @@ from ackscope.probes.config import ProbeConfig
 from ackscope.probes.runner import Entry, ProbeSettings
 from ackscope.probes.targets import targets_from_config
 from ackscope.sources import Selection
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, LocalBrokerError, free_port
+from ackscope.workloads.ports import free_port
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
+from ackscope.workloads.rabbitmq_release import LocalBrokerError
 from ackscope.workloads.scenarios import BY_NAME, Running
 
 from .exporter import Exporter, ExporterConfig

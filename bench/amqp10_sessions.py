@@ -29,7 +29,8 @@ from proton.utils import BlockingConnection
 
 from ackscope.core.secret import Secret
 from ackscope.sources.management import ManagementSource, protocols
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, Release
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
+from ackscope.workloads.rabbitmq_release import Release
 
 
 def _cpu(broker: LocalBroker) -> float:

@@ -33,7 +33,7 @@ from ackscope.probes.config import ProbeConfig
 from ackscope.probes.runner import Entry, ProbeSettings
 from ackscope.probes.service import Probes
 from ackscope.probes.targets import Target
-from ackscope.workloads.private_broker import LocalCluster
+from ackscope_testkit.cluster import LocalCluster
 
 QUANTILES = (0.5, 0.9, 0.99)
 

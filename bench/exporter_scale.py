@@ -55,7 +55,8 @@ from ackscope.core.secret import Secret
 from ackscope.exporter.poller import Poller
 from ackscope.sources import ManagementSource, PrometheusPluginSource
 from ackscope.sources.prometheus_plugin.source import CONSUMER_LIST_MAX_AGE, QUEUE_COLUMNS, QUEUE_LIST_MAX_AGE
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
+from ackscope.workloads.ports import free_port
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 
 ENDPOINTS = ("overview", "nodes", "vhosts", "connections", "channels", "consumers", "queues")
 ACKSCOPE = str(Path(sys.executable).with_name("ackscope"))

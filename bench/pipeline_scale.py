@@ -238,6 +238,7 @@ def dataset(work: Path, size: int) -> tuple[Path, int]:
 
 def _reports(out: Path) -> dict[str, list]:
     import pyarrow.dataset as ds
+
     from ackscope.model.schemas import REPORTS
     return {name: sorted(ds.dataset(out / name, format="parquet", partitioning="hive").to_table().to_pylist(),
                          key=repr) for name in REPORTS}

@@ -32,7 +32,8 @@ import pyarrow.dataset as ds
 
 from ackscope.core.processes import stop_process
 from ackscope.probes.targets import DEFAULT_TARGETS, EXCHANGE
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, LocalBroker, free_port
+from ackscope.workloads.ports import free_port
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, LocalBroker
 
 QUEUE = DEFAULT_TARGETS[0].queue  # classic-persistent
 

@@ -39,8 +39,9 @@ from plotly.subplots import make_subplots
 from ackscope.core.processes import stop_process
 from ackscope.core.quantile import histogram_quantile, sample_quantile
 from ackscope.probes.statistics import LATENCY_BUCKETS, Bucketed
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, LocalBroker, free_port
-from ackscope.workloads.wire_capture import Capture, compare, read_capture
+from ackscope.workloads.ports import free_port
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, LocalBroker
+from ackscope_testkit.wire_capture import Capture, compare, read_capture
 
 BUCKET_QUANTILES = (0.5, 0.99)
 

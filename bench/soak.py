@@ -23,7 +23,7 @@ from pathlib import Path
 from charts import save_png
 from plotly.subplots import make_subplots
 
-from ackscope.workloads.soak import PROBE_COUNTERS, Soak
+from ackscope_testkit.soak import PROBE_COUNTERS, Soak
 
 
 def table(soak: Soak) -> str:

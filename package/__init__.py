@@ -7,6 +7,11 @@ The tree, bottom to top (each layer imports only those below it; import-linter c
     apps        the `ackscope` commands that assemble them
 """
 
+# This folder is the package ackscope; imported by its own name from the repository root it would be a second
+# copy, whose state is not the installed one's.
+if __name__ != "ackscope":
+    raise ImportError(f"{__name__} is ackscope's root: import ackscope")
+
 from importlib.metadata import PackageNotFoundError, version
 
 try:

@@ -80,6 +80,8 @@ else
   step "installing ackscope" .venv/bin/python -m pip install -q "${strict[@]}" -e '.[pipeline]'
 fi
 if [ "${1:-}" = "--test" ]; then
+  # What only the tests and bench/ use: a distribution of its own, so that neither the wheel nor the image has it.
+  step "installing the test kit (testkit/)" .venv/bin/python -m pip install -q --no-deps -e testkit
   step "installing amqplib from npm (tests/clients/node)" npm ci --prefix tests/clients/node --no-audit --no-fund
   # RabbitMQ 4.0 (Debian 13) and the newest 4.x (Debian unstable), each in a root of its own, built once and
   # cached outside the repository: the suite's release matrix. It says itself which step failed.

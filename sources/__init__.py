@@ -6,6 +6,11 @@ prometheus_plugin  the broker's Prometheus plugin (/metrics/detailed), where man
 choice             --source auto|management|prometheus
 """
 
+# This folder is ackscope.sources; imported by its own name from the repository root it would be a second copy of
+# every module in it, whose classes and state are not the installed one's.
+if __name__ != "ackscope.sources":
+    raise ImportError(f"{__name__} is part of ackscope: import ackscope.sources")
+
 from .choice import KINDS, make_source
 from .management import ManagementSource
 from .prometheus_plugin import PrometheusPluginSource

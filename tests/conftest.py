@@ -20,7 +20,9 @@ from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.exporter.cardinality import Limits
 from ackscope.probes.config import ProbeConfig
 from ackscope.sources import Selection
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, LocalCluster, Release
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
+from ackscope.workloads.rabbitmq_release import Release
+from ackscope_testkit.cluster import LocalCluster
 
 
 @pytest.fixture(scope="session")
@@ -188,7 +190,7 @@ def spark():
 def spark_cluster(tmp_path_factory):
     """A standalone Spark cluster from the project's PySpark: a master and two workers of one core and 1 GiB,
     started once for the session (the tests that end a worker start it again)."""
-    from ackscope.workloads.spark_cluster import StandaloneCluster
+    from ackscope_testkit.spark_cluster import StandaloneCluster
     require_binary("java", "openjdk-17-jre-headless")
     with StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as cluster:
         yield cluster

@@ -19,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ackscope.apps.exporter import OPTIONS, Exporter
 from ackscope.core.processes import stop_process
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
+from ackscope.workloads.ports import free_port
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 
 # -- reading what the exporter says --------------------------------------------------------------------
 Samples = dict[str, list[tuple[dict[str, str], float]]]

@@ -1,11 +1,13 @@
 """The architecture and the packaging, as a user of a wheel and a contributor meet them: import-linter's
-contracts hold and catch a circle between parts, and an installed wheel carries its data files."""
+contracts hold and catch a circle between parts, a wheel carries its data files and none of the test machinery, and
+no folder of the repository imports under a second name."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -54,8 +56,44 @@ def test_an_import_against_the_architecture_breaks_the_build_and_names_the_chain
     assert chain in done.stdout, done.stdout
 
 
-def test_an_installed_wheel_carries_the_alert_rules_the_demo_loads_and_the_spark_logging_config(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path), str(ROOT)],
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """ackscope's wheel, built from the source tree as a user's pip builds it."""
+    where = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(where), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    return next(where.glob("ackscope-*.whl"))
+
+
+def test_the_wheel_holds_what_the_product_runs_and_none_of_the_test_machinery(wheel):
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+    # What the demo and `ackscope scenario` run stays; what only tests/ and bench/ use is testkit/'s.
+    workloads = {Path(n).stem for n in names if n.startswith("ackscope/workloads/") and n.endswith(".py")}
+    assert {"private_broker", "node_files", "rabbitmq_release", "ports", "scenarios"} <= workloads
+    testkit = {p.stem: p.read_bytes() for p in (ROOT / "testkit" / "ackscope_testkit").glob("*.py")}
+    testkit.pop("__init__")
+    assert len(testkit) >= 7 and not set(testkit) & workloads, sorted(set(testkit) & workloads)
+    copied = [n for n in names if n.endswith(".py") and archive.read(n) in testkit.values()]
+    assert not copied, copied
+    assert not [n for n in names if n.startswith(("ackscope_testkit/", "tests/", "bench/", "testkit/"))]
+
+
+@pytest.mark.parametrize("part", ["package", "model", "core", "sources", "probes", "diagnosis", "exporter",
+                                  "pipeline", "dashboard", "workloads", "apps", "deploy"])
+def test_a_folder_of_the_repository_cannot_be_imported_under_a_second_name(part):
+    # From the repository root, Python finds exporter/ as a package `exporter` beside the installed
+    # ackscope.exporter: the same files loaded twice, two copies of every class. Each folder refuses.
+    done = subprocess.run([sys.executable, "-c", f"import {part}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"ImportError: {part} is ackscope's root: import ackscope" if part == "package" else
+        f"ImportError: {part} is part of ackscope: import ackscope.{part}")
+
+
+def test_an_installed_wheel_carries_the_alert_rules_the_demo_loads_and_the_spark_logging_config(wheel, tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path), str(wheel)],
                    check=True, capture_output=True, timeout=300)
     probe = ("import ackscope, ackscope.apps.demo as demo\n"
              "from importlib import resources\n"

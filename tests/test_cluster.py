@@ -13,7 +13,8 @@ from dashboard_helpers import frames, page
 from helpers import poll_until, scrape, value, wait_for
 from probe_helpers import probe_config, probe_samples, probe_value, quick, running_probes, settled_since, wait_probe
 
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalCluster, LocalBroker
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
+from ackscope_testkit.cluster import LocalCluster
 
 QUEUE = "ackscope.test.quorum"
 MIRRORED = "ackscope.test.mirrored"  # a classic queue mirrored on every node (RabbitMQ 3.x: ha-mode all)

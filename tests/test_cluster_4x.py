@@ -11,7 +11,7 @@ from helpers import polls_seen, scrape, value, wait_for
 from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
 from test_cluster import QUEUE, of
 
-from ackscope.workloads.private_broker import LocalCluster
+from ackscope_testkit.cluster import LocalCluster
 
 QUORUM = quick("quorum", "quorum", burst_size=0, requeue_share=0.0)
 

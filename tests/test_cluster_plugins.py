@@ -14,7 +14,7 @@ import requests
 from helpers import scrape, value, wait_for
 from test_cluster import of
 
-from ackscope.workloads.private_broker import LocalCluster
+from ackscope_testkit.cluster import LocalCluster
 
 PREFETCH, PUBLISHED = 3, 7
 

@@ -149,7 +149,7 @@ def test_bad_probe_settings_are_refused_with_the_reason(tmp_path, toml, env, mes
 
 def test_diagnose_reads_the_connection_from_the_exporters_toml_table(tmp_path, capsys):
     from ackscope.apps.cli import main
-    from ackscope.workloads.private_broker import free_port
+    from ackscope.workloads.ports import free_port
     path = _toml(tmp_path, f'[exporter]\nmanagement_url = "http://127.0.0.1:{free_port()}"\nlisten = "0.0.0.0:1"\n'
                            'web_username = "w"\nweb_password_file = "/nonexistent"\ninterval = 3\n'
                            '[diagnosis]\nprefetch_one_backlog = 5\n')

@@ -15,11 +15,11 @@ import time
 import pyarrow.parquet as pq
 import pytest
 import requests
-from container_helpers import (USER_ID, container, data_volume, exit_code, image_size_mib, logs, podman,
-                               secret_file)
+from container_helpers import USER_ID, container, data_volume, exit_code, image_size_mib, logs, podman, secret_file
 from helpers import parse, scenarios_running, value, wait_for
 
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, free_port
+from ackscope.workloads.ports import free_port
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 
 MONITORING_USER = "ackscope-monitoring"
 MONITORING_PASSWORD = "monitoring-secret-7c1d"

@@ -29,9 +29,10 @@ from ackscope.apps.exporter import Exporter
 from ackscope.core.processes import stop_process
 from ackscope.core.secret import Secret
 from ackscope.sources import Selection
-from ackscope.workloads.fault_proxy import FaultProxy
-from ackscope.workloads.private_broker import ADMIN_USER, free_port
+from ackscope.workloads.ports import free_port
+from ackscope.workloads.private_broker import ADMIN_USER
 from ackscope.workloads.scenarios import BY_NAME, PREFIX, Running
+from ackscope_testkit.fault_proxy import FaultProxy
 
 SCENARIOS = ("prefetch-saturated", "requeue-loop", "auto-ack-consumer", "prefetch-unlimited")
 

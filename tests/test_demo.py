@@ -16,7 +16,7 @@ import psutil
 import requests
 from helpers import parse, value, wait_for
 
-from ackscope.workloads.private_broker import free_port
+from ackscope.workloads.ports import free_port
 
 DEMO_TARGETS = ("classic-persistent", "classic-transient", "quorum", "reject-publish")
 

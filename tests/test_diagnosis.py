@@ -125,7 +125,7 @@ def test_diagnose_json_has_findings_and_broker(broker, vhost):
 
 @pytest.mark.parametrize("case", ["unreachable", "wrong-password"])
 def test_unreachable_broker_or_refused_login_exits_3_with_one_line(broker, vhost, case):
-    from ackscope.workloads.private_broker import free_port
+    from ackscope.workloads.ports import free_port
     if case == "unreachable":
         done = _diagnose(broker, vhost, url=f"http://127.0.0.1:{free_port()}")
     else:

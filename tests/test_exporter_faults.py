@@ -12,8 +12,7 @@ import requests
 from helpers import private_broker, scrape, value, wait_for, wait_for_sample
 
 from ackscope.sources import Selection
-from ackscope.workloads.fault_proxy import FaultProxy
-
+from ackscope_testkit.fault_proxy import FaultProxy
 
 # What it proves are bounds in seconds (a scrape under 1 s while the broker hangs, a poll cut at its deadline):
 # nothing may compete with them for the CPU.

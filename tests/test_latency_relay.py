@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ackscope.workloads.latency_relay import LatencyRelay
+from ackscope_testkit.latency_relay import LatencyRelay
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from pipeline_builders import Log, read_reports, write_events, write_snapshots
 
-from ackscope.workloads.private_broker import free_port
-from ackscope.workloads.spark_cluster import StandaloneCluster
+from ackscope.workloads.ports import free_port
+from ackscope_testkit.spark_cluster import StandaloneCluster
 
 ACKSCOPE = str(Path(sys.executable).with_name("ackscope"))
 # What a cluster run needs beyond --master: the executors' Python (one with pyarrow; ackscope need not be

@@ -24,7 +24,7 @@ from probe_helpers import (
 )
 
 from ackscope.sources import Selection
-from ackscope.workloads.private_broker import free_port
+from ackscope.workloads.ports import free_port
 
 
 def test_wrong_amqp_password_shows_probes_down_and_the_exporter_keeps_polling(broker, vhost, start_exporter):

@@ -9,7 +9,7 @@ from helpers import value, wait_for
 from probe_helpers import probe_config, probe_samples, quick, running_probes
 
 from ackscope.core.quantile import sample_quantile
-from ackscope.workloads.wire_capture import Capture, compare, read_capture
+from ackscope_testkit.wire_capture import Capture, compare, read_capture
 
 STEADY_S, BURST = 15.0, 200
 

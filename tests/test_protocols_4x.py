@@ -21,8 +21,9 @@ from probe_helpers import probe_config, probe_samples, quick, running_probes, wa
 
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
-from ackscope.workloads.fault_proxy import FaultProxy
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, Release
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
+from ackscope.workloads.rabbitmq_release import Release
+from ackscope_testkit.fault_proxy import FaultProxy
 
 MATRIX = {"4.0": "trixie", "newest": "sid"}
 WINDOW = 20.0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ackscope.workloads.private_broker import LocalBrokerError, Release
+from ackscope.workloads.rabbitmq_release import LocalBrokerError, Release
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "rabbitmq-roots.sh"
 
@@ -27,6 +27,6 @@ def test_a_root_that_cannot_be_fetched_fails_with_one_line_naming_the_step(tmp_p
 
 
 def test_a_release_whose_root_was_never_built_says_how_to_build_it(tmp_path, monkeypatch):
-    monkeypatch.setattr("ackscope.workloads.private_broker.ROOTS", tmp_path)
+    monkeypatch.setattr("ackscope.workloads.rabbitmq_release.ROOTS", tmp_path)
     with pytest.raises(LocalBrokerError, match=r"no RabbitMQ root for Debian sid at .*: run scripts/rabbitmq-roots.sh sid"):
         Release.in_root("sid")

@@ -15,7 +15,7 @@ from helpers import wait_for
 
 from ackscope.core.secret import Secret
 from ackscope.sources.management.client import ManagementClient
-from ackscope.workloads.private_broker import free_port
+from ackscope.workloads.ports import free_port
 
 PASSWORD = "Zq7-very-distinctive-pa55word"
 

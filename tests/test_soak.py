@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ackscope.workloads.soak import Soak
+from ackscope_testkit.soak import Soak
 
 # Its recovery bound is a timing: nothing may compete with it for the CPU.
 pytestmark = pytest.mark.alone

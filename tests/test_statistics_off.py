@@ -14,15 +14,25 @@ import uuid
 import pytest
 import requests
 from client_processes import Clients
-from helpers import (markdown_table, own_vhost, polls_seen, scenarios_running, scrape, suspended_queue, value, wait_for,
-                     wait_for_sample)
+from helpers import (
+    markdown_table,
+    own_vhost,
+    polls_seen,
+    scenarios_running,
+    scrape,
+    suspended_queue,
+    value,
+    wait_for,
+    wait_for_sample,
+)
 from probe_helpers import captured_log
 
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
-from ackscope.workloads.fault_proxy import FaultProxy
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, RABBITMQ_SBIN
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER
+from ackscope.workloads.rabbitmq_release import RABBITMQ_SBIN
 from ackscope.workloads.scenarios import PREFIX, SCENARIOS
+from ackscope_testkit.fault_proxy import FaultProxy
 
 
 @pytest.fixture

@@ -18,15 +18,15 @@ from collections.abc import Iterator
 import pika
 import pytest
 import requests
-from helpers import (own_vhost, polls_seen, private_broker, scenarios_running, scrape, suspended_queue, value,
-                     wait_for)
-from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
 from client_processes import Clients
+from helpers import own_vhost, polls_seen, private_broker, scenarios_running, scrape, suspended_queue, value, wait_for
+from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
 from test_real_clients import CHANNEL, celery_worker, fires, java, window_filled
 
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
-from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker, Release
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
+from ackscope.workloads.rabbitmq_release import Release
 from ackscope.workloads.scenarios import PREFIX, SCENARIOS
 
 # The matrix: a release by the Debian that packages it (None: this machine's own package).

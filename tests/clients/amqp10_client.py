@@ -41,8 +41,14 @@ def pause(blocking, seconds: float) -> None:
 
 
 def rabbitmq() -> None:
-    from rabbitmq_amqp_python_client import (AMQPMessagingHandler, ConsumerOptions, ConsumerSettleStrategy, Environment,
-                                             Message, QuorumQueueSpecification)
+    from rabbitmq_amqp_python_client import (
+        AMQPMessagingHandler,
+        ConsumerOptions,
+        ConsumerSettleStrategy,
+        Environment,
+        Message,
+        QuorumQueueSpecification,
+    )
     from rabbitmq_amqp_python_client.options import SenderOption
     from rabbitmq_amqp_python_client.publisher import Publisher
 

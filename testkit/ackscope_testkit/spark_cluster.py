@@ -14,7 +14,7 @@ from pathlib import Path
 
 import requests
 
-from ackscope.workloads.private_broker import free_port
+from ackscope.workloads.ports import free_port
 
 
 class SparkClusterError(RuntimeError):

@@ -2,8 +2,8 @@
 private node running failure scenarios and a healthy client, while faults come one after another: the broker
 killed with kill -9, restarted gracefully, a memory alarm, a disk alarm, the management API hanging, then
 answering HTML, then truncated JSON (a proxy in front of it), packet loss on the exporter's path to the broker
-(the exporter runs on a test host in a network namespace, workloads/lossy_link.py), and latency on that path (a
-relay that holds what passes, workloads/latency_relay.py).
+(the exporter runs on a test host in a network namespace, lossy_link.py), and latency on that path (a
+relay that holds what passes, latency_relay.py).
 
 Sampled every second from outside, as Prometheus and an operator see it: /metrics (how long it takes,
 ackscope_up, the probes' counters and confirm latency), /api/findings, the exporter's RSS and open files, and its
@@ -36,12 +36,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from ackscope.core.processes import stop_process
 from ackscope.core.quantile import sample_quantile
 from ackscope.core.secret import Secret
+from ackscope.workloads.ports import free_port
+from ackscope.workloads.private_broker import LocalBroker
+from ackscope.workloads.scenarios import BY_NAME, Running
 
 from .fault_proxy import FaultProxy
 from .latency_relay import LatencyRelay
 from .lossy_link import LossyLink
-from .private_broker import LocalBroker, free_port
-from .scenarios import BY_NAME, Running
 
 log = logging.getLogger("ackscope.soak")
 
