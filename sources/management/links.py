@@ -12,15 +12,9 @@ from typing import Any
 
 from ackscope.model.snapshot import Connection, Link, attribution
 
+from .fields import as_bool, as_int, as_str
+
 MANAGEMENT_ADDRESS = "/management"
-
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _str(v: Any) -> str:
-    return v if isinstance(v, str) else ""
 
 
 class MalformedSessions(ValueError):
@@ -35,7 +29,7 @@ def links(connection: Connection, sessions: Any) -> list[Link]:
     client, identity = attribution(connection, connection.connection_name)
     out: list[Link] = []
     for session in sessions:
-        number = _int(session.get("channel_number"))
+        number = as_int(session.get("channel_number"))
         if number is None:
             continue
         outgoing = [k for k in _listed(session.get("outgoing_links")) if k.get("source_address") != MANAGEMENT_ADDRESS]
@@ -43,26 +37,22 @@ def links(connection: Connection, sessions: Any) -> list[Link]:
         common = dict(vhost=connection.vhost, user=connection.user, connection=connection.name, session=number,
                       client=client, identity=identity)
         for k in outgoing:
-            out.append(Link(**common, handle=_int(k.get("handle")) or 0, name=_str(k.get("link_name")),
-                            role="receiver", address=_str(k.get("source_address")),
-                            queue=_str(k.get("queue_name")) or None, settled=_bool(k.get("send_settled")),
-                            credit=_int(k.get("credit")), delivery_count=_int(k.get("delivery_count")),
-                            session_unsettled=_int(session.get("outgoing_unsettled_deliveries")),
+            out.append(Link(**common, handle=as_int(k.get("handle")) or 0, name=as_str(k.get("link_name")) or "",
+                            role="receiver", address=as_str(k.get("source_address")) or "",
+                            queue=as_str(k.get("queue_name")) or None, settled=as_bool(k.get("send_settled")),
+                            credit=as_int(k.get("credit")), delivery_count=as_int(k.get("delivery_count")),
+                            session_unsettled=as_int(session.get("outgoing_unsettled_deliveries")),
                             session_receivers=len(outgoing)))
         for k in incoming:
             mode = k.get("snd_settle_mode")
-            out.append(Link(**common, handle=_int(k.get("handle")) or 0, name=_str(k.get("link_name")),
-                            role="sender", address=_str(k.get("target_address")), queue=None,
+            out.append(Link(**common, handle=as_int(k.get("handle")) or 0, name=as_str(k.get("link_name")) or "",
+                            role="sender", address=as_str(k.get("target_address")) or "", queue=None,
                             # "mixed" lets the sender choose per transfer: the broker cannot tell.
                             settled=True if mode == "settled" else False if mode == "unsettled" else None,
-                            credit=_int(k.get("credit")), delivery_count=_int(k.get("delivery_count")),
-                            unconfirmed=_int(k.get("unconfirmed_messages"))))
+                            credit=as_int(k.get("credit")), delivery_count=as_int(k.get("delivery_count")),
+                            unconfirmed=as_int(k.get("unconfirmed_messages"))))
     return out
 
 
 def _listed(v: Any) -> list[dict]:
     return [k for k in v if isinstance(k, dict)] if isinstance(v, list) else []
-
-
-def _bool(v: Any) -> bool | None:
-    return v if isinstance(v, bool) else None

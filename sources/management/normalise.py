@@ -7,7 +7,6 @@ becomes None, an empty stats object may come as `[]`, and nothing here raises on
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ from ackscope.model.snapshot import (
 
 from .. import client_properties
 from ..selection import Selection
+from .fields import as_bool, as_dict, as_float, as_int, as_names, as_str, is_number
 
 _STATS = ("publish", "confirm", "deliver_get", "ack", "redeliver", "return_unroutable", "drop_unroutable", "get",
           "get_no_ack", "deliver_no_ack")
@@ -106,50 +106,19 @@ class MalformedResponse(ValueError):
         self.endpoint = endpoint
 
 
-def _number(v: Any) -> bool:
-    # bool is an int to Python, and json reads Infinity and NaN: none of them is a count.
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _int(v: Any) -> int | None:
-    return int(v) if _number(v) else None
-
-
-def _float(v: Any) -> float | None:
-    return float(v) if _number(v) else None
-
-
-def _bool(v: Any) -> bool | None:
-    return v if isinstance(v, bool) else None
-
-
-def _str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def _names(v: Any) -> tuple[str, ...] | None:
-    """A list of node names, sorted; None when it is not a list of strings (a queue that is not replicated)."""
-    return tuple(sorted(v)) if isinstance(v, list) and all(isinstance(n, str) for n in v) else None
-
-
-def _dict(v: Any) -> dict:
-    # The API renders an empty Erlang proplist as [], where a full one is an object.
-    return v if isinstance(v, dict) else {}
-
-
 def message_stats(raw: Any) -> MessageStats:
-    stats = _dict(raw)
-    return MessageStats(**{name: _int(stats.get(name)) for name in _STATS})
+    stats = as_dict(raw)
+    return MessageStats(**{name: as_int(stats.get(name)) for name in _STATS})
 
 
 def overview(raw: Any) -> Overview:
     if not isinstance(raw, dict):
         raise MalformedResponse("overview", "answer is not a JSON object")
     return Overview(
-        rabbitmq_version=_str(raw.get("rabbitmq_version")),
-        erlang_version=_str(raw.get("erlang_version")),
-        management_version=_str(raw.get("management_version")),
-        cluster_name=_str(raw.get("cluster_name")),
+        rabbitmq_version=as_str(raw.get("rabbitmq_version")),
+        erlang_version=as_str(raw.get("erlang_version")),
+        management_version=as_str(raw.get("management_version")),
+        cluster_name=as_str(raw.get("cluster_name")),
         statistics_disabled=raw.get("disable_stats") is True,
         message_stats=message_stats(raw.get("message_stats")),
         queue_total=object_totals(raw).get("queues"),
@@ -158,7 +127,7 @@ def overview(raw: Any) -> Overview:
 
 def object_totals(raw: Any) -> dict[str, int]:
     """/api/overview's count of each kind of object ({"queues": 50000, ...}); what is not a count is left out."""
-    totals = _dict(raw.get("object_totals")) if isinstance(raw, dict) else {}
+    totals = as_dict(raw.get("object_totals")) if isinstance(raw, dict) else {}
     return {kind: n for kind, n in totals.items() if isinstance(n, int) and not isinstance(n, bool)}
 
 
@@ -169,40 +138,40 @@ def reports_fsync(rabbitmq_version: str | None) -> bool:
 
 
 def node(raw: dict, fsync_reported: bool = True) -> Node:
-    avg_ms = _float(raw.get("io_sync_avg_time")) if fsync_reported else None
+    avg_ms = as_float(raw.get("io_sync_avg_time")) if fsync_reported else None
     return Node(
         name=str(raw.get("name", "")),
-        running=_bool(raw.get("running")),
-        mem_used=_int(raw.get("mem_used")),
-        mem_limit=_int(raw.get("mem_limit")),
-        mem_alarm=_bool(raw.get("mem_alarm")),
-        disk_free=_int(raw.get("disk_free")),
-        disk_free_limit=_int(raw.get("disk_free_limit")),
-        disk_free_alarm=_bool(raw.get("disk_free_alarm")),
-        fd_used=_int(raw.get("fd_used")),
-        fd_total=_int(raw.get("fd_total")),
-        io_sync_count=_int(raw.get("io_sync_count")) if fsync_reported else None,
+        running=as_bool(raw.get("running")),
+        mem_used=as_int(raw.get("mem_used")),
+        mem_limit=as_int(raw.get("mem_limit")),
+        mem_alarm=as_bool(raw.get("mem_alarm")),
+        disk_free=as_int(raw.get("disk_free")),
+        disk_free_limit=as_int(raw.get("disk_free_limit")),
+        disk_free_alarm=as_bool(raw.get("disk_free_alarm")),
+        fd_used=as_int(raw.get("fd_used")),
+        fd_total=as_int(raw.get("fd_total")),
+        io_sync_count=as_int(raw.get("io_sync_count")) if fsync_reported else None,
         io_sync_avg_seconds=None if avg_ms is None else avg_ms / 1000.0,
-        partitions=_names(raw.get("partitions")),
+        partitions=as_names(raw.get("partitions")),
     )
 
 
 def connection(raw: dict) -> Connection:
-    props = _dict(raw.get("client_properties"))
+    props = as_dict(raw.get("client_properties"))
     return Connection(
         name=str(raw.get("name", "")),
         vhost=str(raw.get("vhost", "")),
         user=str(raw.get("user", "")),
-        connection_name=_str(raw.get("user_provided_name")) or "",  # the name the broker took: see client_properties
-        heartbeat_seconds=_int(raw.get("timeout")),
-        state=_str(raw.get("state")),
-        node=_str(raw.get("node")),
-        peer_host=_str(raw.get("peer_host")),
+        connection_name=as_str(raw.get("user_provided_name")) or "",  # the name the broker took: see client_properties
+        heartbeat_seconds=as_int(raw.get("timeout")),
+        state=as_str(raw.get("state")),
+        node=as_str(raw.get("node")),
+        peer_host=as_str(raw.get("peer_host")),
         client=client_properties.client(props),
-        peer_port=_int(raw.get("peer_port")),
+        peer_port=as_int(raw.get("peer_port")),
         platform=client_properties.platform(props),
-        protocol=_str(raw.get("protocol")),
-        container_id=_str(raw.get("container_id")),
+        protocol=as_str(raw.get("protocol")),
+        container_id=as_str(raw.get("container_id")),
     )
 
 
@@ -210,27 +179,27 @@ def channel(raw: dict, connections: dict[str, Connection],
             own_prefetch: dict[str, list[int | None]] | None = None) -> Channel:
     """The channel, attributed to its connection among `connections` (by name), with the prefetch its
     consumers got when they subscribed where `own_prefetch` (see consumer_prefetch) lists them all."""
-    name, conn = str(raw.get("name", "")), str(_dict(raw.get("connection_details")).get("name", ""))
+    name, conn = str(raw.get("name", "")), str(as_dict(raw.get("connection_details")).get("name", ""))
     connection = connections.get(conn)
     connection_name = connection.connection_name if connection is not None else ""
-    consumer_count = _int(raw.get("consumer_count"))
+    consumer_count = as_int(raw.get("consumer_count"))
     client, identity = attribution(connection, connection_name)
     # Built once, whole: a copy per derived field (dataclasses.replace) cost 70 ms a poll at 5,000 channels.
     return Channel(
         name=name,
-        number=_int(raw.get("number")),
+        number=as_int(raw.get("number")),
         vhost=str(raw.get("vhost", "")),
         user=str(raw.get("user", "")),
         connection=conn,
         connection_name=connection_name,
-        prefetch_count=_int(raw.get("prefetch_count")),
-        global_prefetch_count=_int(raw.get("global_prefetch_count")),
-        messages_unacked=_int(raw.get("messages_unacknowledged")),
-        messages_unconfirmed=_int(raw.get("messages_unconfirmed")),
-        confirm=_bool(raw.get("confirm")),
-        transactional=_bool(raw.get("transactional")),
+        prefetch_count=as_int(raw.get("prefetch_count")),
+        global_prefetch_count=as_int(raw.get("global_prefetch_count")),
+        messages_unacked=as_int(raw.get("messages_unacknowledged")),
+        messages_unconfirmed=as_int(raw.get("messages_unconfirmed")),
+        confirm=as_bool(raw.get("confirm")),
+        transactional=as_bool(raw.get("transactional")),
         consumer_count=consumer_count,
-        state=_str(raw.get("state")),
+        state=as_str(raw.get("state")),
         message_stats=message_stats(raw.get("message_stats")),
         consumer_prefetch=None if own_prefetch is None else _own_prefetch(own_prefetch.get(name, ()),
                                                                            consumer_count),
@@ -246,7 +215,7 @@ def publishing_at_risk(raw_channels: Any) -> list[str]:
     if not isinstance(raw_channels, list):
         return []
     return sorted({str(c.get("vhost", "")) for c in raw_channels if isinstance(c, dict)
-                   and (_int(_dict(c.get("message_stats")).get("publish")) or 0) > 0
+                   and (as_int(as_dict(c.get("message_stats")).get("publish")) or 0) > 0
                    and (c.get("confirm") is False or c.get("transactional") is True)})
 
 
@@ -262,7 +231,7 @@ def exchanges(raw_exchanges: Any, raw_bindings: Any) -> list[Exchange]:
     for x in objects(raw_exchanges, "exchanges"):
         key = (str(x.get("vhost", "")), str(x.get("name", "")))
         out.append(Exchange(vhost=key[0], name=key[1],
-                            message_stats=MessageStats(publish=_int(_dict(x.get("message_stats")).get("publish_in"))),
+                            message_stats=MessageStats(publish=as_int(as_dict(x.get("message_stats")).get("publish_in"))),
                             bindings=tuple(sorted(set(routes.get(key, ()))))))
     return out
 
@@ -282,7 +251,7 @@ def _own_prefetch(own: Sequence[int | None], consumer_count: int | None) -> tupl
 
 
 def consumer(raw: dict, connections: dict[str, Connection]) -> Consumer:
-    queue, chan = _dict(raw.get("queue")), _dict(raw.get("channel_details"))
+    queue, chan = as_dict(raw.get("queue")), as_dict(raw.get("channel_details"))
     conn = str(chan.get("connection_name", ""))
     connection = connections.get(conn)
     connection_name = connection.connection_name if connection is not None else ""
@@ -295,10 +264,10 @@ def consumer(raw: dict, connections: dict[str, Connection]) -> Consumer:
         connection=conn,
         connection_name=connection_name,
         user=str(chan.get("user", "")),
-        prefetch_count=_int(raw.get("prefetch_count")),
-        ack_required=_bool(raw.get("ack_required")),
-        exclusive=_bool(raw.get("exclusive")),
-        active=_bool(raw.get("active")),
+        prefetch_count=as_int(raw.get("prefetch_count")),
+        ack_required=as_bool(raw.get("ack_required")),
+        exclusive=as_bool(raw.get("exclusive")),
+        active=as_bool(raw.get("active")),
         client=client,
         identity=identity,
     )
@@ -306,7 +275,7 @@ def consumer(raw: dict, connections: dict[str, Connection]) -> Consumer:
 
 def consumer_channel(raw: dict) -> str:
     """The name of the channel a consumer of /api/consumers is on ("" while the stats DB does not know it)."""
-    return str(_dict(raw.get("channel_details")).get("name", ""))
+    return str(as_dict(raw.get("channel_details")).get("name", ""))
 
 
 def queue(raw: dict) -> Queue:
@@ -316,36 +285,36 @@ def queue(raw: dict) -> Queue:
     return Queue(
         vhost=str(raw.get("vhost", "")),
         name=str(raw.get("name", "")),
-        type=_str(raw.get("type")) or "classic",
-        durable=_bool(raw.get("durable")),
-        auto_delete=_bool(raw.get("auto_delete")),
-        exclusive=_bool(raw.get("exclusive")),
-        state=_str(raw.get("state")),
-        node=_str(raw.get("node")) or _str(raw.get("leader")),
-        messages_ready=_int(raw.get("messages_ready")),
-        messages_unacked=_int(raw.get("messages_unacknowledged")),
-        messages_persistent=_int(raw.get("messages_persistent")),
-        consumers=_int(raw.get("consumers")),
-        consumer_utilisation=_float(utilisation),
+        type=as_str(raw.get("type")) or "classic",
+        durable=as_bool(raw.get("durable")),
+        auto_delete=as_bool(raw.get("auto_delete")),
+        exclusive=as_bool(raw.get("exclusive")),
+        state=as_str(raw.get("state")),
+        node=as_str(raw.get("node")) or as_str(raw.get("leader")),
+        messages_ready=as_int(raw.get("messages_ready")),
+        messages_unacked=as_int(raw.get("messages_unacknowledged")),
+        messages_persistent=as_int(raw.get("messages_persistent")),
+        consumers=as_int(raw.get("consumers")),
+        consumer_utilisation=as_float(utilisation),
         message_stats=message_stats(raw.get("message_stats")),
-        members=_names(raw.get("members")),
-        online=_names(raw.get("online")),
-        mirrors=_names(raw.get("slave_nodes")),
-        synchronised_mirrors=_names(raw.get("synchronised_slave_nodes")),
+        members=as_names(raw.get("members")),
+        online=as_names(raw.get("online")),
+        mirrors=as_names(raw.get("slave_nodes")),
+        synchronised_mirrors=as_names(raw.get("synchronised_slave_nodes")),
         delivery_limit=delivery_limit(raw),
         dead_letter_exchange=dead_letter_exchange(raw),
-        messages_delayed=_int(raw.get("messages_delayed")),
+        messages_delayed=as_int(raw.get("messages_delayed")),
     )
 
 
 def delivery_limit(raw: dict) -> int | None:
     """The queue's delivery limit: RabbitMQ 4's `delivery_limit` (a number, or "unlimited"), else 3.x's
     x-delivery-limit argument or delivery-limit policy key; None for none (a negative limit disables it)."""
-    arguments, policy = _dict(raw.get("arguments")), _dict(raw.get("effective_policy_definition"))
+    arguments, policy = as_dict(raw.get("arguments")), as_dict(raw.get("effective_policy_definition"))
     for limit in (raw.get("delivery_limit"), policy.get("delivery-limit"), arguments.get("x-delivery-limit")):
         if limit == "unlimited":
             return None
-        if _number(limit):
+        if is_number(limit):
             return int(limit) if limit >= 0 else None
     return None
 
@@ -355,8 +324,8 @@ def dead_letter_exchange(raw: dict) -> str | None:
     "" when neither is set, None when the answer does not show the queue's arguments."""
     if not isinstance(raw.get("arguments"), (dict, list)):
         return None
-    policy = _dict(raw.get("effective_policy_definition"))
-    exchange = _dict(raw.get("arguments")).get("x-dead-letter-exchange", policy.get("dead-letter-exchange"))
+    policy = as_dict(raw.get("effective_policy_definition"))
+    exchange = as_dict(raw.get("arguments")).get("x-dead-letter-exchange", policy.get("dead-letter-exchange"))
     return exchange if isinstance(exchange, str) else ""
 
 
@@ -404,7 +373,7 @@ def snapshot(raw: dict[str, Any], taken_at: float, selection: Selection = Select
         consumers = []
         for c in objects(raw["consumers"], "consumers"):
             if consumer_channel(c):
-                conn = by_name.get(str(_dict(c.get("channel_details")).get("connection_name", "")))
+                conn = by_name.get(str(as_dict(c.get("channel_details")).get("connection_name", "")))
                 consumers.append(_again(built.consumers, made, (consumer_channel(c), str(c.get("consumer_tag", ""))),
                                         (c, conn), lambda c=c: consumer(c, by_name)))
         built.consumers, made = made, {}
@@ -412,7 +381,7 @@ def snapshot(raw: dict[str, Any], taken_at: float, selection: Selection = Select
         channels = []
         for c in objects(raw["channels"], "channels"):
             name = str(c.get("name", ""))
-            conn = by_name.get(str(_dict(c.get("connection_details")).get("name", "")))
+            conn = by_name.get(str(as_dict(c.get("connection_details")).get("name", "")))
             channels.append(_again(built.channels, made, name, (c, conn, own_prefetch.get(name)),
                                    lambda c=c: channel(c, by_name, own_prefetch)))
         built.channels = made

@@ -7,17 +7,11 @@ from typing import Any
 
 from ackscope.model.snapshot import Connection, StoredOffset, StreamConsumer, StreamPublisher, attribution
 
+from .fields import as_dict, as_int
+
 
 class MalformedStreams(ValueError):
     """An answer of the stream plugin that is not the shape its endpoint has."""
-
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _dict(v: Any) -> dict:
-    return v if isinstance(v, dict) else {}
 
 
 def _objects(raw: Any, what: str) -> list[dict]:
@@ -28,7 +22,7 @@ def _objects(raw: Any, what: str) -> list[dict]:
 
 def _owner(raw: dict, connections: dict[str, Connection]) -> tuple[str, str, str, str | None, str]:
     """(vhost, stream, connection, client, identity) of a stream consumer or publisher."""
-    queue, conn = _dict(raw.get("queue")), str(_dict(raw.get("connection_details")).get("name", ""))
+    queue, conn = as_dict(raw.get("queue")), str(as_dict(raw.get("connection_details")).get("name", ""))
     client, identity = attribution(connections.get(conn), conn)
     return str(queue.get("vhost", "")), str(queue.get("name", "")), conn, client, identity
 
@@ -37,11 +31,11 @@ def consumers(raw: Any, connections: dict[str, Connection]) -> list[StreamConsum
     out = []
     for c in _objects(raw, "consumers"):
         vhost, stream, conn, client, identity = _owner(c, connections)
-        name = _dict(c.get("properties")).get("name")
+        name = as_dict(c.get("properties")).get("name")
         out.append(StreamConsumer(vhost=vhost, stream=stream, connection=conn,
-                                  subscription_id=_int(c.get("subscription_id")) or 0, offset=_int(c.get("offset")),
-                                  offset_lag=_int(c.get("offset_lag")), credits=_int(c.get("credits")),
-                                  consumed=_int(c.get("consumed")), reference=name if isinstance(name, str) else None,
+                                  subscription_id=as_int(c.get("subscription_id")) or 0, offset=as_int(c.get("offset")),
+                                  offset_lag=as_int(c.get("offset_lag")), credits=as_int(c.get("credits")),
+                                  consumed=as_int(c.get("consumed")), reference=name if isinstance(name, str) else None,
                                   client=client, identity=identity))
     return out
 
@@ -52,10 +46,10 @@ def publishers(raw: Any, connections: dict[str, Connection]) -> list[StreamPubli
         vhost, stream, conn, client, identity = _owner(p, connections)
         reference = p.get("reference")
         out.append(StreamPublisher(vhost=vhost, stream=stream, connection=conn,
-                                   publisher_id=_int(p.get("publisher_id")) or 0,
+                                   publisher_id=as_int(p.get("publisher_id")) or 0,
                                    reference=reference if isinstance(reference, str) and reference else None,
-                                   published=_int(p.get("published")), confirmed=_int(p.get("confirmed")),
-                                   errored=_int(p.get("errored")), client=client, identity=identity))
+                                   published=as_int(p.get("published")), confirmed=as_int(p.get("confirmed")),
+                                   errored=as_int(p.get("errored")), client=client, identity=identity))
     return out
 
 
@@ -64,4 +58,4 @@ def stored_offsets(vhost: str, stream: str, raw: Any) -> list[StoredOffset]:
     if not isinstance(raw, dict):
         raise MalformedStreams(f"the offset tracking of stream {stream!r} is not a JSON object")
     return [StoredOffset(vhost=vhost, stream=stream, reference=str(ref), offset=offset)
-            for ref, offset in sorted(_dict(raw.get("offsets")).items()) if _int(offset) is not None]
+            for ref, offset in sorted(as_dict(raw.get("offsets")).items()) if as_int(offset) is not None]

@@ -141,7 +141,8 @@ def _by(samples: Samples, name: str, *keys: str) -> dict[tuple[str, ...], float]
     return out
 
 
-def _int(v: float | None) -> int | None:
+def _whole(v: float | None) -> int | None:
+    """A sample's value as the count it is (the plugin writes every value as a float); None where absent."""
     return None if v is None else int(v)
 
 
@@ -185,20 +186,20 @@ def channels_and_consumers(s: Samples) -> tuple[list[Channel], list[Consumer]]:
     for (ch,) in sorted(gauge["channel_consumers"]):
         published = total("channel_messages_published_total", ch=ch)
         confirmed = total("channel_messages_confirmed_total", ch=ch)
-        pending = _int(gauge["channel_messages_unconfirmed"].get((ch,)))
+        pending = _whole(gauge["channel_messages_unconfirmed"].get((ch,)))
         confirm = True if confirmed or pending else (False if published else None)
-        prefetch = _int(gauge["consumer_prefetch"].get((ch,)))
+        prefetch = _whole(gauge["consumer_prefetch"].get((ch,)))
         stats = MessageStats(
             publish=published, confirm=confirmed, deliver_get=total(*DELIVERED, ch=ch),
             ack=total("channel_messages_acked_total", ch=ch),
             redeliver=total("channel_messages_redelivered_total", ch=ch),
             return_unroutable=total("channel_messages_unroutable_returned_total", ch=ch),
             drop_unroutable=total("channel_messages_unroutable_dropped_total", ch=ch))
-        consumer_count = _int(gauge["channel_consumers"][(ch,)])
+        consumer_count = _whole(gauge["channel_consumers"][(ch,)])
         channels.append(Channel(
             name=ch, number=None, vhost=vhost_of.get(ch, ""), user="", connection="", connection_name="",
-            prefetch_count=prefetch, global_prefetch_count=_int(gauge["channel_prefetch"].get((ch,))),
-            messages_unacked=_int(gauge["channel_messages_unacked"].get((ch,))), messages_unconfirmed=pending,
+            prefetch_count=prefetch, global_prefetch_count=_whole(gauge["channel_prefetch"].get((ch,))),
+            messages_unacked=_whole(gauge["channel_messages_unacked"].get((ch,))), messages_unconfirmed=pending,
             confirm=confirm,
             transactional=True if gauge["channel_messages_uncommitted"].get((ch,)) or
             gauge["channel_acks_uncommitted"].get((ch,)) else None,
@@ -242,11 +243,11 @@ def queue_counts(s: Samples, queues: Iterable[Queue], absent: Collection[str] = 
     no_deliveries = "channel_queue_metrics" in absent
 
     def counted(table: dict, key: tuple[str, str], known: bool) -> int | None:
-        return _int(table.get(key, 0.0)) if known else None
+        return _whole(table.get(key, 0.0)) if known else None
 
     # Built directly, not with dataclasses.replace: five times faster, and this runs for every queue each poll.
     return [Queue(q.vhost, q.name, q.type, q.durable, q.auto_delete, q.exclusive, q.state, q.node,
-                  _int(ready.get(key)), _int(unacked.get(key)), q.messages_persistent, _int(consumers.get(key)),
+                  _whole(ready.get(key)), _whole(unacked.get(key)), q.messages_persistent, _whole(consumers.get(key)),
                   q.consumer_utilisation,
                   MessageStats(publish=counted(published, key, not no_publishes),
                                deliver_get=counted(delivered, key, not no_deliveries),
@@ -256,7 +257,7 @@ def queue_counts(s: Samples, queues: Iterable[Queue], absent: Collection[str] = 
                                get_no_ack=counted(got_no_ack, key, not no_deliveries),
                                deliver_no_ack=counted(delivered_no_ack, key, not no_deliveries)),
                   q.members, q.online, q.mirrors, q.synchronised_mirrors, q.delivery_limit, q.dead_letter_exchange,
-                  q.messages_delayed, _int(lag.get(key)) if q.stream else None)
+                  q.messages_delayed, _whole(lag.get(key)) if q.stream else None)
             for q in queues for key in ((q.vhost, q.name),)]
 
 
@@ -277,14 +278,14 @@ def nodes_from_metrics(per_node: Sequence[Samples], nodes: Iterable[Node]) -> li
     for n in nodes:
         s = said.get(n.name)
         if s is not None:
-            n = replace(n, mem_used=_int(one(s, "rabbitmq_process_resident_memory_bytes")),
-                        mem_limit=_int(one(s, "rabbitmq_resident_memory_limit_bytes")),
+            n = replace(n, mem_used=_whole(one(s, "rabbitmq_process_resident_memory_bytes")),
+                        mem_limit=_whole(one(s, "rabbitmq_resident_memory_limit_bytes")),
                         mem_alarm=flag(s, "rabbitmq_alarms_memory_used_watermark"),
-                        disk_free=_int(one(s, "rabbitmq_disk_space_available_bytes")),
-                        disk_free_limit=_int(one(s, "rabbitmq_disk_space_available_limit_bytes")),
+                        disk_free=_whole(one(s, "rabbitmq_disk_space_available_bytes")),
+                        disk_free_limit=_whole(one(s, "rabbitmq_disk_space_available_limit_bytes")),
                         disk_free_alarm=flag(s, "rabbitmq_alarms_free_disk_space_watermark"),
-                        fd_used=_int(one(s, "rabbitmq_process_open_fds")),
-                        fd_total=_int(one(s, "rabbitmq_process_max_fds")),
+                        fd_used=_whole(one(s, "rabbitmq_process_open_fds")),
+                        fd_total=_whole(one(s, "rabbitmq_process_max_fds")),
                         quorum_commit_latency_seconds=quorum_commit_latency(s))
         out.append(n)
     return out
