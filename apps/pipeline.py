@@ -10,7 +10,8 @@ from typing import Any
 from ackscope.core import config
 from ackscope.core.config import ConfigError, Option
 from ackscope.core.durations import parse_duration, point_in_time
-from ackscope.pipeline.run import NoInput, PipelineConfig, Progress, execute, first_line
+from ackscope.pipeline.run import NoInput, PipelineConfig, Progress, execute
+from ackscope.pipeline.session import first_line
 
 
 def window_seconds(v: Any) -> int:

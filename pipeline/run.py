@@ -222,6 +222,7 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
 
     from . import audit, batching, incremental, latency, snapshots
     from .inputs import Input, qualified
+    from .session import first_line
 
     store = incremental.Store(spark, cfg.out)
     if cfg.rebuild:
@@ -377,13 +378,6 @@ def _write(df, path: str, keys: list[str], by_date: bool) -> int:
         return df.count()
     finally:
         df.unpersist()
-
-
-def first_line(e: BaseException) -> str:
-    from py4j.protocol import Py4JJavaError
-    text = str(e.java_exception.getMessage()) if isinstance(e, Py4JJavaError) else str(e)
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(e).__name__
 
 
 def _write_text(spark, path: str, text: str) -> None:

@@ -79,7 +79,7 @@ def start(master: str = "local[2]", ui: bool = False, conf: Mapping[str, str] | 
         with _jvm_stderr_filtered():
             session = builder.getOrCreate()
     except Exception as e:  # PySpark raises several types here; all mean the same to the user
-        raise SparkUnavailable(f"Spark did not start ({master}): {_first_line(e)}") from None
+        raise SparkUnavailable(f"Spark did not start ({master}): {first_line(e)}") from None
     if not master.startswith("local"):
         _await_executor(session, master, executor_wait_s)
     return session
@@ -136,7 +136,7 @@ def _python_error(e: BaseException) -> str:
     """The Python exception's own line from a failed task's report (its last 'Error:' line), else its first."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     found = [line for line in lines if re.match(r"^[A-Za-z_.]+(Error|Exception): ", line)]
-    return found[-1] if found else _first_line(e)
+    return found[-1] if found else first_line(e)
 
 
 class _jvm_stderr_filtered:
@@ -170,6 +170,10 @@ def _java_home() -> str | None:
     return home if home and Path(home, "bin", "java").exists() else None
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+def first_line(e: BaseException) -> str:
+    """An error's first non-blank line, for a one-line message: a Java exception's own message where Spark's JVM
+    raised it (py4j's text around it is a stack trace), else Python's."""
+    from py4j.protocol import Py4JJavaError
+    text = str(e.java_exception.getMessage()) if isinstance(e, Py4JJavaError) else str(e)
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__

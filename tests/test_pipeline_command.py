@@ -208,3 +208,20 @@ def test_bad_options_are_usage_errors_before_spark_starts(capsys):
     assert err == ["ackscope pipeline: --window: must be a duration such as 500ms, 5s, 1m, 6h or 2d, not 'fortnight'",
                    "ackscope pipeline: --since must be before --until",
                    "ackscope pipeline: --out is required"]
+
+
+def test_a_spark_error_is_said_by_its_first_line_and_a_java_one_by_the_jvms_own_message():
+    from py4j.protocol import Py4JJavaError
+
+    from ackscope.pipeline.session import first_line
+
+    class JavaException:  # what py4j holds of an exception the JVM raised
+        _target_id = "o1"
+
+        def getMessage(self):  # noqa: N802 - Java's name
+            return "Path does not exist: file:/data/events.\n\tat org.apache.spark.sql..."
+
+    raised = Py4JJavaError("An error occurred while calling o42.parquet.\n", JavaException())
+    assert first_line(raised) == "Path does not exist: file:/data/events."
+    assert first_line(RuntimeError("\n\n  Spark did not start\n\ncaused by ...")) == "Spark did not start"
+    assert first_line(KeyError()) == "KeyError"
