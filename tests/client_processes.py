@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import os
 import selectors
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
+NODE_CLIENT = CLIENTS / "node" / "client.js"
+JAVA_CLASSPATH = ":".join(f"/usr/share/java/{jar}" for jar in ("amqp-client.jar", "slf4j-api.jar", "slf4j-nop.jar"))
+
+
+def tool(name: str, package: str = "amqp-tools") -> str:
+    """A client program's path; fail (never skip) saying what to install."""
+    path = shutil.which(name)
+    assert path, f"{name} is not installed: apt-get install {package} (scripts/setup.sh --test does)"
+    return path
 
 
 class Clients:
@@ -43,6 +54,20 @@ class Clients:
                     return
                 self.check()
         pytest.fail(f"{' '.join(argv)} did not get ready in {timeout}s")
+
+    def celery_worker(self, mode: str = "defaults", *options: str) -> subprocess.Popen:
+        """A Celery worker of tests/clients/celery_app.py (kombu, py-amqp), configured by `mode`."""
+        return self.start(sys.executable, "-m", "celery", "-A", "celery_app", "worker", "--pool=solo",
+                          "--loglevel=WARNING", *options, ready=False, env={"CELERY_MODE": mode})
+
+    def amqplib(self, mode: str, queue: str) -> subprocess.Popen:
+        """Node's amqplib (tests/clients/node/client.js) doing `mode` on `queue`."""
+        return self.start(shutil.which("node") or "node", str(NODE_CLIENT), mode, queue)
+
+    def java_client(self, mode: str, queue: str) -> subprocess.Popen:
+        """The Java client (tests/clients/java/Client.java, run from source) doing `mode` on `queue`."""
+        return self.start(tool("java", "openjdk-17-jdk-headless"), "-cp", JAVA_CLASSPATH,
+                          str(CLIENTS / "java" / "Client.java"), mode, queue)
 
     def run(self, *argv: str, env: dict | None = None) -> None:
         """Run one to completion (a producer)."""

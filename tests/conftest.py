@@ -5,13 +5,12 @@ tools (promtool, Prometheus, chromium). Each test is marked by the services its 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pika
 import pytest
-from helpers import connect, own_vhost, private_broker, prometheus_scraping, require_binary
+from helpers import connect, only_vhost, own_vhost, private_broker, prometheus_scraping, require_binary
 
 from ackscope.apps.exporter import Exporter, ExporterConfig
 from ackscope.core.http_server import WebSecurity
@@ -151,11 +150,7 @@ def start_exporter() -> Iterator[Callable[..., Exporter]]:
 @pytest.fixture
 def exporter(broker: LocalBroker, vhost: str, start_exporter) -> Exporter:
     """An exporter watching only this test's vhost."""
-    return start_exporter(broker.management_url, selection=Selection(include_vhosts=_exact(vhost)))
-
-
-def _exact(name: str) -> re.Pattern:
-    return re.compile(re.escape(name))
+    return start_exporter(broker.management_url, selection=only_vhost(vhost))
 
 
 @pytest.fixture

@@ -15,10 +15,12 @@ from pathlib import Path
 import pika
 import pytest
 import requests
+from client_processes import Clients
 from prometheus_client.parser import text_string_to_metric_families
 
 from ackscope.apps.exporter import OPTIONS, Exporter
 from ackscope.core.processes import stop_process
+from ackscope.sources import Selection
 from ackscope.workloads.ports import free_port
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 
@@ -82,6 +84,27 @@ def wait_for_sample(exporter: Exporter, name: str, expected: Callable[[float], b
     return wait_for(ready, timeout, lambda: f"{name}{labels} (last seen: {last.get('value')!r})")
 
 
+def findings_document(exporter: Exporter | str) -> dict:
+    """/api/findings of an exporter (or its URL): the latest poll's findings, and the rules not evaluated."""
+    url = exporter if isinstance(exporter, str) else exporter.url
+    return requests.get(url + "/api/findings", timeout=5).json()
+
+
+def findings(exporter: Exporter | str) -> list[dict]:
+    """The findings of the latest poll of an exporter (or its URL)."""
+    return findings_document(exporter)["findings"]
+
+
+def finding_on(exporter: Exporter | str, rule: str, obj: str) -> dict | None:
+    """The latest poll's finding of `rule` on `obj`, if there is one."""
+    return next((f for f in findings(exporter) if f["rule"] == rule and f["object"] == obj), None)
+
+
+def only_vhost(name: str) -> Selection:
+    """An exporter's selection of this one vhost: a test watches its own."""
+    return only_vhost(name)
+
+
 def polls_seen(exporter_url: str, count: int, timeout: float = 30.0) -> list[dict]:
     """/api/findings of `count` successive polls of the exporter (one document per poll), waiting for them."""
     seen: dict[float, dict] = {}
@@ -94,6 +117,50 @@ def polls_seen(exporter_url: str, count: int, timeout: float = 30.0) -> list[dic
 
     wait_for(enough, timeout, lambda: f"{count} polls of {exporter_url} (seen {len(seen)})")
     return [seen[t] for t in sorted(seen)]
+
+
+def window_filled(exporter: Exporter, window: float) -> None:
+    """Wait until the exporter has watched for a whole `window` (its rules' window_seconds), so that rates are
+    over the window."""
+    first = polls_seen(exporter.url, 1)[0]["taken_at"]
+    wait_for(lambda: polls_seen(exporter.url, 1)[0]["taken_at"] - first >= window, timeout=window + 30,
+             what="the window to fill")
+
+
+# -- findings on real clients, which name no connection ---------------------------------------------------
+CHANNEL = re.compile(r"channel 127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+ \(\d+\)")
+
+
+def identity(product: str) -> re.Pattern:
+    """How an unnamed client of `product` is named: library and version, from where, as whom."""
+    return re.compile(rf"{re.escape(product)} \S+ from 127\.0\.0\.1:\d+ as {ADMIN_USER}")
+
+
+def fires(exporter: Exporter, processes: Clients, rule: str, obj: str | re.Pattern, product: str,
+          timeout: float = 60.0) -> dict:
+    """Wait for `rule` on `obj` (a string, or a pattern for a channel whose address is not known ahead),
+    naming a client of `product`; return the finding."""
+    def found():
+        processes.check()
+        return next((f for f in findings(exporter) if f["rule"] == rule and identity(product).search(f["identity"])
+                     and (re.fullmatch(obj, f["object"]) if isinstance(obj, re.Pattern) else f["object"] == obj)),
+                    None)
+
+    f = wait_for(found, timeout, lambda: f"{rule} on {obj} naming {product} (findings: "
+                 f"{sorted({(g['rule'], g['object'], g['client']) for g in findings(exporter)})})")
+    # The labels keep their word: no name the client did not give, and the library in `client`.
+    assert f["connection_name"] == "" and f["client"].startswith(product) and f["evidence"] and f["remedy"]
+    return f
+
+
+def quiet(exporter: Exporter, processes: Clients, polls: int = 8) -> list[dict]:
+    """Every finding of `polls` successive polls once the window has filled; none may be a warning."""
+    seen = polls_seen(exporter.url, polls, timeout=60)
+    processes.check()
+    loud = [(f["rule"], f["severity"], f["object"], f["client"]) for doc in seen for f in doc["findings"]
+            if f["severity"] != "info"]
+    assert not loud, loud
+    return [f for doc in seen for f in doc["findings"]]
 
 
 # -- clients that create broker state ------------------------------------------------------------------

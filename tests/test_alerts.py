@@ -4,7 +4,6 @@ evaluates them against the exporter while failure scenarios run (and stays quiet
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import time
 import uuid
@@ -16,12 +15,11 @@ import pytest
 import requests
 import yaml
 from conftest import exporter_config
-from helpers import wait_for
+from helpers import only_vhost, wait_for
 from probe_helpers import probe_config, quick
 
 from ackscope.apps.exporter import Exporter
 from ackscope.core.secret import Secret
-from ackscope.sources import Selection
 from ackscope.workloads.private_broker import ADMIN_USER
 from ackscope.workloads.scenarios import BY_NAME, Running
 
@@ -83,7 +81,7 @@ class Watched:
 def watched(prometheus, broker, vhost: str, workdir: Path, *scenarios: str) -> Iterator[Watched]:
     exporter = Exporter(exporter_config(broker.management_url, interval=1.0,
                                         probes=probe_config(broker, vhost, (quick("classic-persistent"),)),
-                                        selection=Selection(include_vhosts=re.compile(re.escape(vhost)))))
+                                        selection=only_vhost(vhost)))
     exporter.start()
     running = Running([BY_NAME[n] for n in scenarios], Secret(broker.amqp_url(vhost))).start()
     try:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 
-from helpers import parse, value, wait_for_sample
+from helpers import only_vhost, parse, value, wait_for_sample
 
 from ackscope.exporter.cardinality import FOLDED, Limits, shape
 from ackscope.exporter.exposition import render, snapshot_json
 from ackscope.exporter.status import PollStatus
 from ackscope.model.snapshot import Channel, Connection, Consumer, MessageStats, Overview, Queue, Snapshot
-from ackscope.sources import Selection
 
 OVERVIEW = Overview("3.10.8", "25", "3.10.8", "c", False, MessageStats())
 
@@ -69,7 +67,7 @@ def test_exporter_folds_real_queues_beyond_max_queues(broker, vhost, clients, st
         ch.queue_declare(f"fold-{i}")
         for _ in range(i):
             ch.basic_publish("", f"fold-{i}", b"x")
-    exporter = start_exporter(broker.management_url, selection=Selection(include_vhosts=re.compile(re.escape(vhost))),
+    exporter = start_exporter(broker.management_url, selection=only_vhost(vhost),
                               limits=Limits(max_queues=4))
     s = wait_for_sample(exporter, "ackscope_folded_objects", 2, kind="queue", vhost=vhost)
     s = wait_for_sample(exporter, "ackscope_queue_messages_ready", 1, vhost=vhost, queue=FOLDED)

@@ -10,7 +10,7 @@ import pika
 import pytest
 import requests
 from dashboard_helpers import frames, page
-from helpers import poll_until, scrape, value, wait_for
+from helpers import finding_on, findings, poll_until, scrape, value, wait_for
 from probe_helpers import probe_config, probe_samples, probe_value, quick, running_probes, settled_since, wait_probe
 
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
@@ -18,14 +18,6 @@ from ackscope_testkit.cluster import LocalCluster
 
 QUEUE = "ackscope.test.quorum"
 MIRRORED = "ackscope.test.mirrored"  # a classic queue mirrored on every node (RabbitMQ 3.x: ha-mode all)
-
-
-def findings(url: str) -> list[dict]:
-    return requests.get(url + "/api/findings", timeout=5).json()["findings"]
-
-
-def of(url: str, rule: str, obj: str) -> dict | None:
-    return next((f for f in findings(url) if f["rule"] == rule and f["object"] == obj), None)
 
 
 # Quorum probe targets, steady and nothing requeued on purpose: what they count is the cluster's doing.
@@ -83,9 +75,9 @@ def _lose_nodes_and_come_back(cluster: LocalCluster, url: str, exporter, probes,
     assert value(scrape(exporter), "ackscope_node_running", node=third.nodename) == 1
 
     third.kill()
-    down = wait_for(lambda: of(url, "node-down", f"node {third.nodename}"), 30, "node-down naming the third node")
+    down = wait_for(lambda: finding_on(url, "node-down", f"node {third.nodename}"), 30, "node-down naming the third node")
     assert down["severity"] == "critical"
-    degraded = wait_for(lambda: of(url, "quorum-queue-degraded", f"queue {QUEUE}"), 30, "quorum-queue-degraded")
+    degraded = wait_for(lambda: finding_on(url, "quorum-queue-degraded", f"queue {QUEUE}"), 30, "quorum-queue-degraded")
     assert degraded["evidence"]["missing"] == [third.nodename]
     samples = scrape(exporter)
     assert value(samples, "ackscope_node_running", node=third.nodename) == 0
@@ -101,7 +93,7 @@ def _lose_nodes_and_come_back(cluster: LocalCluster, url: str, exporter, probes,
     assert probe_value(probes, "ackscope_probe_confirm_timeouts_total", QUORUM.name) == 0
 
     second.kill()
-    lost = wait_for(lambda: of(url, "quorum-queue-no-quorum", f"queue {QUEUE}"), 60, "quorum-queue-no-quorum")
+    lost = wait_for(lambda: finding_on(url, "quorum-queue-no-quorum", f"queue {QUEUE}"), 60, "quorum-queue-no-quorum")
     assert lost["severity"] == "critical"
     assert sorted(lost["evidence"]["missing"]) == sorted([second.nodename, third.nodename])
     # No quorum: publishes wait for confirms that do not come, and count as confirm timeouts.
@@ -113,13 +105,13 @@ def _lose_nodes_and_come_back(cluster: LocalCluster, url: str, exporter, probes,
     wait_for(lambda: not any(f["rule"] in ("node-down", "quorum-queue-degraded", "quorum-queue-no-quorum")
                              for f in findings(url)), 60, "the cluster findings to clear")
     # The mirrors back on nodes 2 and 3 are empty: unsynchronised, named, until the queue is gone.
-    behind = wait_for(lambda: of(url, "mirrored-queue-unsynchronised", f"queue {MIRRORED}"), 60,
+    behind = wait_for(lambda: finding_on(url, "mirrored-queue-unsynchronised", f"queue {MIRRORED}"), 60,
                       "mirrored-queue-unsynchronised")
     assert behind["severity"] == "warning"
     assert sorted(behind["evidence"]["unsynchronised"]) == sorted([second.nodename, third.nodename])
     first.api("DELETE", f"/queues/%2F/{MIRRORED}")
     first.api("DELETE", "/policies/%2F/ackscope-test-mirrored")
-    wait_for(lambda: of(url, "mirrored-queue-unsynchronised", f"queue {MIRRORED}") is None, 30, "it to clear")
+    wait_for(lambda: finding_on(url, "mirrored-queue-unsynchronised", f"queue {MIRRORED}") is None, 30, "it to clear")
 
 
 def test_a_quorum_leader_change_cancels_no_consumer_and_probes_move_to_the_next_node_when_theirs_dies(
@@ -183,12 +175,12 @@ def test_a_memory_alarm_on_one_member_is_named(cluster: LocalCluster, start_expo
     exporter = start_exporter(cluster.nodes[0].management_url, source="management", interval=0.5, timeout=5.0)
     third.ctl("set_vm_memory_high_watermark", "0.0000001")
     try:
-        alarm = wait_for(lambda: of(exporter.url, "memory-alarm", f"node {third.nodename}"), 30,
+        alarm = wait_for(lambda: finding_on(exporter.url, "memory-alarm", f"node {third.nodename}"), 30,
                          "memory-alarm naming the third node")
         assert alarm["severity"] == "critical"
     finally:
         third.ctl("set_vm_memory_high_watermark", "0.4")
-    wait_for(lambda: of(exporter.url, "memory-alarm", f"node {third.nodename}") is None, 30, "the alarm to clear")
+    wait_for(lambda: finding_on(exporter.url, "memory-alarm", f"node {third.nodename}") is None, 30, "the alarm to clear")
 
 
 def test_with_statistics_off_a_dead_member_and_the_quorum_queue_it_leaves_degraded_are_named_at_the_next_poll(
@@ -206,9 +198,9 @@ def test_with_statistics_off_a_dead_member_and_the_quorum_queue_it_leaves_degrad
     assert value(scrape(exporter), "ackscope_queue_members_online", queue=QUEUE) == 3
     third.kill()
     try:
-        down = wait_for(lambda: of(exporter.url, "node-down", f"node {third.nodename}"), 30, "node-down")
+        down = wait_for(lambda: finding_on(exporter.url, "node-down", f"node {third.nodename}"), 30, "node-down")
         assert down["severity"] == "critical"
-        degraded = wait_for(lambda: of(exporter.url, "quorum-queue-degraded", f"queue {QUEUE}"), 10,
+        degraded = wait_for(lambda: finding_on(exporter.url, "quorum-queue-degraded", f"queue {QUEUE}"), 10,
                             "quorum-queue-degraded, within a few polls and not the queue list's minute")
         assert degraded["evidence"]["missing"] == [third.nodename]
         assert value(scrape(exporter), "ackscope_queue_members_online", queue=QUEUE) == 2
@@ -218,7 +210,7 @@ def test_with_statistics_off_a_dead_member_and_the_quorum_queue_it_leaves_degrad
     finally:
         third.start()
         statsoff_cluster.wait_running(3)
-    wait_for(lambda: of(exporter.url, "quorum-queue-degraded", f"queue {QUEUE}") is None, 30, "the finding to clear")
+    wait_for(lambda: finding_on(exporter.url, "quorum-queue-degraded", f"queue {QUEUE}") is None, 30, "the finding to clear")
 
 
 def test_a_node_that_stops_answering_longer_than_net_ticktime_leaves_a_partition_named_on_both_sides(
@@ -244,10 +236,10 @@ def test_a_node_that_stops_answering_longer_than_net_ticktime_leaves_a_partition
             break
     else:
         pytest.fail("node 1 listed no partition after three pauses of node 2 past net_ticktime")
-    seen = wait_for(lambda: of(exporter.url, "network-partition", f"node {first.nodename}"), 20,
+    seen = wait_for(lambda: finding_on(exporter.url, "network-partition", f"node {first.nodename}"), 20,
                     "network-partition named by node 1, within a few polls of node 1 listing it")
     assert seen["severity"] == "critical" and seen["evidence"]["cannot_reach"] == [second.nodename]
     assert value(scrape(exporter), "ackscope_node_partitions", node=first.nodename) == 1
     second.restart()
-    wait_for(lambda: of(exporter.url, "network-partition", f"node {first.nodename}") is None, 90,
+    wait_for(lambda: finding_on(exporter.url, "network-partition", f"node {first.nodename}") is None, 90,
              "the partition finding to clear once node 2 is restarted")

@@ -7,13 +7,14 @@ from __future__ import annotations
 import time
 
 import pika
-from helpers import polls_seen, scrape, value, wait_for
+from helpers import finding_on, polls_seen, scrape, value, wait_for
 from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
-from test_cluster import QUEUE, of
 
 from ackscope_testkit.cluster import LocalCluster
 
 QUORUM = quick("quorum", "quorum", burst_size=0, requeue_share=0.0)
+
+QUEUE = "ackscope.test.quorum"
 
 
 def test_a_dead_node_and_a_quorum_queue_below_its_quorum_are_named_and_nothing_confirmed_is_lost(
@@ -31,9 +32,9 @@ def test_a_dead_node_and_a_quorum_queue_below_its_quorum_are_named_and_nothing_c
         wait_for(lambda: value(scrape(exporter), "ackscope_queue_members", queue=QUEUE) == 3, 30, "three members")
         try:
             third.kill()
-            down = wait_for(lambda: of(url, "node-down", f"node {third.nodename}"), 30, "node-down")
+            down = wait_for(lambda: finding_on(url, "node-down", f"node {third.nodename}"), 30, "node-down")
             assert down["severity"] == "critical"
-            degraded = wait_for(lambda: of(url, "quorum-queue-degraded", f"queue {QUEUE}"), 30,
+            degraded = wait_for(lambda: finding_on(url, "quorum-queue-degraded", f"queue {QUEUE}"), 30,
                                 "quorum-queue-degraded")
             assert degraded["evidence"]["missing"] == [third.nodename]
             confirmed = probe_value(probes, "ackscope_probe_confirmed_total", QUORUM.name)
@@ -41,13 +42,13 @@ def test_a_dead_node_and_a_quorum_queue_below_its_quorum_are_named_and_nothing_c
             assert probe_value(probes, "ackscope_probe_confirm_timeouts_total", QUORUM.name) == 0
 
             second.kill()
-            lost = wait_for(lambda: of(url, "quorum-queue-no-quorum", f"queue {QUEUE}"), 60,
+            lost = wait_for(lambda: finding_on(url, "quorum-queue-no-quorum", f"queue {QUEUE}"), 60,
                             "quorum-queue-no-quorum")
             assert sorted(lost["evidence"]["missing"]) == sorted([second.nodename, third.nodename])
             wait_probe(probes, "ackscope_probe_confirm_timeouts_total", QUORUM.name, 5)
         finally:
             newest_cluster.restart_dead()
-        wait_for(lambda: not any(of(url, rule, obj) for rule, obj in (
+        wait_for(lambda: not any(finding_on(url, rule, obj) for rule, obj in (
             ("node-down", f"node {third.nodename}"), ("node-down", f"node {second.nodename}"),
             ("quorum-queue-degraded", f"queue {QUEUE}"), ("quorum-queue-no-quorum", f"queue {QUEUE}"))),
             60, "the cluster findings to clear")
@@ -89,12 +90,12 @@ def test_under_khepri_a_node_silent_past_net_ticktime_is_down_then_rejoins_and_n
              "both nodes listed, whole")
     second.pause()
     try:
-        down = wait_for(lambda: of(url, "node-down", f"node {second.nodename}"), 60,
+        down = wait_for(lambda: finding_on(url, "node-down", f"node {second.nodename}"), 60,
                         "node 1 to count the silent node 2 down")
         assert down["severity"] == "critical"
     finally:
         second.resume()
-    wait_for(lambda: of(url, "node-down", f"node {second.nodename}") is None, 60, "node 2 back by itself")
+    wait_for(lambda: finding_on(url, "node-down", f"node {second.nodename}") is None, 60, "node 2 back by itself")
     after = polls_seen(url, 6)
     assert not [f for doc in after for f in doc["findings"] if f["rule"] == "network-partition"]
     samples = scrape(exporter)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -21,14 +20,13 @@ import pytest
 import requests
 from conftest import exporter_config
 from dashboard_helpers import frames, page, run_page
-from helpers import markdown_table, prometheus_query, wait_for
+from helpers import markdown_table, only_vhost, prometheus_query, wait_for
 from probe_helpers import probe_config, quick
 from streamlit.testing.v1 import AppTest
 
 from ackscope.apps.exporter import Exporter
 from ackscope.core.processes import stop_process
 from ackscope.core.secret import Secret
-from ackscope.sources import Selection
 from ackscope.workloads.ports import free_port
 from ackscope.workloads.private_broker import ADMIN_USER
 from ackscope.workloads.scenarios import BY_NAME, PREFIX, Running
@@ -46,7 +44,7 @@ def live(broker):
     exporter = Exporter(exporter_config(broker.management_url, interval=1.0,
                                         probes=probe_config(broker, vhost, (quick("classic-persistent"),
                                                                             quick("quorum", "quorum"))),
-                                        selection=Selection(include_vhosts=re.compile(re.escape(vhost)))))
+                                        selection=only_vhost(vhost)))
     exporter.start()
     running = Running([BY_NAME[n] for n in SCENARIOS], Secret(broker.amqp_url(vhost))).start()
 

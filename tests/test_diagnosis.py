@@ -11,11 +11,10 @@ import sys
 
 import pytest
 import requests
-from helpers import parse, polls_seen, scenarios_running, suspended_queue, value, wait_for
+from helpers import findings, only_vhost, parse, polls_seen, scenarios_running, suspended_queue, value, wait_for
 
 from ackscope.diagnosis.rules import RULES
 from ackscope.diagnosis.thresholds import Thresholds
-from ackscope.sources import Selection
 from ackscope.workloads.private_broker import ADMIN_PASSWORD
 from ackscope.workloads.scenarios import BY_NAME, PREFIX, SCENARIOS
 
@@ -34,11 +33,7 @@ def watching(broker, vhost, start_exporter):
     # A stalled queue holds a channel at about 500 unconfirmed (credit flow stops it there): the
     # unconfirmed-backlog scenario's size, below the production default of 1,000.
     return start_exporter(broker.management_url, interval=0.5, thresholds=Thresholds(unconfirmed_backlog=250),
-                          selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
-
-
-def _findings(exporter) -> list[dict]:
-    return requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]
+                          selection=only_vhost(vhost))
 
 
 SCENARIO_RULES = [s for s in SCENARIOS if s.rule and s.rule != "connection-blocked"]
@@ -50,7 +45,7 @@ def test_each_rule_fires_on_its_scenario_and_names_the_culprit(broker, vhost, wa
     client = f"ackscope-scenario {scenario.name}"
 
     def fired():
-        found = [f for f in _findings(watching) if f["rule"] == scenario.rule]
+        found = [f for f in findings(watching) if f["rule"] == scenario.rule]
         return [f for f in found if f["connection_name"] == client or f["object"] == queue_culprit]
 
     with scenarios_running(broker, vhost, scenario.name):
@@ -155,18 +150,18 @@ def test_probe_rules_fire_from_live_probes_in_the_exporter(broker, vhost, start_
     nacking = with_(REJECT_PUBLISH, burst_interval=2.0)
     exporter = start_exporter(broker.management_url, interval=0.5,
                               probes=probe_config(broker, vhost, (nacking, quick("classic-persistent"))),
-                              selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
-    found = wait_for(lambda: [f for f in _findings(exporter) if f["rule"] == "probe-nacked"], timeout=30,
+                              selection=only_vhost(vhost))
+    found = wait_for(lambda: [f for f in findings(exporter) if f["rule"] == "probe-nacked"], timeout=30,
                      what="probe-nacked from the reject-publish target")
     assert (found[0]["object"], found[0]["severity"]) == ("probe reject-publish", "info")
-    assert not [f for f in _findings(exporter) if f["rule"] in ("probe-down", "probe-message-lost")]
+    assert not [f for f in findings(exporter) if f["rule"] in ("probe-down", "probe-message-lost")]
 
 
 def test_exporter_serves_the_probes_counters_gauges_and_histograms_as_json(broker, vhost, start_exporter):
     from probe_helpers import probe_config, quick
     exporter = start_exporter(broker.management_url, interval=0.5,
                               probes=probe_config(broker, vhost, (quick("quorum", "quorum"),)),
-                              selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+                              selection=only_vhost(vhost))
 
     def confirmed():
         probes = requests.get(exporter.url + "/api/probes", timeout=5).json()["probes"]
@@ -185,8 +180,8 @@ def test_probe_that_cannot_log_in_is_reported_down(broker, vhost, start_exporter
     bad = broker.amqp_url(vhost, password="not-the-password")
     exporter = start_exporter(broker.management_url, interval=0.5,
                               probes=probe_config(broker, vhost, (quick("quorum", "quorum"),), url=bad),
-                              selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
-    found = wait_for(lambda: [f for f in _findings(exporter) if f["rule"] == "probe-down"], timeout=20,
+                              selection=only_vhost(vhost))
+    found = wait_for(lambda: [f for f in findings(exporter) if f["rule"] == "probe-down"], timeout=20,
                      what="probe-down")
     assert found[0]["object"] == "probe quorum"
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
-import re
 import time
 
 import pika
 import pytest
 import requests
-from helpers import private_broker, scrape, value, wait_for, wait_for_sample
+from helpers import only_vhost, private_broker, scrape, value, wait_for, wait_for_sample
 
-from ackscope.sources import Selection
 from ackscope_testkit.fault_proxy import FaultProxy
 
 # What it proves are bounds in seconds (a scrape under 1 s while the broker hangs, a poll cut at its deadline):
@@ -119,7 +117,7 @@ def test_a_bad_list_costs_only_its_part_is_counted_said_once_and_recovered_from(
     setup.queue_declare("kept", durable=True)
     setup.basic_publish("", "kept", b"x")
     proxy.faults["consumers"] = fault
-    exporter = start_exporter(proxy.url, interval=0.3, selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+    exporter = start_exporter(proxy.url, interval=0.3, selection=only_vhost(vhost))
     s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 2, endpoint="consumers",
                         reason=reason)
     assert value(s, "ackscope_up") == 1, "one list never blinds the poll"
@@ -143,7 +141,7 @@ def test_exchanges_that_cannot_be_read_leave_the_stakes_unknown_and_cost_nothing
     unsafe = clients(broker, vhost, "slow-unsafe").channel()
     unsafe.queue_declare("kept", durable=True)
     proxy.faults[f"exchanges/{vhost}"] = "500"
-    exporter = start_exporter(proxy.url, interval=0.3, selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+    exporter = start_exporter(proxy.url, interval=0.3, selection=only_vhost(vhost))
 
     last = [0.0]
 

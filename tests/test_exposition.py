@@ -10,11 +10,10 @@ import pika
 import pytest
 import requests
 import trustme
-from helpers import parse, prometheus_query, value, wait_for, wait_for_sample
+from helpers import only_vhost, parse, prometheus_query, value, wait_for, wait_for_sample
 
 from ackscope.core.http_server import WebSecurity
 from ackscope.core.secret import Secret
-from ackscope.sources import Selection
 
 
 @pytest.fixture
@@ -28,7 +27,7 @@ def busy_exporter(broker, vhost, clients, start_exporter):
     consumer = clients(broker, vhost, "consumer").channel()
     consumer.basic_qos(prefetch_count=5)
     consumer.basic_consume("classic-q", on_message_callback=lambda *a: None)
-    exporter = start_exporter(broker.management_url, selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+    exporter = start_exporter(broker.management_url, selection=only_vhost(vhost))
     wait_for_sample(exporter, "ackscope_channel_messages_unacked", 1, vhost=vhost, connection_name="consumer")
     return exporter
 

@@ -5,16 +5,14 @@ the dashboard shows them as text."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 
 import pika
 import pytest
 import requests
 from dashboard_helpers import page
-from helpers import parse, wait_for
+from helpers import only_vhost, parse, wait_for
 
-from ackscope.sources import Selection
 from ackscope.workloads.private_broker import ADMIN_USER
 
 VHOST = 'odd "v\\host" {x}'
@@ -63,7 +61,7 @@ def test_odd_names_stay_valid_and_intact_in_metrics_json_findings_and_the_dashbo
             ch.basic_publish("", QUEUES[0], b"x")
         ch.basic_consume(QUEUES[3], on_message_callback=lambda *a: None, auto_ack=True)
         exporter = start_exporter(broker.management_url, interval=0.5,
-                                  selection=Selection(include_vhosts=re.compile(re.escape(VHOST))))
+                                  selection=only_vhost(VHOST))
 
         seen: set = set()
         clients: set = set()

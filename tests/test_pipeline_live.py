@@ -4,15 +4,13 @@ exporter's snapshot history while failure scenarios ran."""
 from __future__ import annotations
 
 import io
-import re
 
 import pyarrow.dataset as ds
 import requests
-from helpers import polls_seen, scenarios_running, wait_for
+from helpers import only_vhost, polls_seen, scenarios_running, wait_for
 from probe_helpers import probe_config, probe_value, quick, running_probes, wait_probe
 
 from ackscope.pipeline.run import PipelineConfig, Progress, execute
-from ackscope.sources import Selection
 from ackscope.workloads.scenarios import PREFIX
 
 
@@ -91,7 +89,7 @@ def test_pipeline_finds_the_culprits_in_the_snapshot_history_of_a_broker_running
         spark, broker, vhost, start_exporter, tmp_path):
     data = tmp_path / "data"
     exporter = start_exporter(broker.management_url, interval=0.5, data_dir=str(data),
-                              selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+                              selection=only_vhost(vhost))
     with scenarios_running(broker, vhost, "prefetch-saturated", "requeue-loop", "publisher-without-confirms",
                            "healthy"):
         culprits = {"prefetch-saturated", "requeue-loop", "publisher-without-confirms"}

@@ -10,7 +10,7 @@ import time
 
 import pika
 import requests
-from helpers import suspended_queue, value, wait_for, wait_for_sample
+from helpers import only_vhost, suspended_queue, value, wait_for, wait_for_sample
 from probe_helpers import (
     captured_log,
     connection_failures,
@@ -23,7 +23,6 @@ from probe_helpers import (
     wait_probe,
 )
 
-from ackscope.sources import Selection
 from ackscope.workloads.ports import free_port
 
 
@@ -32,7 +31,7 @@ def test_wrong_amqp_password_shows_probes_down_and_the_exporter_keeps_polling(br
     targets = (quick("classic-persistent"), quick("quorum", "quorum"))
     with captured_log() as lines:
         exporter = start_exporter(broker.management_url, probes=probe_config(broker, vhost, targets, url=bad),
-                                  selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+                                  selection=only_vhost(vhost))
         wait_for_sample(exporter, "ackscope_up", 1)
         # Several attempts per connection, each refused: the log must still say it once per connection.
         wait_for(lambda: min(connection_failures(exporter.probes, role) for role in ("publisher", "consumer")) >= 3,

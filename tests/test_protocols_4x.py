@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from collections.abc import Iterator
 
@@ -16,11 +15,20 @@ import pytest
 import requests
 from client_processes import Clients
 from dashboard_helpers import frames, page
-from helpers import own_vhost, polls_seen, private_broker, scrape, value, wait_for, wait_for_sample
+from helpers import (
+    findings,
+    only_vhost,
+    own_vhost,
+    polls_seen,
+    private_broker,
+    scrape,
+    value,
+    wait_for,
+    wait_for_sample,
+)
 from probe_helpers import probe_config, probe_samples, quick, running_probes, wait_probe
 
 from ackscope.diagnosis.thresholds import Thresholds
-from ackscope.sources import Selection
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
 from ackscope_testkit.fault_proxy import FaultProxy
@@ -53,17 +61,13 @@ def vhost(node) -> Iterator[str]:
 
 def _watching(start_exporter, broker: LocalBroker, vhost: str, **options):
     return start_exporter(broker.management_url, interval=0.5, thresholds=Thresholds(window_seconds=WINDOW),
-                          selection=Selection(include_vhosts=re.compile(re.escape(vhost))), **options)
+                          selection=only_vhost(vhost), **options)
 
 
 def _clients(broker: LocalBroker, vhost: str, tmp_path) -> Clients:
     running = Clients(broker.amqp_url(vhost), tmp_path)
     running.env["STREAM_PORT"] = str(broker.ports.stream)
     return running
-
-
-def _findings(exporter) -> list[dict]:
-    return requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]
 
 
 def _links_unknown(exporter, why: str) -> None:
@@ -81,10 +85,10 @@ def _fires(exporter, clients: Clients, rule: str, queue: str, severity: str, tim
     """Wait for `rule` at `severity` on a link of `queue` (an AMQP 1.0 link's object names its address)."""
     def found():
         clients.check()
-        return next((f for f in _findings(exporter) if f["rule"] == rule and f"/queues/{queue}'" in f["object"]
+        return next((f for f in findings(exporter) if f["rule"] == rule and f"/queues/{queue}'" in f["object"]
                      and f["severity"] == severity), None)
     f = wait_for(found, timeout, lambda: f"{rule} ({severity}) on /queues/{queue}: "
-                 f"{sorted({(g['rule'], g['severity'], g['object']) for g in _findings(exporter)})}")
+                 f"{sorted({(g['rule'], g['severity'], g['object']) for g in findings(exporter)})}")
     # Neither library sends connection properties: the container-id and the peer say who it is, nothing made up.
     assert f["connection_name"] == "" and f["identity"].startswith("AMQP 1.0 client (container ")
     return f
@@ -137,7 +141,7 @@ def test_a_presettled_receiver_is_at_most_once(release, node, vhost, start_expor
         if not release.at_least(4, 1):
             _links_unknown(exporter, "has no sessions endpoint (it came in 4.1)")
             return
-        f = wait_for(lambda: next((f for f in _findings(exporter) if f["rule"] == "receiver-presettled"), None),
+        f = wait_for(lambda: next((f for f in findings(exporter) if f["rule"] == "receiver-presettled"), None),
                      timeout=60, what="the pre-settled receiver to be named")
         clients.check()
     assert f["evidence"]["send_settled"] is True and f["evidence"]["queue"] == "fast" and "/queues/fast'" in f["object"]
@@ -157,7 +161,7 @@ def test_a_stream_consumer_falling_behind_is_named_and_a_streams_retention_is_no
 
         def lagging():
             clients.check()
-            return [f for f in _findings(exporter) if f["rule"] == "stream-consumer-lagging"]
+            return [f for f in findings(exporter) if f["rule"] == "stream-consumer-lagging"]
         found = wait_for(lagging, timeout=WINDOW + 90, what="the slow stream consumer to be named")
         seen = polls_seen(exporter.url, 4)
         samples = scrape(exporter)
@@ -198,7 +202,7 @@ def test_with_statistics_off_what_the_release_lists_is_read_and_what_it_does_not
             elif not release.at_least(4, 1):
                 _links_unknown(exporter, "has no sessions endpoint (it came in 4.1)")
             # The stream plugin lists no consumers with statistics off: the Prometheus plugin's largest lag tells.
-            lagging = wait_for(lambda: next((f for f in _findings(exporter) if f["rule"] == "stream-consumer-lagging"),
+            lagging = wait_for(lambda: next((f for f in findings(exporter) if f["rule"] == "stream-consumer-lagging"),
                                             None), timeout=WINDOW + 90, what="the slow stream consumer, statistics off")
             samples = scrape(exporter)
     assert value(samples, "ackscope_source_info", source="prometheus") == 1
@@ -215,7 +219,7 @@ def test_a_session_list_that_cannot_be_read_costs_only_the_amqp10_part(release, 
     proxy.faults["*/sessions"] = fault
     try:
         exporter = start_exporter(proxy.url, interval=0.3,
-                                  selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+                                  selection=only_vhost(vhost))
         with _clients(node, vhost, tmp_path) as clients:
             clients.start(sys.executable, "amqp10_client.py", "rabbitmq", "holding", "held")
             # The rest of the poll stands: the queue's unacknowledged deliveries are exported all along.
@@ -255,7 +259,7 @@ def test_outcomes_a_receiver_settles_with_are_judged_where_the_broker_counts_the
 
             def found():
                 clients.check()
-                return next((f for f in _findings(exporter) if f["rule"] == rule), None)
+                return next((f for f in findings(exporter) if f["rule"] == rule), None)
             return wait_for(found, timeout=WINDOW + 60, what=f"{rule} of a receiver {mode}")
     loop = judged("releasing", "poison", "receiver-requeue-loop")
     rejects = judged("rejecting", "refused", "receiver-rejects")

@@ -6,78 +6,31 @@ library, address and user; the healthy configurations raise nothing at warning o
 from __future__ import annotations
 
 import json
-import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 import requests
-from client_processes import CLIENTS, Clients
-from helpers import polls_seen, scrape, value, wait_for
+from client_processes import NODE_CLIENT, Clients, tool
+from helpers import CHANNEL, findings, fires, identity, only_vhost, quiet, scrape, value, wait_for, window_filled
 
 from ackscope.diagnosis.thresholds import Thresholds
-from ackscope.sources import Selection
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER
 
-NODE_CLIENT = CLIENTS / "node" / "client.js"
-JAVA_CLASSPATH = ":".join(f"/usr/share/java/{jar}" for jar in ("amqp-client.jar", "slf4j-api.jar", "slf4j-nop.jar"))
 WINDOW = 20.0  # seconds: the rate-like rules' window, short so that a test sees it fill
-
-
-def identity(product: str) -> re.Pattern:
-    """How an unnamed client of `product` is named: library and version, from where, as whom."""
-    return re.compile(rf"{re.escape(product)} \S+ from 127\.0\.0\.1:\d+ as {ADMIN_USER}")
 
 
 @pytest.fixture
 def watching(broker, vhost, start_exporter):
     return start_exporter(broker.management_url, interval=0.5, thresholds=Thresholds(window_seconds=WINDOW),
-                          selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+                          selection=only_vhost(vhost))
 
 
 @pytest.fixture
 def processes(broker, vhost, tmp_path) -> Iterator[Clients]:
     with Clients(broker.amqp_url(vhost), tmp_path) as running:
         yield running
-
-
-def _findings(exporter) -> list[dict]:
-    return requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]
-
-
-def fires(exporter, processes: Clients, rule: str, obj: str | re.Pattern, product: str, timeout: float = 60.0) -> dict:
-    """Wait for `rule` on `obj` (a string, or a pattern for a channel whose address is not known ahead),
-    naming a client of `product`; return the finding."""
-    def found():
-        processes.check()
-        return next((f for f in _findings(exporter) if f["rule"] == rule and identity(product).search(f["identity"])
-                     and (re.fullmatch(obj, f["object"]) if isinstance(obj, re.Pattern) else f["object"] == obj)),
-                    None)
-
-    f = wait_for(found, timeout, lambda: f"{rule} on {obj} naming {product} (findings: "
-                 f"{sorted({(g['rule'], g['object'], g['client']) for g in _findings(exporter)})})")
-    # The labels keep their word: no name the client did not give, and the library in `client`.
-    assert f["connection_name"] == "" and f["client"].startswith(product) and f["evidence"] and f["remedy"]
-    return f
-
-
-def quiet(exporter, processes: Clients, polls: int = 8) -> list[dict]:
-    """Every finding of `polls` successive polls once the window has filled; none may be a warning."""
-    seen = polls_seen(exporter.url, polls, timeout=60)
-    processes.check()
-    loud = [(f["rule"], f["severity"], f["object"], f["client"]) for doc in seen for f in doc["findings"]
-            if f["severity"] != "info"]
-    assert not loud, loud
-    return [f for doc in seen for f in doc["findings"]]
-
-
-def window_filled(exporter) -> None:
-    """Wait until the exporter has watched for a whole window, so that rates are over the window."""
-    first = polls_seen(exporter.url, 1)[0]["taken_at"]
-    wait_for(lambda: polls_seen(exporter.url, 1)[0]["taken_at"] - first >= WINDOW, timeout=WINDOW + 30,
-             what="the window to fill")
 
 
 def declare(broker, vhost: str, queue: str) -> None:
@@ -91,36 +44,28 @@ def publish(broker, vhost: str, queue: str, count: int) -> None:
                          "properties": {"delivery_mode": 2}})
 
 
-CHANNEL = re.compile(r"channel 127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+ \(\d+\)")
-
-
 # -- Celery (kombu, py-amqp) -----------------------------------------------------------------------------
-def celery_worker(processes: Clients, mode: str = "defaults", *options: str) -> subprocess.Popen:
-    return processes.start(sys.executable, "-m", "celery", "-A", "celery_app", "worker", "--pool=solo",
-                           "--loglevel=WARNING", *options, ready=False, env={"CELERY_MODE": mode})
-
-
 def test_celery_defaults_its_producer_without_confirms_is_a_warning_its_events_and_control_are_info(broker, vhost,
                                                                                                    watching, processes):
     # A web app's producer with Celery's defaults (confirm_publish off): 0.3 persistent tasks a second into the
     # durable queue "celery". Its worker, with its defaults, publishes heartbeat events every 2 s into its own
     # auto-delete gossip queue, and answers control commands into the caller's auto-delete reply queue.
-    celery_worker(processes)
+    processes.celery_worker()
     wait_for(lambda: any(c["name"] == "celery" and c.get("consumers") for c in
                          broker.api("GET", f"/queues/{vhost}").json()), timeout=60, what="the worker to consume")
     processes.start(sys.executable, "celery_app.py", "fine", "0")
-    window_filled(watching)
+    window_filled(watching, WINDOW)
     for _ in range(3):
         processes.run(sys.executable, "-m", "celery", "-A", "celery_app", "inspect", "ping", "--timeout=2")
 
     def judged():
         processes.check()
-        found = [f for f in _findings(watching) if f["rule"] == "publisher-without-confirms"]
+        found = [f for f in findings(watching) if f["rule"] == "publisher-without-confirms"]
         warned = [f for f in found if f["severity"] != "info"]
         events = [f for f in found if f["severity"] == "info" and "celeryev" in json.dumps(f["evidence"])]
         return (warned, events, found) if warned and events else None
     warned, events, found = wait_for(judged, 60, lambda: "the producer warned and the events info (findings: "
-                                     f"{[(f['severity'], f['object'], f['evidence']) for f in _findings(watching)]})")
+                                     f"{[(f['severity'], f['object'], f['evidence']) for f in findings(watching)]})")
     # One warning: the producer's channel, into the durable queue; the worker's plumbing is info.
     [producer] = warned
     assert [(q["queue"], q["durable"]) for q in producer["evidence"]["at_stake"]] == [("celery", True)]
@@ -128,7 +73,7 @@ def test_celery_defaults_its_producer_without_confirms_is_a_warning_its_events_a
     assert all(f["severity"] == "info" for f in found if f is not producer)
     # The producer's idle-looking connection without heartbeat publishes at stake: a warning, not info.
     connection = producer["object"].removeprefix("channel ").rsplit(" (", 1)[0]
-    [heartbeat] = [f for f in _findings(watching) if f["rule"] == "heartbeat-disabled"
+    [heartbeat] = [f for f in findings(watching) if f["rule"] == "heartbeat-disabled"
                    and f["object"] == f"connection {connection}"]
     assert heartbeat["severity"] == "warning" and heartbeat["evidence"]["publishes_at_stake"] is True
 
@@ -136,7 +81,7 @@ def test_celery_defaults_its_producer_without_confirms_is_a_warning_its_events_a
 def test_celery_acks_late_with_multiplier_1_and_a_backlog_is_prefetch_one(broker, vhost, watching, processes):
     # One process, so that multiplier 1 makes a channel-wide QoS of 1 (Celery's prefetch is multiplier
     # times concurrency, which defaults to the CPU count).
-    celery_worker(processes, "acks-late", "--concurrency=1")
+    processes.celery_worker("acks-late", "--concurrency=1")
     processes.run(sys.executable, "celery_app.py", "slow", "240", env={"CELERY_MODE": "acks-late"})
     f = fires(watching, processes, "prefetch-one", CHANNEL, "py-amqp")
     assert f["evidence"]["queue"] == "celery" and f["evidence"]["ready"] >= 100
@@ -144,7 +89,7 @@ def test_celery_acks_late_with_multiplier_1_and_a_backlog_is_prefetch_one(broker
 
 def test_celery_task_that_rejects_with_requeue_is_a_requeue_loop_naming_the_worker(broker, vhost, watching,
                                                                                      processes):
-    celery_worker(processes)
+    processes.celery_worker()
     processes.run(sys.executable, "celery_app.py", "rejects", "1")
     f = fires(watching, processes, "requeue-loop", "queue celery", "py-amqp")
     assert f["evidence"]["redeliver_rate"] >= 1
@@ -171,7 +116,7 @@ def test_a_named_and_an_unnamed_client_on_one_queue_keep_their_names_and_no_name
 
     def looping():
         processes.check()
-        return next((f for f in _findings(watching) if f["rule"] == "requeue-loop" and f["object"] == "queue jobs"
+        return next((f for f in findings(watching) if f["rule"] == "requeue-loop" and f["object"] == "queue jobs"
                      and "billing-worker" in f["identity"] and identity("amqplib").search(f["identity"])), None)
     f = wait_for(looping, 60, "requeue-loop on queue jobs naming both consumers")
     # The label holds the one name given; the identity names the other by library, address and user.
@@ -181,24 +126,20 @@ def test_a_named_and_an_unnamed_client_on_one_queue_keep_their_names_and_no_name
              if labels.get("vhost") == vhost and "connection_name" in labels}
     assert names == {"billing-worker", ""}, names
     assert "undefined" not in requests.get(watching.url + "/metrics", timeout=5).text
-    assert "undefined" not in json.dumps(_findings(watching))
+    assert "undefined" not in json.dumps(findings(watching))
 
 
 def test_aio_pika_default_confirming_publisher_and_consumer_raise_nothing(broker, vhost, watching, processes):
     processes.start(sys.executable, "aio_pika_client.py", "confirming-publisher", "orders")
-    window_filled(watching)
+    window_filled(watching, WINDOW)
     quiet(watching, processes)
 
 
 # -- Node's amqplib --------------------------------------------------------------------------------------
-def node(processes: Clients, mode: str, queue: str) -> subprocess.Popen:
-    return processes.start(shutil.which("node") or "node", str(NODE_CLIENT), mode, queue)
-
-
 def test_amqplib_without_prefetch_holding_messages_is_prefetch_unlimited(broker, vhost, watching, processes):
     declare(broker, vhost, "work")
     publish(broker, vhost, "work", 30)
-    node(processes, "unlimited", "work")
+    processes.amqplib("unlimited", "work")
     f = fires(watching, processes, "prefetch-unlimited", CHANNEL, "amqplib")
     assert f["severity"] == "warning" and f["evidence"]["unacked"] == 30
 
@@ -206,7 +147,7 @@ def test_amqplib_without_prefetch_holding_messages_is_prefetch_unlimited(broker,
 def test_amqplib_prefetch_10_with_two_consumers_on_one_channel_sees_the_full_one(broker, vhost, watching, processes):
     declare(broker, vhost, "busy")
     publish(broker, vhost, "busy", 60)
-    node(processes, "two-consumers", "busy")
+    processes.amqplib("two-consumers", "busy")
     f = fires(watching, processes, "prefetch-saturated", CHANNEL, "amqplib")
     assert f["evidence"]["queue"] == "busy" and f["evidence"]["prefetch_limit"] == 10
     assert f["evidence"]["unacked"] == 10 and f["evidence"]["ready"] == 50
@@ -214,11 +155,11 @@ def test_amqplib_prefetch_10_with_two_consumers_on_one_channel_sees_the_full_one
 
 def test_amqplib_plain_channel_publishing_is_without_confirms_and_a_confirm_channel_is_not(broker, vhost,
                                                                                          watching, processes):
-    node(processes, "confirm-publisher", "safe")
-    node(processes, "plain-publisher", "risky")
+    processes.amqplib("confirm-publisher", "safe")
+    processes.amqplib("plain-publisher", "risky")
     f = fires(watching, processes, "publisher-without-confirms", CHANNEL, "amqplib")
-    window_filled(watching)
-    mine = [g for g in _findings(watching) if g["rule"] == "publisher-without-confirms"]
+    window_filled(watching, WINDOW)
+    mine = [g for g in findings(watching) if g["rule"] == "publisher-without-confirms"]
     assert [(g["object"], g["severity"]) for g in mine] == [(f["object"], "warning")]  # only the plain one
 
 
@@ -230,12 +171,6 @@ def amqp_tools(broker, vhost) -> list[str]:
     throwaway broker and its guest account."""
     return ["--server=127.0.0.1", f"--port={broker.ports.amqp}", f"--vhost={vhost}", f"--username={ADMIN_USER}",
             f"--password={ADMIN_PASSWORD}"]
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    assert path, f"{name} is not installed: apt-get install amqp-tools (scripts/setup.sh --test does)"
-    return path
 
 
 def test_amqp_consume_defaults_hold_the_backlog_unlimited_and_without_heartbeat(broker, vhost, watching, processes,
@@ -259,26 +194,22 @@ def test_amqp_get_in_a_loop_is_polling_not_nobody_consuming(broker, vhost, watch
     publish(broker, vhost, "polled", 150)
     loop = f"while true; do {tool('amqp-get')} {' '.join(amqp_tools)} --queue=polled >/dev/null; sleep 0.5; done"
     processes.start("bash", "-c", loop, ready=False)
-    f = wait_for(lambda: next((g for g in _findings(watching) if g["rule"] == "queue-polled"), None), timeout=60,
+    f = wait_for(lambda: next((g for g in findings(watching) if g["rule"] == "queue-polled"), None), timeout=60,
                  what="queue-polled on queue polled")
     assert f["object"] == "queue polled" and f["severity"] == "warning" and f["evidence"]["gets_without_ack"] > 0
-    assert not [g for g in _findings(watching) if g["rule"] == "no-consumers-backlog"]
+    assert not [g for g in findings(watching) if g["rule"] == "no-consumers-backlog"]
 
 
 # -- the Java client -------------------------------------------------------------------------------------
-def java(processes: Clients, mode: str, queue: str) -> subprocess.Popen:
-    return processes.start(tool("java"), "-cp", JAVA_CLASSPATH, str(CLIENTS / "java" / "Client.java"), mode, queue)
-
-
 def test_java_transactional_publisher_is_found(broker, vhost, watching, processes):
-    java(processes, "tx-publisher", "ledger")
+    processes.java_client("tx-publisher", "ledger")
     fires(watching, processes, "transactional-publisher", CHANNEL, "RabbitMQ")
 
 
 def test_java_qos_after_consume_is_unlimited_and_exports_no_utilisation(broker, vhost, watching, processes):
     declare(broker, vhost, "late")
     publish(broker, vhost, "late", 25)
-    java(processes, "qos-after-consume", "late")
+    processes.java_client("qos-after-consume", "late")
     f = fires(watching, processes, "prefetch-unlimited", CHANNEL, "RabbitMQ")
     assert f["evidence"]["unacked"] == 25
     samples = scrape(watching)

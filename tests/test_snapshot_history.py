@@ -4,7 +4,7 @@ fields the metrics carry, written atomically and readable as one dataset per kin
 from __future__ import annotations
 
 import pyarrow.dataset as ds
-from helpers import wait_for_sample
+from helpers import only_vhost, wait_for_sample
 from snapshot_builders import channel, consumer, queue, snapshot, stats
 
 from ackscope.exporter.history import SnapshotHistory, rows
@@ -34,16 +34,14 @@ def test_every_nth_snapshot_is_kept(tmp_path):
 
 
 def test_exporter_records_snapshot_history_of_a_live_broker(broker, vhost, clients, start_exporter, tmp_path):
-    import re
 
-    from ackscope.sources import Selection
     conn = clients(broker, vhost, "history-client")
     ch = conn.channel()
     ch.queue_declare("orders", durable=True)
     ch.basic_qos(prefetch_count=5)
     ch.basic_consume("orders", on_message_callback=lambda *a: None)
     exporter = start_exporter(broker.management_url, data_dir=str(tmp_path),
-                              selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+                              selection=only_vhost(vhost))
     wait_for_sample(exporter, "ackscope_consumer_prefetch_count", 5, vhost=vhost, queue="orders")
     # The queue's own consumer count comes from its statistics, emitted every few seconds: later than the
     # consumer list (a CI run recorded the consumer while the queue still counted 0).

@@ -16,6 +16,7 @@ import requests
 from client_processes import Clients
 from helpers import (
     markdown_table,
+    only_vhost,
     own_vhost,
     polls_seen,
     scenarios_running,
@@ -60,7 +61,7 @@ def test_every_rule_the_data_allows_fires_on_its_culprit_named_by_what_it_touche
     exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url,
                               cli=cli_beside(statsoff_broker) if with_cli else None, interval=0.5, timeout=5.0,
                               thresholds=Thresholds(unconfirmed_backlog=250),
-                              selection=Selection(include_vhosts=re.compile(re.escape(off_vhost))))
+                              selection=only_vhost(off_vhost))
     expected = {s.rule for s in SCENARIO_RULES} - NOT_AVAILABLE - (set() if with_cli else NEED_THE_CLI)
 
     def on_its_culprit(f: dict) -> bool:
@@ -113,7 +114,7 @@ def test_exporter_reads_the_plugin_and_finds_the_saturated_and_the_hoarding_cons
                                                                                       start_exporter):
     with captured_log() as lines:
         exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url,
-                                  selection=Selection(include_vhosts=re.compile(re.escape(off_vhost))))
+                                  selection=only_vhost(off_vhost))
         with scenarios_running(statsoff_broker, off_vhost, "prefetch-saturated", "prefetch-unlimited"):
             def findings():
                 found = requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]
@@ -157,7 +158,7 @@ def test_diagnose_reports_findings_not_unreachable_when_statistics_are_off(stats
 
 def test_auto_keeps_the_management_api_where_statistics_are_on(broker, vhost, start_exporter):
     exporter = start_exporter(broker.management_url, prometheus_url=broker.prometheus_url,
-                              selection=Selection(include_vhosts=re.compile(re.escape(vhost))))
+                              selection=only_vhost(vhost))
     s = wait_for_sample(exporter, "ackscope_source_info", 1, source="management")
     assert value(s, "ackscope_source_info", source="prometheus") is None
     assert "ackscope_rule_not_evaluated" not in s  # every rule runs on the management API
@@ -241,7 +242,7 @@ def test_with_the_cli_the_culprit_is_named_and_publishers_without_confirms_are_f
     cli = cli_beside(statsoff_broker)
     exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url, cli=cli,
                               interval=1.0, timeout=5.0,
-                              selection=Selection(include_vhosts=re.compile(re.escape(off_vhost))))
+                              selection=only_vhost(off_vhost))
     with scenarios_running(statsoff_broker, off_vhost, "prefetch-saturated", "publisher-without-confirms"):
         # Each finding names its client (the saturated consumer published its backlog without confirms too).
         expected = {("prefetch-saturated", "ackscope-scenario prefetch-saturated"),
@@ -303,7 +304,7 @@ def test_the_dashboard_names_its_source_the_rules_it_cannot_run_and_channels_by_
     from streamlit.testing.v1 import AppTest
 
     exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url,
-                              selection=Selection(include_vhosts=re.compile(re.escape(off_vhost))))
+                              selection=only_vhost(off_vhost))
     with scenarios_running(statsoff_broker, off_vhost, "prefetch-saturated"):
         wait_for(lambda: "prefetch-saturated" in {f["rule"] for f in requests.get(
             exporter.url + "/api/findings", timeout=5).json()["findings"]}, timeout=40,
@@ -385,7 +386,7 @@ def test_a_slow_celery_producer_without_confirms_is_a_warning_from_the_plugin_al
     # The plugin counts where each channel's publishes went, and the queue list says the queue is durable.
     exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url,
                               interval=0.5, thresholds=Thresholds(window_seconds=20.0),
-                              selection=Selection(include_vhosts=re.compile(re.escape(off_vhost))))
+                              selection=only_vhost(off_vhost))
     with Clients(statsoff_broker.amqp_url(off_vhost), tmp_path) as producer:
         producer.start(sys.executable, "celery_app.py", "fine", "0")
 

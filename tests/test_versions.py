@@ -17,11 +17,23 @@ from collections.abc import Iterator
 
 import pika
 import pytest
-import requests
 from client_processes import Clients
-from helpers import own_vhost, polls_seen, private_broker, scenarios_running, scrape, suspended_queue, value, wait_for
+from helpers import (
+    CHANNEL,
+    findings,
+    findings_document,
+    fires,
+    own_vhost,
+    polls_seen,
+    private_broker,
+    scenarios_running,
+    scrape,
+    suspended_queue,
+    value,
+    wait_for,
+    window_filled,
+)
 from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
-from test_real_clients import CHANNEL, celery_worker, fires, java, window_filled
 
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
@@ -73,12 +85,8 @@ def release_vhost(release_broker) -> Iterator[str]:
         yield name
 
 
-def _only(vhost: str) -> Selection:
-    return Selection(include_vhosts=re.compile(re.escape(vhost)))
-
-
-def _findings(exporter) -> dict:
-    return requests.get(exporter.url + "/api/findings", timeout=5).json()
+def only_vhost(vhost: str) -> Selection:
+    return only_vhost(vhost)
 
 
 # -- the exporter's truths ------------------------------------------------------------------------------
@@ -92,7 +100,7 @@ def test_the_exporters_families_agree_with_the_raw_api(release, release_broker, 
     ch.confirm_delivery()
     ch.basic_publish("", "replicated", b"x", pika.BasicProperties(delivery_mode=2))
     conn.close()
-    exporter = start_exporter(node.management_url, interval=0.5, selection=_only(vhost))
+    exporter = start_exporter(node.management_url, interval=0.5, selection=only_vhost(vhost))
     with scenarios_running(node, vhost, "prefetch-saturated", "no-consumers-backlog"):
         saturated = f"{PREFIX}prefetch-saturated"
 
@@ -144,7 +152,7 @@ SCENARIO_RULES = [s for s in SCENARIOS if s.rule and s.rule != "connection-block
 def test_every_rule_fires_on_its_scenario(release, release_broker, release_vhost, start_exporter):
     node, vhost = release_broker, release_vhost
     exporter = start_exporter(node.management_url, interval=0.5, thresholds=Thresholds(unconfirmed_backlog=250),
-                              selection=_only(vhost))
+                              selection=only_vhost(vhost))
     expected = {s.rule for s in SCENARIO_RULES}
 
     def on_its_culprit(f: dict, scenario) -> bool:
@@ -152,12 +160,12 @@ def test_every_rule_fires_on_its_scenario(release, release_broker, release_vhost
                                                or f["object"] == f"queue {PREFIX}{scenario.name}")
 
     def fired():
-        doc = _findings(exporter)
+        doc = findings_document(exporter)
         found = {s.rule for s in SCENARIO_RULES for f in doc["findings"] if on_its_culprit(f, s)}
         return doc if found == expected else None
 
     def missing() -> str:
-        doc = _findings(exporter)
+        doc = findings_document(exporter)
         found = {s.rule for s in SCENARIO_RULES for f in doc["findings"] if on_its_culprit(f, s)}
         return f"{sorted(expected - found)} on RabbitMQ {release.version} (seen: " \
                f"{sorted((f['rule'], f['object']) for f in doc['findings'])})"
@@ -169,7 +177,7 @@ def test_every_rule_fires_on_its_scenario(release, release_broker, release_vhost
             doc = wait_for(fired, timeout=120, what=missing)
         node.ctl("set_vm_memory_high_watermark", "0.000001")
         try:
-            blocked = wait_for(lambda: [f for f in _findings(exporter)["findings"]
+            blocked = wait_for(lambda: [f for f in findings(exporter)
                                         if f["rule"] == "connection-blocked"
                                         and f["connection_name"] == "ackscope-scenario blocked-publisher"],
                                timeout=60, what="the blocked publisher under a memory alarm")
@@ -257,10 +265,10 @@ def _statistics_off_reads_the_plugin(node: LocalBroker, start_exporter) -> None:
         # With statistics off no release lists its listeners (measured on 3.10, 4.0 and 4.3): the plugin's port
         # is said, as a user whose plugin is not on 15692 says it.
         exporter = start_exporter(node.management_url, prometheus_url=node.prometheus_url, interval=0.5,
-                                  selection=_only(vhost))
+                                  selection=only_vhost(vhost))
         with scenarios_running(node, vhost, "prefetch-saturated", "prefetch-unlimited", "overflow-dropped"):
             wanted = {"prefetch-saturated", "prefetch-unlimited", "messages-dropped"}
-            wait_for(lambda: wanted <= {f["rule"] for f in _findings(exporter)["findings"]}, timeout=60,
+            wait_for(lambda: wanted <= {f["rule"] for f in findings(exporter)}, timeout=60,
                      what=f"{sorted(wanted)} from the plugin, statistics off")
             s = scrape(exporter)
         assert value(s, "ackscope_source_info", source="prometheus") == 1 and value(s, "ackscope_up") == 1
@@ -296,7 +304,7 @@ def test_a_broker_with_only_the_plugin_is_read_from_it(release, release_plugin_o
     exporter = start_exporter(node.management_url, prometheus_url=node.prometheus_url,
                               selection=Selection(include_queues=re.compile(re.escape(queue))))
     with scenarios_running(node, "/", "prefetch-saturated"):
-        wait_for(lambda: "prefetch-saturated" in {f["rule"] for f in _findings(exporter)["findings"]}, timeout=40,
+        wait_for(lambda: "prefetch-saturated" in {f["rule"] for f in findings(exporter)}, timeout=40,
                  what="the saturated consumer, from the plugin alone")
         s = scrape(exporter)
     assert value(s, "ackscope_up") == 1 and value(s, "ackscope_source_info", source="prometheus") == 1
@@ -337,7 +345,7 @@ def release_clients(release_broker, release_vhost, tmp_path) -> Iterator[Clients
 @pytest.fixture
 def release_watching(release_broker, release_vhost, start_exporter):
     return start_exporter(release_broker.management_url, interval=0.5, thresholds=Thresholds(window_seconds=WINDOW),
-                          selection=_only(release_vhost))
+                          selection=only_vhost(release_vhost))
 
 
 def test_celery_with_its_defaults_is_held_by_its_prefetch_and_warned_of_its_producer_and_heartbeats(
@@ -345,12 +353,12 @@ def test_celery_with_its_defaults_is_held_by_its_prefetch_and_warned_of_its_prod
     """Celery sets a channel-wide (global) prefetch, which RabbitMQ 4.0-4.2 applies without showing it and 4.3
     applies per consumer: on no release is its worker a consumer without a limit. What it is warned of: its
     producer's tasks without confirms into the durable queue `celery`, and its connections without heartbeat."""
-    celery_worker(release_clients)
+    release_clients.celery_worker()
     wait_for(lambda: any(q["name"] == "celery" and q.get("consumers") for q in
                          release_broker.api("GET", f"/queues/{release_vhost}").json()), timeout=60,
              what="the worker to consume")
     release_clients.start(sys.executable, "celery_app.py", "fine", "0")  # 0.3 tasks a second
-    window_filled(release_watching)
+    window_filled(release_watching, WINDOW)
     seen = polls_seen(release_watching.url, 8, timeout=60)
     release_clients.check()
     loud = {(f["rule"], f["severity"]) for doc in seen for f in doc["findings"] if f["severity"] != "info"}
@@ -361,12 +369,12 @@ def test_celery_with_its_defaults_is_held_by_its_prefetch_and_warned_of_its_prod
 
 
 def test_celery_task_that_rejects_with_requeue_is_a_requeue_loop(release, release_watching, release_clients):
-    celery_worker(release_clients)
+    release_clients.celery_worker()
     release_clients.run(sys.executable, "celery_app.py", "rejects", "1")
     f = fires(release_watching, release_clients, "requeue-loop", "queue celery", "py-amqp")
     assert f["evidence"]["next"] == "loops-forever", "Celery's queue is classic: nothing ends the loop"
 
 
 def test_java_transactional_publisher_is_found(release, release_watching, release_clients):
-    java(release_clients, "tx-publisher", "ledger")
+    release_clients.java_client("tx-publisher", "ledger")
     fires(release_watching, release_clients, "transactional-publisher", CHANNEL, "RabbitMQ")
