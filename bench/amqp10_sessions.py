@@ -28,7 +28,8 @@ from proton.reactor import Container
 from proton.utils import BlockingConnection
 
 from ackscope.core.secret import Secret
-from ackscope.sources.management import ManagementSource, protocols
+from ackscope.sources.management import protocols
+from ackscope.sources.management_source import ManagementSource
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
 

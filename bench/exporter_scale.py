@@ -54,7 +54,7 @@ from ackscope.core.quantile import sample_quantile
 from ackscope.core.secret import Secret
 from ackscope.exporter.poller import Poller
 from ackscope.sources import ManagementSource, PrometheusPluginSource
-from ackscope.sources.prometheus_plugin.source import CONSUMER_LIST_MAX_AGE, QUEUE_COLUMNS, QUEUE_LIST_MAX_AGE
+from ackscope.sources.plugin_source import CONSUMER_LIST_MAX_AGE, QUEUE_COLUMNS, QUEUE_LIST_MAX_AGE
 from ackscope.workloads.ports import free_port
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 

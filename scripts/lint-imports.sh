@@ -9,7 +9,12 @@ source_tree=$(cd "${1:-$repo}" && pwd)
 bin="$repo/.venv/bin"
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
-if ! "$bin/python" -m pip install -q --no-deps --target "$tree/site" "$source_tree" >"$tree/install.log" 2>&1; then
+# From a copy without build/: setuptools keeps what it built there, and a module moved or deleted since would
+# still be installed, and checked, from it.
+mkdir "$tree/src"
+tar -C "$source_tree" --exclude=./build --exclude=./.venv --exclude=./.git --exclude=node_modules \
+  --exclude=__pycache__ -cf - . | tar -C "$tree/src" -xf -
+if ! "$bin/python" -m pip install -q --no-deps --target "$tree/site" "$tree/src" >"$tree/install.log" 2>&1; then
   cat "$tree/install.log" >&2
   exit 1
 fi

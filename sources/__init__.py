@@ -1,9 +1,11 @@
 """Sources: where the broker model's snapshots come from. Each reads the broker (I/O at the edge) and
 hands its answers to pure functions that normalise them into ackscope.model's records.
 
-management         the management HTTP API (/api/...), read-only, with columns= and pagination
-prometheus_plugin  the broker's Prometheus plugin (/metrics/detailed), where management statistics are off
-choice             --source auto|management|prometheus
+management         the management HTTP API (/api/...): its client and what its answers mean
+prometheus_plugin  the broker's Prometheus plugin (/metrics, /metrics/detailed): its reader and what it means
+management_source  statistics on: the API's lists, and each node's plugin for what only it counts
+plugin_source      statistics off (or a large broker): the plugin's counts, and the API's statistics-free lists
+choice             --source auto|management|prometheus: which of the two reads, poll by poll
 """
 
 # This folder is ackscope.sources; imported by its own name from the repository root it would be a second copy of
@@ -12,8 +14,8 @@ if __name__ != "ackscope.sources":
     raise ImportError(f"{__name__} is part of ackscope: import ackscope.sources")
 
 from .choice import KINDS, make_source
-from .management import ManagementSource
-from .prometheus_plugin import PrometheusPluginSource
+from .management_source import ManagementSource
+from .plugin_source import PrometheusPluginSource
 from .selection import Selection
 
 __all__ = ["KINDS", "ManagementSource", "PrometheusPluginSource", "Selection",

@@ -16,9 +16,9 @@ from ackscope.model.snapshot import Snapshot
 from ackscope.model.source import FetchError, Source, SourceFailed
 
 from .cli import CliEnricher
-from .management import ManagementSource
 from .management import normalise as management_normalise
-from .prometheus_plugin import PrometheusPluginSource
+from .management_source import ManagementSource
+from .plugin_source import PrometheusPluginSource
 from .selection import Selection
 
 log = logging.getLogger("ackscope.sources")

@@ -19,15 +19,15 @@ from ackscope.model import snapshot as facts
 from ackscope.model.snapshot import Queue, Snapshot
 from ackscope.model.source import FATAL, FetchError, SourceFailed, as_fetch_error, partial
 
-from ..cli import CliEnricher
-from ..http import Readers
-from ..management import normalise as management_normalise
-from ..management import protocols
-from ..management.client import PAGES_UP_TO, ManagementClient
-from ..selection import Selection
-from . import normalise
-from .exposition import Samples
-from .listeners import default_url, plugin_urls
+from .cli import CliEnricher
+from .http import Readers
+from .management import normalise as management_normalise
+from .management import protocols
+from .management.client import PAGES_UP_TO, ManagementClient
+from .prometheus_plugin import normalise
+from .prometheus_plugin.exposition import Samples
+from .prometheus_plugin.listeners import default_url, plugin_urls
+from .selection import Selection
 
 log = logging.getLogger("ackscope.sources")
 

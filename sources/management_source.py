@@ -1,4 +1,5 @@
-"""The management API as a Source: /api/overview first, then every list in parallel, all within one
+"""The source of a broker whose management statistics are on: the management API's lists (management/), and from
+each node's Prometheus plugin (prometheus_plugin/) only what the API does not count. The management API as a Source: /api/overview first, then every list in parallel, all within one
 deadline, normalised into a Snapshot.
 
 /api/overview goes first, alone: it proves the API is reachable and the login good, so a broker that is
@@ -20,12 +21,12 @@ from ackscope.model import snapshot as facts
 from ackscope.model.snapshot import Snapshot
 from ackscope.model.source import FATAL, FetchError, SourceFailed, as_fetch_error, partial
 
-from ..http import Readers
-from ..prometheus_plugin import normalise as plugin_normalise
-from ..prometheus_plugin.listeners import plugin_urls
-from ..selection import Selection
-from . import normalise, protocols
-from .client import PAGES_UP_TO, ManagementClient
+from .http import Readers
+from .management import normalise, protocols
+from .management.client import PAGES_UP_TO, ManagementClient
+from .prometheus_plugin import normalise as plugin_normalise
+from .prometheus_plugin.listeners import plugin_urls
+from .selection import Selection
 
 log = logging.getLogger("ackscope.sources")
 
