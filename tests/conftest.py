@@ -278,7 +278,8 @@ def _group(item) -> str:
         return exclusive[0]
     module = item.nodeid.split("::")[0]
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return f"{module}[{params['release']}]" if "release" in params else module
+    # No "]" in a group's name: xdist takes a test id whose "@" comes before its last "]" for one without a group.
+    return f"{module} on {params['release']}" if "release" in params else module
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups into the test ids
