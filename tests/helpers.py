@@ -102,7 +102,7 @@ def finding_on(exporter: Exporter | str, rule: str, obj: str) -> dict | None:
 
 def only_vhost(name: str) -> Selection:
     """An exporter's selection of this one vhost: a test watches its own."""
-    return only_vhost(name)
+    return Selection(include_vhosts=re.compile(re.escape(name)))
 
 
 def polls_seen(exporter_url: str, count: int, timeout: float = 30.0) -> list[dict]:
