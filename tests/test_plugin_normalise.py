@@ -17,8 +17,8 @@ from ackscope.model.source import FetchError
 from ackscope.sources.cli import parse as parse_cli
 from ackscope.sources.cli import pid_key
 from ackscope.sources.management import normalise as management
-from ackscope.sources.prometheus_plugin import normalise as plugin
 from ackscope.sources.plugin_source import ConsumerList
+from ackscope.sources.prometheus_plugin import normalise as plugin
 
 DATA = Path(__file__).parent / "data" / "rabbitmq-3.10.8-stats-off"
 

@@ -23,6 +23,7 @@ from helpers import (
     findings,
     findings_document,
     fires,
+    only_vhost,
     own_vhost,
     polls_seen,
     private_broker,
@@ -83,10 +84,6 @@ def release_plugin_only(release) -> Iterator[LocalBroker]:
 def release_vhost(release_broker) -> Iterator[str]:
     with own_vhost(release_broker) as name:
         yield name
-
-
-def only_vhost(vhost: str) -> Selection:
-    return only_vhost(vhost)
 
 
 # -- the exporter's truths ------------------------------------------------------------------------------

@@ -23,10 +23,9 @@ from ackscope.sources.cli import CHANNEL_ITEMS, CONNECTION_ITEMS
 from ackscope.sources.http import HttpReader
 from ackscope.sources.management.client import ManagementClient
 from ackscope.sources.management_source import LISTS, ManagementSource
-from ackscope.sources.plugin_source import PrometheusPluginSource
-from ackscope.sources.prometheus_plugin.normalise import FAMILIES
 from ackscope.sources.plugin_source import LISTS as PLUGIN_LISTS
-from ackscope.sources.plugin_source import QUEUE_COLUMNS
+from ackscope.sources.plugin_source import QUEUE_COLUMNS, PrometheusPluginSource
+from ackscope.sources.prometheus_plugin.normalise import FAMILIES
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 
 
