@@ -29,7 +29,10 @@ size() {  # the image's size in MiB, as podman counts it (its layers, uncompress
 
 import_root() {  # import_root DIR IMAGE [--change ...]: a root directory as a single-layer image
   local dir=$1 image=$2; shift 2
-  tar --numeric-owner -C "$dir" -c . | "${podman[@]}" import "$@" - "$image" >>"$log" 2>&1 \
+  # Not what a node started from the same root has bound into it (/proc, /sys, /dev: other file systems) nor the
+  # data of nodes running from it now (under tmp/): the suite's release tests run beside this build.
+  tar --numeric-owner --one-file-system --exclude='./tmp/*' -C "$dir" -c . \
+    | "${podman[@]}" import "$@" - "$image" >>"$log" 2>&1 \
     || fail "podman import of $dir"
 }
 

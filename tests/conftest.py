@@ -251,11 +251,11 @@ SERVICE_OF_FIXTURE = {
 
 
 # -- parallel workers ------------------------------------------------------------------------------------
-# scripts/test.sh runs the suite on pytest-xdist workers (--dist loadgroup), then the tests marked `alone` on
-# none. A worker runs each group whole, in order: a test's group is its module (so that what a module starts
-# once starts once), split by release where the module runs the matrix, or else the group of the things that
-# must not overlap with one another (clusters starve each other's net ticks; podman builds share a store; the
-# Spark cluster's workers are fixed ports of their own).
+# scripts/test.sh runs the suite on pytest-xdist workers (--dist loadgroup --no-loadscope-reorder), then the tests
+# marked `alone` on none. A test goes to any free worker, unless it belongs to a group, which one worker runs
+# whole and in order: the things that must not overlap with one another (clusters starve each other's net ticks;
+# podman builds share a store; the Spark cluster's workers are fixed ports of their own), or the tests of a module
+# that share what it starts once (a module-scoped fixture), split by release where the module runs the matrix.
 EXCLUSIVE_GROUP_OF_FIXTURE = {
     "cluster": "clusters", "cluster_whole": "clusters", "statsoff_cluster": "clusters",
     "partition_pair": "clusters", "newest_cluster": "clusters", "newest_partition_pair": "clusters",
@@ -263,33 +263,58 @@ EXCLUSIVE_GROUP_OF_FIXTURE = {
     "ackscope_image": "containers", "rabbitmq_image": "containers",
     "spark_cluster": "spark-cluster",
 }
+# What takes longest goes first, so that no long group starts last and alone: the exclusive groups, then what
+# runs Spark, then the release matrix's groups, then the rest, each in the order collected.
+HEAVY_SERVICES = ("spark",)
 # Each worker picks ports in a range of its own, below the kernel's ephemeral ones (32768 and up): two
-# workers never pick one port, and no client's connection holds one (workloads/private_broker.free_port).
+# workers never pick one port, and no client's connection holds one (workloads/ports.py).
 PORTS_PER_WORKER = 1500
 if (_worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
     _first = 20000 + PORTS_PER_WORKER * int(_worker[2:])
     os.environ["ACKSCOPE_PORT_RANGE"] = f"{_first}-{_first + PORTS_PER_WORKER}"
 
 
-def _group(item) -> str:
+def _group(item) -> str | None:
     fixtures = getattr(item, "fixturenames", ())
     exclusive = sorted({EXCLUSIVE_GROUP_OF_FIXTURE[f] for f in fixtures if f in EXCLUSIVE_GROUP_OF_FIXTURE})
     if exclusive:
         return exclusive[0]
     module = item.nodeid.split("::")[0]
     params = getattr(getattr(item, "callspec", None), "params", {})
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    shared = "release" in params or any(defs[-1].scope == "module" for defs in definitions.values())
+    if not shared:
+        return None
     # No "]" in a group's name: xdist takes a test id whose "@" comes before its last "]" for one without a group.
     return f"{module} on {params['release']}" if "release" in params else module
 
 
+def _weight(item, group: str | None) -> int:
+    """0 first: an exclusive group, then Spark, then the release matrix, then the rest."""
+    if group in EXCLUSIVE_GROUP_OF_FIXTURE.values():
+        return 0
+    if any(SERVICE_OF_FIXTURE.get(f) in HEAVY_SERVICES for f in getattr(item, "fixturenames", ())):
+        return 1
+    return 2 if group is None or " on " not in group else 1
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups into the test ids
 def pytest_collection_modifyitems(items):
+    groups = {}
     for item in items:
         services = {SERVICE_OF_FIXTURE[f] for f in getattr(item, "fixturenames", ()) if f in SERVICE_OF_FIXTURE}
         # A thorough test is a tier of its own: service-free, but too slow for the loop run after every edit.
         for service in sorted(services) or ([] if item.get_closest_marker("thorough") else ["unit"]):
             item.add_marker(service)
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
+        groups[item] = _group(item)
+        if groups[item] is not None:
+            item.add_marker(pytest.mark.xdist_group(groups[item]))
+    # A group's weight is its heaviest test's; the sort is stable, so a group's tests keep their order.
+    weight_of_group: dict[str, int] = {}
+    for item, group in groups.items():
+        if group is not None:
+            weight_of_group[group] = min(weight_of_group.get(group, 2), _weight(item, group))
+    items.sort(key=lambda item: weight_of_group.get(groups[item], _weight(item, groups[item])))
 
 
 @pytest.fixture(autouse=True)

@@ -167,25 +167,28 @@ def test_the_command_is_quiet_reports_by_stage_and_writes_summary_json(java, tmp
     assert summary["files_skipped"] == 1 and summary["outputs"]["delivery_audit"] == 1
 
 
-def test_an_empty_data_dir_is_one_clear_line(java, tmp_path):
+# The command's errors run in this process, on the suite's Spark (what the command prints is captured at the file
+# descriptor, the JVM's too); only what must start a Spark of its own runs as a process.
+def test_an_empty_data_dir_is_one_clear_line(spark, tmp_path, capfd):
     (tmp_path / "data").mkdir()
-    result = _cli("--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "out"))
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [
+    code = main(["pipeline", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "out")])
+    assert code == 1
+    assert capfd.readouterr().err.strip().splitlines() == [
         f"ackscope pipeline: nothing to read under {tmp_path / 'data'}: expected probe events in "
         f"{tmp_path / 'data'}/events/ or exporter history in {tmp_path / 'data'}/snapshots/ (run the probes or "
         f"the exporter with --data-dir)"]
 
 
-def test_an_unwritable_output_is_one_line_from_spark(java, tmp_path):
+def test_an_unwritable_output_is_one_line_from_spark(spark, tmp_path, capfd):
     data = tmp_path / "data"
     write_events(data, *_log())
     (tmp_path / "out").write_text("a file where the output directory should be")
-    result = _cli("--data-dir", str(data), "--out", str(tmp_path / "out"))
-    assert result.returncode == 1
-    error = [line for line in result.stderr.splitlines() if line.startswith("ackscope pipeline:")]
+    code = main(["pipeline", "--data-dir", str(data), "--out", str(tmp_path / "out")])
+    err = capfd.readouterr().err
+    assert code == 1
+    error = [line for line in err.splitlines() if line.startswith("ackscope pipeline:")]
     assert len(error) == 1 and error[0].startswith("ackscope pipeline: Spark failed: ")
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in err
 
 
 def test_without_java_the_command_says_what_to_install(tmp_path):

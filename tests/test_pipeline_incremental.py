@@ -125,13 +125,13 @@ def _cli(data: Path, out: Path, *args: str) -> subprocess.Popen:
 
 
 @pytest.mark.parametrize("killed_at", ["  state frames", "  confirm_latency"])
-def test_a_run_killed_mid_way_neither_loses_nor_double_counts(java, tmp_path, killed_at):
+def test_a_run_killed_mid_way_neither_loses_nor_double_counts(spark, java, tmp_path, killed_at):
     """Killed once its state is half written, or once half the reports are: the next run starts again from the
-    last committed run, and its reports are those of a full run."""
+    last committed run, and its reports are those of a full run. Only the run that is killed is a process of its
+    own; the others run in this one, on the suite's Spark."""
     data, out = tmp_path / "data", tmp_path / "out"
     _batch(data, 1)
-    first = _cli(data, out, "--incremental")
-    assert first.wait(300) == 0, first.stderr.read()
+    _incremental(data, out)
     _batch(data, 2)
     doomed = _cli(data, out, "--incremental")
     lines: list[str] = []
@@ -144,12 +144,9 @@ def test_a_run_killed_mid_way_neither_loses_nor_double_counts(java, tmp_path, ki
     doomed.wait(30)
     assert (out / "_state" / "gen-000002").exists()  # what the killed run left
     _batch(data, 3)
-    again = _cli(data, out, "--incremental")
-    _, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err
-    assert err.splitlines()[0].startswith("read events: 3 new files"), err  # part 2's file, and part 3's two
-    full = _cli(data, tmp_path / "full")
-    assert full.wait(300) == 0
+    _, said = _incremental(data, out)
+    assert said[0].startswith("read events: 3 new files"), said  # part 2's file, and part 3's two
+    _run(data, tmp_path / "full")
     assert read_reports(out) == read_reports(tmp_path / "full")
     assert sorted(p.name for p in (out / "_state").iterdir() if not p.name.startswith(".")) == [
         "gen-000002", "manifest-000002.json"]
