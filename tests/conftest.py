@@ -254,8 +254,9 @@ SERVICE_OF_FIXTURE = {
 # scripts/test.sh runs the suite on pytest-xdist workers (--dist loadgroup --no-loadscope-reorder), then the tests
 # marked `alone` on none. A test goes to any free worker, unless it belongs to a group, which one worker runs
 # whole and in order: the things that must not overlap with one another (clusters starve each other's net ticks;
-# podman builds share a store; the Spark cluster's workers are fixed ports of their own), or the tests of a module
-# that share what it starts once (a module-scoped fixture), split by release where the module runs the matrix.
+# podman builds share a store; the Spark cluster's workers are fixed ports of their own; Spark's lanes), or the
+# tests of a module that share what it starts once (a module-scoped fixture), split by release where the module
+# runs the matrix.
 EXCLUSIVE_GROUP_OF_FIXTURE = {
     "cluster": "clusters", "cluster_whole": "clusters", "statsoff_cluster": "clusters",
     "partition_pair": "clusters", "newest_cluster": "clusters", "newest_partition_pair": "clusters",
@@ -263,6 +264,12 @@ EXCLUSIVE_GROUP_OF_FIXTURE = {
     "ackscope_image": "containers", "rabbitmq_image": "containers",
     "spark_cluster": "spark-cluster",
 }
+# A local Spark is a JVM of 1 GiB that keeps both cores busy while it works: one on every worker starved the rest
+# (a Spark test took 5 minutes instead of 2, and clusters beside them missed their net ticks). Spark's tests run in
+# two lanes, about even in time; a module not named here goes to the second.
+SPARK_LANES = {"tests/test_pipeline_incremental.py": "spark lane 1", "tests/test_pipeline_live.py": "spark lane 1",
+               "tests/test_pipeline_command.py": "spark lane 2", "tests/test_pipeline_transforms.py": "spark lane 2",
+               "tests/test_pipeline_cluster.py": "spark lane 2"}
 # What takes longest goes first, so that no long group starts last and alone: the exclusive groups, then what
 # runs Spark, then the release matrix's groups, then the rest, each in the order collected.
 HEAVY_SERVICES = ("spark",)
@@ -280,6 +287,8 @@ def _group(item) -> str | None:
     if exclusive:
         return exclusive[0]
     module = item.nodeid.split("::")[0]
+    if module in SPARK_LANES or "spark" in fixtures:
+        return SPARK_LANES.get(module, "spark lane 2")
     params = getattr(getattr(item, "callspec", None), "params", {})
     definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
     shared = "release" in params or any(defs[-1].scope == "module" for defs in definitions.values())
@@ -293,7 +302,8 @@ def _weight(item, group: str | None) -> int:
     """0 first: an exclusive group, then Spark, then the release matrix, then the rest."""
     if group in EXCLUSIVE_GROUP_OF_FIXTURE.values():
         return 0
-    if any(SERVICE_OF_FIXTURE.get(f) in HEAVY_SERVICES for f in getattr(item, "fixturenames", ())):
+    if group in SPARK_LANES.values() or any(SERVICE_OF_FIXTURE.get(f) in HEAVY_SERVICES
+                                            for f in getattr(item, "fixturenames", ())):
         return 1
     return 2 if group is None or " on " not in group else 1
 

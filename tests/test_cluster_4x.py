@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pika
+import pytest
 from helpers import finding_on, polls_seen, scrape, value, wait_for
 from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
 
@@ -77,6 +78,9 @@ def test_the_probes_move_to_the_next_node_when_theirs_dies(newest_cluster: Local
         assert probe_value(probes, "ackscope_probe_lost_total", target.name) == 0
 
 
+# A node paused past net_ticktime (10 s) and the partition named in seconds: a loaded CPU delays both, and a
+# two-node cluster formed beside the others did not come up in 180 s. Alone on the CPU.
+@pytest.mark.alone
 def test_under_khepri_a_node_silent_past_net_ticktime_is_down_then_rejoins_and_no_partition_is_left(
         newest_partition_pair: LocalCluster, start_exporter):
     """On 3.10 (Mnesia) the same pause leaves both nodes listing a partition until one is restarted

@@ -12,11 +12,6 @@ from helpers import only_vhost, private_broker, scrape, value, wait_for, wait_fo
 
 from ackscope_testkit.fault_proxy import FaultProxy
 
-# What it proves are bounds in seconds (a scrape under 1 s while the broker hangs, a poll cut at its deadline):
-# nothing may compete with them for the CPU.
-pytestmark = pytest.mark.alone
-
-
 @pytest.fixture(scope="module")
 def spare_broker():
     """A node of its own that tests may stop and start without disturbing the others."""
@@ -31,6 +26,7 @@ def proxy(broker):
     p.close()
 
 
+@pytest.mark.alone  # a bound in seconds (a scrape under 1 s, a poll cut at its deadline): alone on the CPU
 def test_broker_down_sets_up_to_zero_and_metrics_still_answer_fast(spare_broker, start_exporter):
     exporter = start_exporter(spare_broker.management_url, interval=1.0, timeout=2.0)
     wait_for_sample(exporter, "ackscope_up", 1)
@@ -52,6 +48,7 @@ def test_broker_down_sets_up_to_zero_and_metrics_still_answer_fast(spare_broker,
     wait_for_sample(exporter, "ackscope_up", 1, timeout=10)
 
 
+@pytest.mark.alone  # a bound in seconds (a scrape under 1 s, a poll cut at its deadline): alone on the CPU
 def test_a_poll_longer_than_the_interval_is_late_not_down_and_said_once(broker, proxy, start_exporter, caplog):
     from ackscope.apps.exporter import DEADLINE_INTERVALS
     caplog.set_level(logging.INFO, logger="ackscope")
@@ -87,6 +84,7 @@ def test_wrong_password_is_one_clear_log_line_and_no_retry_storm(broker, proxy, 
     assert "\n" not in errors[0]
 
 
+@pytest.mark.alone  # a bound in seconds (a scrape under 1 s, a poll cut at its deadline): alone on the CPU
 def test_hanging_api_cannot_stretch_a_poll_past_its_deadline(broker, proxy, start_exporter):
     proxy.faults["queues"] = "hang"
     exporter = start_exporter(proxy.url, interval=1.0, timeout=10.0, deadline=2.0)
@@ -99,6 +97,7 @@ def test_hanging_api_cannot_stretch_a_poll_past_its_deadline(broker, proxy, star
     assert time.perf_counter() - started < 1.0
 
 
+@pytest.mark.alone  # a bound in seconds (a scrape under 1 s, a poll cut at its deadline): alone on the CPU
 def test_trickling_api_cannot_stretch_a_poll_past_its_deadline(broker, proxy, start_exporter):
     proxy.faults["channels"] = "trickle"
     exporter = start_exporter(proxy.url, interval=1.0, timeout=10.0, deadline=2.0)
