@@ -2,6 +2,7 @@
 (scripts/setup.sh --test installs it beside ackscope):
 
 cluster        private nodes joined into one cluster
+cut_link       the link between nodes cut (nftables), for a partition
 fault_proxy    a management API that hangs, answers garbage or fails on command
 latency_relay  a TCP relay that holds what passes, for latency on a path
 lossy_link     a test host in a network namespace whose link loses packets (nftables)
