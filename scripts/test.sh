@@ -2,7 +2,7 @@
 # Run the whole test suite on a fresh machine: install what it needs, check the architecture contracts, then run
 # pytest against real services in two phases: every test on parallel workers (most of them wait on a broker, not
 # on the CPU), then the tests marked `alone` (timing assertions) with nothing competing with them.
-# Arguments go to pytest in both phases (a path, -k, -x ...). ACKSCOPE_TEST_WORKERS sets the workers (5).
+# Arguments go to pytest in both phases (a path, -k, -x ...). ACKSCOPE_TEST_WORKERS sets the workers (4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -15,7 +15,7 @@ mkdir -p "$results"
 rm -f "$results/parallel.xml" "$results/alone.xml"
 set +e
 # The 30 slowest tests listed after each phase: where the suite's time goes, to keep it within CI's budget.
-.venv/bin/pytest -n "${ACKSCOPE_TEST_WORKERS:-5}" --dist loadgroup --no-loadscope-reorder -m "not alone" --durations=30 \
+.venv/bin/pytest -n "${ACKSCOPE_TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder -m "not alone" --durations=30 \
   --junitxml="$results/parallel.xml" "$@"
 parallel=$?
 .venv/bin/pytest -n 0 -m alone --durations=30 --junitxml="$results/alone.xml" "$@"

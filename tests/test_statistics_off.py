@@ -240,8 +240,10 @@ def test_a_broker_with_only_the_prometheus_plugin_is_read_from_the_plugin_alone(
 def test_with_the_cli_the_culprit_is_named_and_publishers_without_confirms_are_found(statsoff_broker, off_vhost,
                                                                                        start_exporter):
     cli = cli_beside(statsoff_broker)
+    # rabbitmqctl starts an Erlang VM at each poll: beside the suite's other workers it can take longer than 5 s,
+    # and an enrichment that times out names nobody.
     exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url, cli=cli,
-                              interval=1.0, timeout=5.0,
+                              interval=1.0, timeout=15.0,
                               selection=only_vhost(off_vhost))
     with scenarios_running(statsoff_broker, off_vhost, "prefetch-saturated", "publisher-without-confirms"):
         # Each finding names its client (the saturated consumer published its backlog without confirms too).
@@ -251,7 +253,7 @@ def test_with_the_cli_the_culprit_is_named_and_publishers_without_confirms_are_f
         def findings():
             doc = requests.get(exporter.url + "/api/findings", timeout=5).json()
             return doc if expected <= {(f["rule"], f["connection_name"]) for f in doc["findings"]} else None
-        doc = wait_for(findings, timeout=60, what=f"findings naming their clients: {sorted(expected)}")
+        doc = wait_for(findings, timeout=120, what=f"findings naming their clients: {sorted(expected)}")
     assert {n["rule"] for n in doc["not_evaluated"]} == {"transient-in-durable-queue"}
 
 
