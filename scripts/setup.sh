@@ -70,12 +70,14 @@ python=${PYTHON:-python3.11}
 command -v "$python" >/dev/null || python=python3
 [ -x .venv/bin/python ] || step "creating .venv" "$python" -m venv .venv
 step "upgrading pip" .venv/bin/python -m pip install -q --upgrade pip
-# Editable, so that a change to a module, or a module added, is what the next run sees (tests/test_architecture.py
-# proves the wheel, and scripts/lint-imports.sh checks the contracts on a copy installed as a wheel installs it).
+# Editable, so that a change to a module is what the next run sees (tests/test_architecture.py proves the wheel).
+# Strict: a link tree under build/ laid out as the package is, which `lint-imports` reads from the repository's
+# root (the folders become ackscope.* only at install; a new module needs this script run again).
+strict=(--config-settings editable_mode=strict)
 if [ "${1:-}" = "--test" ]; then
-  step "installing ackscope with its test dependencies" .venv/bin/python -m pip install -q -e '.[test]'
+  step "installing ackscope with its test dependencies" .venv/bin/python -m pip install -q "${strict[@]}" -e '.[test]'
 else
-  step "installing ackscope" .venv/bin/python -m pip install -q -e '.[pipeline]'
+  step "installing ackscope" .venv/bin/python -m pip install -q "${strict[@]}" -e '.[pipeline]'
 fi
 if [ "${1:-}" = "--test" ]; then
   # What only the tests and bench/ use: a distribution of its own, so that neither the wheel nor the image has it.
