@@ -272,7 +272,6 @@ SPARK_LANES = {"tests/test_pipeline_incremental.py": "spark lane 1", "tests/test
                "tests/test_pipeline_cluster.py": "spark lane 2"}
 # What takes longest goes first, so that no long group starts last and alone: the exclusive groups, then what
 # runs Spark, then the release matrix's groups, then the rest, each in the order collected.
-HEAVY_SERVICES = ("spark",)
 # Each worker picks ports in a range of its own, below the kernel's ephemeral ones (32768 and up): two
 # workers never pick one port, and no client's connection holds one (workloads/ports.py).
 PORTS_PER_WORKER = 1500
@@ -299,13 +298,12 @@ def _group(item) -> str | None:
 
 
 def _weight(item, group: str | None) -> int:
-    """0 first: an exclusive group, then Spark, then the release matrix, then the rest."""
+    """0 first: an exclusive group; then Spark and the release matrix; then the rest."""
     if group in EXCLUSIVE_GROUP_OF_FIXTURE.values():
         return 0
-    if group in SPARK_LANES.values() or any(SERVICE_OF_FIXTURE.get(f) in HEAVY_SERVICES
-                                            for f in getattr(item, "fixturenames", ())):
-        return 1
-    return 2 if group is None or " on " not in group else 1
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    spark = any(SERVICE_OF_FIXTURE.get(f) == "spark" for f in getattr(item, "fixturenames", ()))
+    return 1 if spark or "release" in params else 2
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups into the test ids
