@@ -1,6 +1,6 @@
 """The source of a broker whose management statistics are on: the management API's lists (management/), and from
-each node's Prometheus plugin (prometheus_plugin/) only what the API does not count. The management API as a Source: /api/overview first, then every list in parallel, all within one
-deadline, normalised into a Snapshot.
+each node's Prometheus plugin (prometheus_plugin/) only what the API does not count. /api/overview first, then
+every list in parallel, all within one deadline, normalised into a Snapshot.
 
 /api/overview goes first, alone: it proves the API is reachable and the login good, so a broker that is
 down or a wrong password costs one request per read, not a burst against every endpoint. A list that fails
