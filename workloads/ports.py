@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 # ACKSCOPE_PORT_RANGE=LO-HI: where free_port looks. Processes given disjoint ranges below the kernel's ephemeral
 # ones (the suite's parallel workers) can never pick the same port, nor one a client's connection is using.
-_RANGE = os.environ.get("ACKSCOPE_PORT_RANGE")
+# Read at each call, not at import: whoever sets it (the suite's conftest) may have imported this module first.
 _lock = threading.Lock()
 _next: list[int] = []
 
@@ -22,14 +22,16 @@ class NoFreePort(RuntimeError):
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now: the kernel's choice, or the next free one of
     ACKSCOPE_PORT_RANGE, never the same twice from one process while the range lasts."""
-    if not _RANGE:
+    span = os.environ.get("ACKSCOPE_PORT_RANGE")
+    if not span:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
-    lo, hi = (int(end) for end in _RANGE.split("-"))
+    lo, hi = (int(end) for end in span.split("-"))
     with _lock:
-        if not _next:  # a child process of a worker starts elsewhere in the range than its parent
-            _next.append(random.randrange(lo, hi))
+        # A random start: a worker's child process then starts elsewhere in the range than its parent.
+        if not _next or not lo <= _next[0] < hi:
+            _next[:] = [random.randrange(lo, hi)]
         for _ in range(hi - lo):
             port = _next[0]
             _next[0] = lo if port + 1 >= hi else port + 1
@@ -39,7 +41,7 @@ def free_port() -> int:
                 except OSError:
                     continue
                 return port
-    raise NoFreePort(f"no free port left in ACKSCOPE_PORT_RANGE={_RANGE}")
+    raise NoFreePort(f"no free port left in ACKSCOPE_PORT_RANGE={span}")
 
 
 @dataclass(frozen=True)
