@@ -1,6 +1,7 @@
 """The broker model: immutable records every part shares and nothing of ackscope's own below them.
 
 snapshot   the broker's state at one poll (what every source produces)
+events     what happened between polls: the broker closing a channel or connection, timing out a consumer
 source     what a source promises: a Snapshot, or SourceFailed naming each endpoint that failed
 findings   a rule's verdict on one object
 probes     the probes' statistics at one moment

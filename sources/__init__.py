@@ -6,6 +6,8 @@ prometheus_plugin  the broker's Prometheus plugin (/metrics, /metrics/detailed):
 management_source  statistics on: the API's lists, and each node's plugin for what only it counts
 plugin_source      statistics off (or a large broker): the plugin's counts, and the API's statistics-free lists
 choice             --source auto|management|prometheus: which of the two reads, poll by poll
+broker_log         the node's log: what happened between polls (channels and connections the broker closed,
+                   consumers it timed out), as ackscope.model.events' records
 """
 
 # This folder is ackscope.sources; imported by its own name from the repository root it would be a second copy of
