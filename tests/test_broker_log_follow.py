@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
-from ackscope.sources.broker_log.follow import MAX_LINE, FileFollower, StreamFollower, follow
+import pytest
+
+from ackscope.sources.broker_log.follow import MAX_LINE, Batch, FileFollower, StreamFollower, follow
 
 
 def _append(path, text: str) -> None:
     with open(path, "a") as f:
         f.write(text)
+
+
+@pytest.fixture
+def followed(tmp_path) -> tuple[Path, FileFollower]:
+    """An empty log, followed from now."""
+    log = tmp_path / "rabbit.log"
+    log.write_text("")
+    return log, FileFollower(str(log))
 
 
 def _all(follower) -> list[str]:
@@ -38,10 +49,8 @@ def test_from_start_reads_what_the_file_already_holds(tmp_path):
     assert _all(FileFollower(str(log), from_start=True)) == ["one", "two"]
 
 
-def test_a_rotated_file_is_read_to_its_end_then_the_new_one_from_its_start(tmp_path):
-    log = tmp_path / "rabbit.log"
-    log.write_text("")
-    follower = FileFollower(str(log))
+def test_a_rotated_file_is_read_to_its_end_then_the_new_one_from_its_start(tmp_path, followed):
+    log, follower = followed
     _append(log, "old 1\n")
     assert _all(follower) == ["old 1"]
     _append(log, "old 2, written before the rotation\n")
@@ -52,10 +61,8 @@ def test_a_rotated_file_is_read_to_its_end_then_the_new_one_from_its_start(tmp_p
     assert _all(follower) == ["new 2"]
 
 
-def test_a_file_truncated_in_place_is_read_again_from_its_start(tmp_path):
-    log = tmp_path / "rabbit.log"
-    log.write_text("")
-    follower = FileFollower(str(log))
+def test_a_file_truncated_in_place_is_read_again_from_its_start(followed):
+    log, follower = followed
     _append(log, "a long line before copytruncate\n")
     assert _all(follower) == ["a long line before copytruncate"]
     with open(log, "w") as f:
@@ -63,12 +70,10 @@ def test_a_file_truncated_in_place_is_read_again_from_its_start(tmp_path):
     assert _all(follower) == ["after"]
 
 
-def test_a_deleted_file_is_waited_for_and_its_successor_read_whole(tmp_path):
-    log = tmp_path / "rabbit.log"
-    log.write_text("")
-    follower = FileFollower(str(log))
+def test_a_deleted_file_is_waited_for_and_its_successor_read_whole(followed):
+    log, follower = followed
     log.unlink()
-    assert follower.read() == follower.read()  # nothing, and nothing said: the old file may still grow
+    assert follower.read() == Batch()  # nothing, and nothing said: the old file may still grow
     log.write_text("recreated\n")
     assert _all(follower) == ["recreated"]
 
@@ -89,10 +94,8 @@ def test_a_log_that_cannot_be_read_is_one_sentence(tmp_path):
     assert "\n" not in batch.problem
 
 
-def test_a_line_longer_than_the_limit_is_cut_and_counted_and_the_next_line_is_whole(tmp_path):
-    log = tmp_path / "rabbit.log"
-    log.write_text("")
-    follower = FileFollower(str(log))
+def test_a_line_longer_than_the_limit_is_cut_and_counted_and_the_next_line_is_whole(followed):
+    log, follower = followed
     _append(log, "x" * (3 * MAX_LINE))  # no newline yet: more of it may come
     first = follower.read()
     _append(log, "y" * 100 + "\nnext\n")
@@ -101,10 +104,8 @@ def test_a_line_longer_than_the_limit_is_cut_and_counted_and_the_next_line_is_wh
     assert rest == ["next"]
 
 
-def test_bytes_that_are_not_utf8_do_not_stop_the_reading(tmp_path):
-    log = tmp_path / "rabbit.log"
-    log.write_text("")
-    follower = FileFollower(str(log))
+def test_bytes_that_are_not_utf8_do_not_stop_the_reading(followed):
+    log, follower = followed
     with open(log, "ab") as f:
         f.write(b"queue \xff\xfe named oddly\r\nnext\n")
     assert _all(follower) == ["queue \ufffd\ufffd named oddly", "next"]
