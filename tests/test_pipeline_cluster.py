@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 from pipeline_builders import Log, read_reports, write_events, write_snapshots
 
 from ackscope.workloads.ports import free_port
@@ -83,8 +84,13 @@ def test_a_standalone_cluster_writes_the_reports_local_mode_writes_with_the_work
     assert [(a["name"], a["state"]) for a in apps] == [("ackscope-pipeline", "FINISHED")], apps
     logs = [p for p in spark_cluster.executor_logs() if apps[0]["id"] in str(p)]
     assert {p.parts[-4] for p in logs} == {"worker-0", "worker-1"}, logs
-    finished = {p.parts[-4]: p.read_text().count("Finished task") for p in logs}
-    assert all(n > 0 for n in finished.values()), finished
+    # A worker copies its executor's output into the log by a thread of its own, which may lag the app's end.
+    finished: dict[str, int] = {}
+
+    def each_ran_a_task() -> bool:
+        finished.update({p.parts[-4]: p.read_text().count("Finished task") for p in logs})
+        return all(n > 0 for n in finished.values())
+    wait_for(each_ran_a_task, 30, lambda: f"a finished task in each executor's log (last seen: {finished})")
 
 
 def test_a_worker_lost_mid_run_is_retried_by_spark_and_the_reports_are_still_right(spark_cluster, local_reports,
