@@ -52,7 +52,8 @@ def live(broker):
         rules = {f["rule"] for f in requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]}
         probes = requests.get(exporter.url + "/api/probes", timeout=5).json()["probes"]
         # The pages draw a queue once it has redelivered (the overview's redeliveries chart among them).
-        queues = requests.get(exporter.url + "/api/snapshot", timeout=5).json()["snapshot"]["queues"]
+        snapshot = requests.get(exporter.url + "/api/snapshot", timeout=5).json()["snapshot"]  # None before a poll
+        queues = (snapshot or {}).get("queues", [])
         looping = any(q["name"] == f"{PREFIX}requeue-loop"
                       and ((q.get("message_stats") or {}).get("redeliver") or 0) > 50 for q in queues)
         return ({"prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"} <= rules and len(probes) == 2
