@@ -238,3 +238,14 @@ def test_exchanges_that_took_nothing_carry_no_counter_and_that_is_no_missing_fie
     recorded = {name: json.loads((ROUTES / f"{name}.json").read_text()) for name in ("exchanges", "bindings")}
     assert any("message_stats" not in x for x in recorded["exchanges"])  # amq.direct and the like took nothing
     assert normalise.missing_fields(recorded) == ()
+
+
+def test_a_channel_that_counted_confirms_is_in_confirm_mode_even_when_its_flag_lags(raw):
+    publisher = next(c for c in raw["channels"] if c["confirm"] is True)
+    publisher["confirm"] = False  # as one poll of a 3.10 node sent it, while the channel had counted 20 confirms
+    snap = normalise.snapshot(raw, taken_at=1.0)
+    channel = next(c for c in snap.channels if c.name == publisher["name"])
+    assert channel.message_stats.confirm and channel.confirm is True
+    assert normalise.publishing_at_risk([publisher]) == []
+    publisher["message_stats"]["confirm"] = 0
+    assert normalise.channel(publisher, {}).confirm is False, "no confirm counted: the flag is taken as it is"

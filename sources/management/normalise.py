@@ -184,6 +184,7 @@ def channel(raw: dict, connections: dict[str, Connection],
     connection_name = connection.connection_name if connection is not None else ""
     consumer_count = as_int(raw.get("consumer_count"))
     client, identity = attribution(connection, connection_name)
+    stats = message_stats(raw.get("message_stats"))
     # Built once, whole: a copy per derived field (dataclasses.replace) cost 70 ms a poll at 5,000 channels.
     return Channel(
         name=name,
@@ -196,16 +197,23 @@ def channel(raw: dict, connections: dict[str, Connection],
         global_prefetch_count=as_int(raw.get("global_prefetch_count")),
         messages_unacked=as_int(raw.get("messages_unacknowledged")),
         messages_unconfirmed=as_int(raw.get("messages_unconfirmed")),
-        confirm=as_bool(raw.get("confirm")),
+        confirm=_confirm_mode(raw.get("confirm"), stats),
         transactional=as_bool(raw.get("transactional")),
         consumer_count=consumer_count,
         state=as_str(raw.get("state")),
-        message_stats=message_stats(raw.get("message_stats")),
+        message_stats=stats,
         consumer_prefetch=None if own_prefetch is None else _own_prefetch(own_prefetch.get(name, ()),
                                                                            consumer_count),
         client=client,
         identity=identity,
     )
+
+
+def _confirm_mode(flag: Any, stats: MessageStats) -> bool | None:
+    """The channel's confirm flag, or True where it has counted confirms: the broker sends basic.ack to a
+    publisher only in confirm mode, and the flag has been seen to lag the counters (false while 20 confirms were
+    counted, pika and amqplib, 3.10), which would call a confirming publisher one without confirms."""
+    return True if (stats.confirm or 0) > 0 else as_bool(flag)
 
 
 def publishing_at_risk(raw_channels: Any) -> list[str]:
@@ -216,7 +224,8 @@ def publishing_at_risk(raw_channels: Any) -> list[str]:
         return []
     return sorted({str(c.get("vhost", "")) for c in raw_channels if isinstance(c, dict)
                    and (as_int(as_dict(c.get("message_stats")).get("publish")) or 0) > 0
-                   and (c.get("confirm") is False or c.get("transactional") is True)})
+                   and (_confirm_mode(c.get("confirm"), message_stats(c.get("message_stats"))) is False
+                        or c.get("transactional") is True)})
 
 
 def exchanges(raw_exchanges: Any, raw_bindings: Any) -> list[Exchange]:
