@@ -70,6 +70,15 @@ def test_a_file_truncated_in_place_is_read_again_from_its_start(followed):
     assert _all(follower) == ["after"]
 
 
+def test_a_partial_line_before_a_truncation_is_not_joined_to_what_follows_it(followed):
+    log, follower = followed
+    _append(log, "complete\nhalf of a line the truncation cut off")
+    assert _all(follower) == ["complete"]
+    with open(log, "w") as f:
+        f.write("new\n")
+    assert _all(follower) == ["new"]
+
+
 def test_a_deleted_file_is_waited_for_and_its_successor_read_whole(followed):
     log, follower = followed
     log.unlink()

@@ -31,7 +31,7 @@ def _read(release: str, form: str):
 
 
 def _what(events, kind):
-    return [(e.client, e.channel, e.operation, e.reason, e.text) for e in events if e.kind == kind]
+    return [(e.connection_name, e.channel, e.operation, e.reason, e.text) for e in events if e.kind == kind]
 
 
 @pytest.mark.parametrize(("release", "form"), LOGS)
@@ -50,7 +50,7 @@ def test_each_channel_the_broker_closed_is_named_with_its_connection_operation_a
     assert errors[0].text == "unknown delivery tag 1"
     assert errors[2].text.startswith("inequivalent arg 'x-max-length' for queue 'orders' in vhost '/'")
     # The connection is named as /api/connections names it, and the client's own name is where the log gave it.
-    opened = {e.connection: e.client for e in events if e.kind == CONNECTION_OPENED}
+    opened = {e.connection: e.connection_name for e in events if e.kind == CONNECTION_OPENED}
     assert {opened[e.connection] for e in errors} == {"orders-worker"}
     assert {(e.vhost, e.user) for e in errors} == {("/", "guest")}
 
@@ -59,15 +59,15 @@ def test_each_channel_the_broker_closed_is_named_with_its_connection_operation_a
 def test_connections_opened_closed_dropped_and_refused_are_told_apart(release, form):
     _, events = _read(release, form)
     publishers = [f"per-message-publisher-{i}" for i in range(5)]
-    opened = [e.client for e in events if e.kind == CONNECTION_OPENED]
+    opened = [e.connection_name for e in events if e.kind == CONNECTION_OPENED]
     assert opened == ["orders-worker", "exclusive-owner", *publishers, "dropped-client", "stalled-worker"]
-    closed = {e.client: e.reason for e in events if e.kind == CONNECTION_CLOSED}
+    closed = {e.connection_name: e.reason for e in events if e.kind == CONNECTION_CLOSED}
     assert closed == {"exclusive-owner": "closed", "orders-worker": "closed", **dict.fromkeys(publishers, "closed"),
                       "dropped-client": "dropped", "stalled-worker": "closed"}
-    dropped = next(e for e in events if e.client == "dropped-client" and e.kind == CONNECTION_CLOSED)
+    dropped = next(e for e in events if e.connection_name == "dropped-client" and e.kind == CONNECTION_CLOSED)
     assert dropped.text == "client unexpectedly closed TCP connection"
     refused = [e for e in events if e.kind == CONNECTION_ERROR]
-    assert [(e.reason, e.client, e.vhost) for e in refused] == [("frame_error", None, None)]
+    assert [(e.reason, e.connection_name, e.vhost) for e in refused] == [("frame_error", None, None)]
     assert refused[0].text.startswith("type 1, all octets = <<0,10,0,11>>")
 
 
@@ -75,7 +75,7 @@ def test_a_consumer_timeout_on_4_0_names_the_consumer_queue_delivery_and_timeout
     for form in ("plain", "json"):
         _, events = _read("4.0.5", form)
         timeouts = [e for e in events if e.kind == CONSUMER_TIMEOUT]
-        assert [(e.client, e.channel, e.queue, e.consumer_tag, e.delivery_tag, e.timeout_ms, e.reason)
+        assert [(e.connection_name, e.channel, e.queue, e.consumer_tag, e.delivery_tag, e.timeout_ms, e.reason)
                 for e in timeouts] == [
             (None, 2, "stalled-classic", "stalled-classic-consumer", 1, 15000, "precondition_failed"),
             (None, 3, "stalled-quorum", "stalled-quorum-consumer", 1, 15000, "precondition_failed")]
@@ -97,8 +97,8 @@ def test_on_4_3_the_log_says_nothing_of_a_timed_out_consumer():
     # stalled worker's connection has no event between its opening and its close.
     for form in ("plain", "json"):
         _, events = _read("4.3.6", form)
-        stalled = [e.kind for e in events if e.client == "stalled-worker" or (
-            e.connection in {o.connection for o in events if o.client == "stalled-worker"})]
+        stalled = [e.kind for e in events if e.connection_name == "stalled-worker" or (
+            e.connection in {o.connection for o in events if o.connection_name == "stalled-worker"})]
         assert stalled == [CONNECTION_OPENED, CONNECTION_CLOSED]
 
 

@@ -7,15 +7,21 @@ import logging
 from pathlib import Path
 
 from ackscope.model.events import CHANNEL_ERROR, CONNECTION_OPENED
-from ackscope.sources.broker_log import watch
+from ackscope.sources.broker_log import follow
 from ackscope.sources.broker_log.follow import MAX_LINE
-from ackscope.sources.broker_log.watch import BrokerLogWatch
+from ackscope.sources.broker_log.watch import BrokerLogWatch, LogRead
 
 RECORDED = Path(__file__).parent / "data" / "broker-log-4.0.5" / "plain.log"
 ERROR = ("2026-11-26 08:23:18.{0:06d}+00:00 [error] <0.{0}.0> Channel error on connection <0.742.0> "
          "(127.0.0.1:47800 -> 127.0.0.1:5672, vhost: '/', user: 'guest'), channel 1:\n"
          "2026-11-26 08:23:18.{0:06d}+00:00 [error] <0.{0}.0> operation basic.ack caused a channel exception "
          "precondition_failed: unknown delivery tag 1\n")
+
+
+def _read(watching: BrokerLogWatch) -> tuple[list, LogRead]:
+    events: list = []
+    read = watching.read(events.extend)
+    return events, read
 
 
 def _said(caplog) -> list[str]:
@@ -26,14 +32,14 @@ def test_each_read_gives_what_was_written_since_the_last(tmp_path):
     log = tmp_path / "rabbit.log"
     log.write_text("2026-11-26 08:23:17.000000+00:00 [info] <0.1.0> before ackscope started\n")
     watching = BrokerLogWatch(str(log))
-    assert watching.read().events == ()
+    assert _read(watching)[0] == []
     with open(log, "a") as f:
         f.write(RECORDED.read_text())
-    first = watching.read()
-    assert [e.kind for e in first.events].count(CHANNEL_ERROR) == 6
-    assert first.events[0].kind == CONNECTION_OPENED and first.events[0].client == "orders-worker"
-    assert first.problem is None and first.dropped == 0
-    assert watching.read().events == ()
+    events, first = _read(watching)
+    assert [e.kind for e in events].count(CHANNEL_ERROR) == 6
+    assert events[0].kind == CONNECTION_OPENED and events[0].connection_name == "orders-worker"
+    assert first.problem is None and first.counts.events == len(events)
+    assert _read(watching)[0] == []
 
 
 def test_a_missing_log_is_said_once_and_its_return_once(tmp_path, caplog):
@@ -41,10 +47,10 @@ def test_a_missing_log_is_said_once_and_its_return_once(tmp_path, caplog):
     log = tmp_path / "rabbit.log"
     watching = BrokerLogWatch(str(log))
     for _ in range(3):
-        assert watching.read().problem.startswith(f"the broker log {log} does not exist (yet)")
+        assert _read(watching)[1].problem.startswith(f"the broker log {log} does not exist (yet)")
     log.write_text(ERROR.format(1))
-    read = watching.read()
-    assert read.problem is None and [e.kind for e in read.events] == [CHANNEL_ERROR]
+    events, read = _read(watching)
+    assert read.problem is None and [e.kind for e in events] == [CHANNEL_ERROR]
     assert _said(caplog) == [
         f"broker log: the broker log {log} does not exist (yet): it is looked for again at each poll",
         f"broker log: {log} is read again"]
@@ -56,11 +62,11 @@ def test_lines_in_an_unknown_format_and_overlong_lines_are_said_once_and_the_res
     watching = BrokerLogWatch(str(log))
     with open(log, "a") as f:
         f.write("=ERROR REPORT==== 26-Nov-2026::08:23:17 ===\n" + "x" * (2 * MAX_LINE) + "\n" + ERROR.format(1))
-    first = watching.read()
+    first, _ = _read(watching)
     with open(log, "a") as f:
         f.write("=ERROR REPORT==== again\n" + "y" * (2 * MAX_LINE) + "\n" + ERROR.format(2))
-    second = watching.read()
-    assert [e.kind for e in first.events + second.events] == [CHANNEL_ERROR, CHANNEL_ERROR]
+    second_events, second = _read(watching)
+    assert [e.kind for e in first + second_events] == [CHANNEL_ERROR, CHANNEL_ERROR]
     assert second.counts.unknown == 4 and second.truncated == 2
     assert _said(caplog) == [
         f"broker log: {log} has lines in neither of RabbitMQ's formats (plain or JSON), passed over and counted; "
@@ -68,12 +74,15 @@ def test_lines_in_an_unknown_format_and_overlong_lines_are_said_once_and_the_res
         f"broker log: {log} has lines longer than 64 KiB; each is read up to that and counted"]
 
 
-def test_a_burst_beyond_what_one_read_keeps_is_counted_not_held(tmp_path, monkeypatch):
-    monkeypatch.setattr(watch, "MAX_EVENTS", 100)
+def test_a_burst_is_handed_over_in_batches_of_bounded_size_each_event_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(follow, "READ_BYTES", 4096)
     log = tmp_path / "rabbit.log"
     log.write_text("")
     watching = BrokerLogWatch(str(log))
     log.write_text("".join(ERROR.format(i) for i in range(1000)))
-    read = watching.read()
-    assert len(read.events) == 100 and read.dropped == 900 and read.counts.events == 1000
-    assert read.events[-1].pid == "<0.742.0>" and read.events[-1].at > read.events[0].at  # the newest kept
+    batches: list[list] = []
+    read = watching.read(batches.append)
+    events = [e for batch in batches for e in batch]
+    assert len(events) == 1000 == read.counts.events and len(batches) > 50
+    assert max(len(b) for b in batches) <= 4096 // len(ERROR.format(0).split("\n")[0])
+    assert [e.at for e in events] == sorted(e.at for e in events)

@@ -69,7 +69,7 @@ class FileFollower:
         self._open(at_end=not from_start)
 
     def read(self) -> Batch:
-        problem = self._reopen_if_rotated()
+        problem = self._open_or_rewind()
         if self._file is None:
             return Batch(problem=problem)
         data = self._file.read(READ_BYTES)
@@ -85,12 +85,15 @@ class FileFollower:
             self._file.close()
             self._file = None
 
-    def _reopen_if_rotated(self) -> str | None:
+    def _open_or_rewind(self) -> str | None:
+        """Open the file if it is not open (it was missing or unreadable: it is read whole once it is there), or
+        go back to its start if it was truncated in place; what went wrong, if anything."""
         if self._file is None:
             return self._open(at_end=False)
         try:
             if os.fstat(self._file.fileno()).st_size < self._file.tell():
-                self._file.seek(0)  # truncated in place
+                self._file.seek(0)  # truncated in place: the partial line before it belonged to the old content
+                self._lines = _Lines()
         except OSError as e:
             return f"the broker log {self.path} cannot be read: {e.strerror}"
         return None
@@ -142,13 +145,13 @@ class StreamFollower:
         self._queue.put(None)
 
     def read(self) -> Batch:
+        """What has arrived, up to 10 chunks: the caller reads again until a read gives nothing."""
         lines: list[str] = []
         truncated = 0
-        while len(lines) < 10 * self.CHUNK_LINES and not self._ended:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
+        for _ in range(10):
+            if self._ended or self._queue.empty():
                 break
+            item = self._queue.get_nowait()  # the only reader: not empty stays not empty
             if item is None:
                 self._ended = True
             else:

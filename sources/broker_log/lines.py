@@ -148,7 +148,7 @@ class LogReader:
             return None
         if message.startswith("connection ") and (found := _GRANTED.match(message)):
             return BrokerEvent(r.at, CONNECTION_OPENED, BROKER_LOG, connection=found["a"] or found["b"],
-                               pid=r.pid, client=found["an"] or found["bn"], vhost=found["vhost"],
+                               pid=r.pid, connection_name=found["an"] or found["bn"], vhost=found["vhost"],
                                user=found["user"])
         if message.startswith("closing AMQP connection") and (found := _CLOSING.match(message)):
             return self._closing(r, found)
@@ -175,7 +175,7 @@ class LogReader:
 
     def _closing(self, r: _Record, found: re.Match) -> BrokerEvent:
         why = (found["why"] or "").strip()
-        common = dict(connection=found["conn"], pid=r.pid, client=found["name"], vhost=found["vhost"],
+        common = dict(connection=found["conn"], pid=r.pid, connection_name=found["name"], vhost=found["vhost"],
                       user=found["user"])
         if error := _AMQP_ERROR.search(why):
             return BrokerEvent(r.at, CONNECTION_ERROR, BROKER_LOG, reason=error[1], text=error[2], **common)

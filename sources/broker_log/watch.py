@@ -4,7 +4,7 @@ or understood counted, and said once in the log of ackscope (when it starts, and
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ackscope.model.events import BrokerEvent
@@ -14,17 +14,12 @@ from .lines import LogCounts, LogReader
 
 log = logging.getLogger("ackscope.broker_log")
 
-# Events one read keeps, the newest: a burst beyond it is counted in `dropped`, never held.
-MAX_EVENTS = 10_000
-
 
 @dataclass(frozen=True)
 class LogRead:
-    """One read of the log: its new events (at most MAX_EVENTS, the newest), how many more there were, the
-    reader's counts since it started, and why the log could not be read, if it could not."""
+    """How one read of the log went: the reader's counts since it started, and why the log could not be read,
+    if it could not."""
 
-    events: tuple[BrokerEvent, ...]
-    dropped: int
     counts: LogCounts
     truncated: int  # lines cut at follow.MAX_LINE, since it started
     problem: str | None
@@ -43,25 +38,18 @@ class BrokerLogWatch:
         self._unknown_said = False
         self._truncated_said = False
 
-    def read(self) -> LogRead:
-        events: deque[BrokerEvent] = deque(maxlen=MAX_EVENTS)
-        seen = 0
-        problem = None
+    def read(self, take: Callable[[list[BrokerEvent]], None]) -> LogRead:
+        """Everything written since the last read, handed to `take` a batch (at most follow.READ_BYTES of lines)
+        at a time, oldest first: a burst is counted as it passes, never held whole."""
         while True:
             batch = self._follower.read()
-            problem = batch.problem
             self._truncated += batch.truncated
             if not batch.lines:
                 break
-            got = self._reader.feed(batch.lines)
-            seen += len(got)
-            events.extend(got)
-        got = self._reader.flush()
-        seen += len(got)
-        events.extend(got)
-        self._say(problem)
-        return LogRead(tuple(events), seen - len(events), LogCounts(**vars(self._reader.counts)), self._truncated,
-                       problem)
+            take(self._reader.feed(batch.lines))
+        take(self._reader.flush())
+        self._say(batch.problem)
+        return LogRead(LogCounts(**vars(self._reader.counts)), self._truncated, batch.problem)
 
     def close(self) -> None:
         self._follower.close()
