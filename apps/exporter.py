@@ -27,13 +27,14 @@ from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.exposition import compressed, probe_metrics
 from ackscope.exporter.history import SnapshotHistory
 from ackscope.exporter.poller import Poller
+from ackscope.model.events import Breaks
 from ackscope.model.findings import Diagnosis
 from ackscope.model.probes import ProbeStats
 from ackscope.model.snapshot import Snapshot
 from ackscope.probes import config as probe_config
 from ackscope.probes.config import ProbeConfig
 from ackscope.probes.service import Probes
-from ackscope.sources import KINDS, Selection, make_source
+from ackscope.sources import KINDS, BreakLedger, BrokerLogWatch, Selection, make_source
 
 log = logging.getLogger("ackscope.exporter")
 
@@ -71,6 +72,8 @@ OPTIONS = (
            "(password from ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE)"),
     Option("web_tls_cert", None, config.existing_file, "serve HTTPS with this certificate (PEM)"),
     Option("web_tls_key", None, config.existing_file, "private key of --web-tls-cert (PEM)"),
+    Option("broker_log", None, str, "the broker node's log file, followed across rotation ('-': standard input, e.g. "
+           "kubectl logs -f): why channels and connections were closed, consumers timed out, connections churned"),
     probe_config.DATA_DIR,
     Option("snapshot_every", 1, config.positive_int, "with --data-dir, record every Nth poll's snapshot"),
 )
@@ -97,6 +100,7 @@ class ExporterConfig:
     thresholds: Thresholds = Thresholds()
     data_dir: str | None = None  # probe events and snapshot history as Parquet
     snapshot_every: int = 1
+    broker_log: str | None = None  # the node's log file, or "-" for standard input
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +131,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         web=WebSecurity(v["web_username"], v["web_password"], v["web_tls_cert"], v["web_tls_key"]),
         probes=probe_config.load(args, environ, document, path, v["data_dir"]),
         thresholds=load_thresholds(document, path),
-        data_dir=v["data_dir"], snapshot_every=v["snapshot_every"],
+        data_dir=v["data_dir"], snapshot_every=v["snapshot_every"], broker_log=v["broker_log"],
         source=v["source"], prometheus_url=v["prometheus_url"], cli=v["cli"],
     )
 
@@ -175,11 +179,15 @@ class Exporter:
         self.recent = Recent(cfg.thresholds.window_seconds)  # the window the rate-like rules judge
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
+        self.ledger = BreakLedger(cfg.thresholds.window_seconds,
+                                  BrokerLogWatch(cfg.broker_log) if cfg.broker_log else None)
         self.poller = Poller(source, interval=cfg.interval, limits=cfg.limits, diagnose=self._diagnose,
-                             record=self.history.record if self.history is not None else None)
+                             record=self.history.record if self.history is not None else None,
+                             breaks=lambda snapshot: self.ledger.update(snapshot, time.time()))
         healthy = loop_healthy(lambda: self.poller.status.last_attempt_at, time.time(), cfg.interval, cfg.deadline)
         source = Source(self._metrics_body, healthy, {"/api/snapshot": lambda: self.poller.exposition.snapshot.gz(),
                                                       "/api/findings": lambda: self.poller.exposition.findings.gz(),
+                                                      "/api/breaks": lambda: self.poller.exposition.breaks.gz(),
                                                       "/api/probes": self._probes_json})
         try:
             self.server = make_server(*cfg.listen, source, cfg.web)
@@ -189,9 +197,9 @@ class Exporter:
     def _probe_stats(self) -> ProbeStats:
         return self.probes.stats() if self.probes is not None else ProbeStats(time.time())
 
-    def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None) -> Diagnosis:
+    def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None, breaks: Breaks | None) -> Diagnosis:
         verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds,
-                                   window=self.recent.start(snapshot)))
+                                   window=self.recent.start(snapshot), breaks=breaks))
         return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)))
 
     def _probes_json(self) -> bytes:
@@ -226,6 +234,7 @@ class Exporter:
         self.server.shutdown()
         self.server.server_close()
         self.poller.stop()
+        self.ledger.close()
         if self.probes is not None:
             self.probes.stop()
         if self.history is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ackscope.model.events import Breaks
 from ackscope.model.findings import Finding
 from ackscope.model.probes import TargetStats
 from ackscope.model.snapshot import (DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Exchange, Link, Queue,
@@ -27,6 +28,8 @@ class Context:
     # The snapshot at the start of the recent window (diagnosis.window.Recent) that rate-like rules judge;
     # the previous sample when None (`ackscope diagnose` reads twice, a window apart).
     window: Snapshot | None = None
+    # The events the broker's log (or event exchange) told of over the window; None where no such source is read.
+    breaks: Breaks | None = None
 
     def __post_init__(self):
         s = self.snapshot

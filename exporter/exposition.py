@@ -18,11 +18,13 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ackscope.model.events import Breaks, cause
 from ackscope.model.findings import Diagnosis
 from ackscope.model.probes import ProbeStats
 from ackscope.model.snapshot import Snapshot
 
 from .cardinality import Limits, shape
+from .collectors.breaks import BreakCollector
 from .collectors.channels import ChannelCollector
 from .collectors.connections import ConnectionCollector
 from .collectors.consumers import ConsumerCollector
@@ -75,6 +77,7 @@ class Exposition:
     snapshot: Document
     snapshot_taken_at: float | None
     findings: Document
+    breaks: Document
 
     def age_text(self, now: float | None = None) -> bytes:
         """The scrape-time family: seconds since the snapshot behind /api/snapshot was taken."""
@@ -93,13 +96,15 @@ class Exposition:
 
 
 def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
-           diagnosis: Diagnosis = Diagnosis(), label_sets: LabelSets | None = None) -> Exposition:
+           diagnosis: Diagnosis = Diagnosis(), label_sets: LabelSets | None = None,
+           breaks: Breaks | None = None) -> Exposition:
     """The exposition for the latest poll. Broker series come only from a snapshot the last poll produced:
     after a failed poll /metrics says so (ackscope_up 0) instead of repeating stale numbers, while
     /api/snapshot keeps the last good snapshot, marked stale, for the UI. `label_sets`: the last render's,
-    kept by the caller from poll to poll."""
+    kept by the caller from poll to poll. `breaks`: what the broker's log told, counted whether or not the
+    broker's API answered."""
     shaped = shape(snapshot, limits) if snapshot is not None and status.up else None
-    collectors = [SelfCollector(status, shaped)]
+    collectors = [SelfCollector(status, shaped), BreakCollector(breaks)]
     if shaped is not None:
         collectors += [OverviewCollector(snapshot), NodeCollector(snapshot), ConnectionCollector(snapshot),
                        ChannelCollector(shaped), ConsumerCollector(shaped), LinkCollector(snapshot),
@@ -109,6 +114,7 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
         snapshot=Document(lambda: snapshot_json(snapshot, status)),
         snapshot_taken_at=snapshot.taken_at if snapshot is not None else None,
         findings=Document(lambda: findings_json(diagnosis, snapshot, status)),
+        breaks=Document(lambda: breaks_json(breaks)),
     )
 
 
@@ -126,6 +132,16 @@ def findings_json(diagnosis: Diagnosis, snapshot: Snapshot | None, status: PollS
                        "taken_at": None if snapshot is None else snapshot.taken_at,
                        "findings": [f.to_json() for f in diagnosis.findings],
                        "not_evaluated": [n.to_json() for n in diagnosis.not_evaluated]},
+                      separators=(",", ":")).encode()
+
+
+def breaks_json(breaks: Breaks | None) -> bytes:
+    """/api/breaks: the window's events (the timeline of breaks), oldest first, with the sources that told them
+    and what could not be read."""
+    if breaks is None:
+        return b'{"sources":[],"events":[],"problems":[]}'
+    return json.dumps({"at": breaks.at, "sources": list(breaks.sources), "problems": list(breaks.problems),
+                       "events": [dict(_record(e), cause=cause(e)) for e in breaks.events]},
                       separators=(",", ":")).encode()
 
 

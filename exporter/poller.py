@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from ackscope.core import native_memory
 from ackscope.core.episode import Episode
+from ackscope.model.events import Breaks
 from ackscope.model.findings import Diagnosis
 from ackscope.model.snapshot import Snapshot, sharing
 from ackscope.model.source import FetchError, Source, SourceFailed
@@ -32,8 +33,9 @@ STOP_WAIT_S = 2.0  # how long a stop waits for the poll in flight
 
 class Poller:
     def __init__(self, source: Source, *, interval: float, limits: Limits = Limits(),
-                 diagnose: Callable[[Snapshot, Snapshot | None], Diagnosis] | None = None,
-                 record: Callable[[Snapshot], None] | None = None):
+                 diagnose: Callable[[Snapshot, Snapshot | None, Breaks | None], Diagnosis] | None = None,
+                 record: Callable[[Snapshot], None] | None = None,
+                 breaks: Callable[[Snapshot | None], Breaks] | None = None):
         self.source = source
         self.interval = interval
         self.limits = limits
@@ -41,6 +43,10 @@ class Poller:
         self.snapshot: Snapshot | None = None
         self.diagnose = diagnose
         self.record = record  # keeps each good snapshot (the history under --data-dir)
+        # Reads the event sources (the broker's log) at each poll, given this poll's snapshot or None where it
+        # failed: a broker whose API does not answer may still be logging why.
+        self.read_breaks = breaks
+        self.breaks: Breaks | None = None
         self.diagnosis = Diagnosis()
         self.exposition: Exposition = render(None, self.status, limits)
         self._label_sets = LabelSets()  # each series' labels as the last render wrote them
@@ -77,9 +83,11 @@ class Poller:
         try:
             snapshot = sharing(self.source.read(), self.snapshot)
         except SourceFailed as failure:
+            self._read_breaks(None)
             self._publish_failure(failure.errors, started, started_wall)
         else:
             self._say_overrun(time.monotonic() - started)  # a failed poll is down, not slow: said as such
+            self._read_breaks(snapshot)
             self.diagnosis = self._diagnose(snapshot, self.snapshot)
             self.snapshot = snapshot
             if self.record is not None:
@@ -90,7 +98,17 @@ class Poller:
             for note in set(snapshot.notes) - self._notes_logged:
                 log.info("%s", note)
                 self._notes_logged.add(note)
-        self.exposition = render(self.snapshot, self.status, self.limits, self.diagnosis, self._label_sets)
+        self.exposition = render(self.snapshot, self.status, self.limits, self.diagnosis, self._label_sets,
+                                 self.breaks)
+
+    def _read_breaks(self, snapshot: Snapshot | None) -> None:
+        if self.read_breaks is None:
+            return
+        try:
+            self.breaks = self.read_breaks(snapshot)
+        except Exception as e:  # a broken event source must not cost the metrics
+            log.error("reading the broker's events failed: %s: %s", type(e).__name__, e)
+            log.debug("event source failure", exc_info=True)
 
     def _say_overrun(self, took: float) -> None:
         """A poll longer than the interval is slow, not down: the next starts when it ends, the metrics are
@@ -108,7 +126,7 @@ class Poller:
         if self.diagnose is None:
             return Diagnosis()
         try:
-            return self.diagnose(snapshot, previous)
+            return self.diagnose(snapshot, previous, self.breaks)
         except Exception as e:  # a broken rule must not cost the metrics
             log.error("diagnosis failed: %s: %s", type(e).__name__, e)
             log.debug("diagnosis failure", exc_info=True)

@@ -8,7 +8,9 @@ exchange), and a field the source did not give is None.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 # kind: what happened.
 CHANNEL_ERROR = "channel_error"  # the broker closed a channel on an error (reason: the AMQP error, e.g. precondition_failed)
@@ -32,7 +34,8 @@ class BrokerEvent:
     connection: str | None = None
     # The connection's Erlang process ("<0.1234.0>"): the log names the connection by it where it gives no name.
     pid: str | None = None
-    client: str | None = None  # the name the client gave its connection (connection_name), where said
+    connection_name: str | None = None  # the name the client gave its connection, where said
+    client: str | None = None  # its client library and version, where a poll saw the connection (attributed)
     vhost: str | None = None
     user: str | None = None
     channel: int | None = None
@@ -43,3 +46,42 @@ class BrokerEvent:
     consumer_tag: str | None = None
     delivery_tag: int | None = None
     timeout_ms: int | None = None  # the consumer timeout the broker applied
+
+
+# Why a channel or connection was closed, as a label: the AMQP error, or for precondition_failed (which covers
+# unrelated mistakes) the mistake the broker's text names. Each has its own remedy (diagnosis.breaks).
+UNKNOWN_DELIVERY_TAG = "unknown_delivery_tag"  # a double ack, an ack on another channel, an ack after a reconnect
+INEQUIVALENT_ARGUMENTS = "inequivalent_arguments"  # a redeclare with other arguments or properties
+_PRECONDITIONS = (("unknown delivery tag", UNKNOWN_DELIVERY_TAG), ("inequivalent arg", INEQUIVALENT_ARGUMENTS))
+
+
+def cause(e: BrokerEvent) -> str:
+    """The event's reason as a bounded label: "unknown_delivery_tag", "not_found", "frame_error", "dropped"..."""
+    if e.reason == "precondition_failed" and e.text:
+        for words, name in _PRECONDITIONS:
+            if words in e.text:
+                return name
+    return (e.reason or "unknown").replace(" ", "_")
+
+
+# What a counter of breaks is kept by: (kind, vhost, user, connection_name, client, cause), "" where unknown.
+TallyKey = tuple[str, str, str, str, str, str]
+
+
+@dataclass(frozen=True)
+class Breaks:
+    """The events sources told of, as one poll holds them beside its snapshot: those of the recent window
+    (attributed to their clients where a poll saw the connection), every event counted since ackscope started,
+    and how reading went."""
+
+    at: float
+    sources: tuple[str, ...] = ()  # the event sources configured (BROKER_LOG, EVENT_EXCHANGE); none: polls only
+    events: tuple[BrokerEvent, ...] = ()  # the window's, oldest first
+    totals: Mapping[TallyKey, int] = field(default_factory=lambda: MappingProxyType({}))
+    problems: tuple[str, ...] = ()  # a source that could not be read this poll, one line each
+    lines: int = 0  # log lines read since the start
+    unknown_lines: int = 0  # in neither of the log's formats
+    truncated_lines: int = 0  # cut at the reader's line limit
+
+    def told_by(self, source: str) -> bool:
+        return source in self.sources

@@ -8,6 +8,7 @@ plugin_source      statistics off (or a large broker): the plugin's counts, and 
 choice             --source auto|management|prometheus: which of the two reads, poll by poll
 broker_log         the node's log: what happened between polls (channels and connections the broker closed,
                    consumers it timed out), as ackscope.model.events' records
+break_ledger       those events held beside the snapshots: attributed to clients, the window's kept, all counted
 """
 
 # This folder is ackscope.sources; imported by its own name from the repository root it would be a second copy of
@@ -15,10 +16,12 @@ broker_log         the node's log: what happened between polls (channels and con
 if __name__ != "ackscope.sources":
     raise ImportError(f"{__name__} is part of ackscope: import ackscope.sources")
 
+from .break_ledger import BreakLedger
+from .broker_log.watch import BrokerLogWatch
 from .choice import KINDS, make_source
 from .management_source import ManagementSource
 from .plugin_source import PrometheusPluginSource
 from .selection import Selection
 
-__all__ = ["KINDS", "ManagementSource", "PrometheusPluginSource", "Selection",
+__all__ = ["KINDS", "BreakLedger", "BrokerLogWatch", "ManagementSource", "PrometheusPluginSource", "Selection",
            "make_source"]

@@ -1,0 +1,81 @@
+"""The events the sources tell of, held beside the snapshots (model.events.Breaks): read at each poll, each
+attributed to the client whose connection it names, kept for the recent window, and counted since the start.
+
+A connection is named in the log by the broker's name for it ("peer -> local"). Its client's own name comes from
+the line that granted it its vhost (4.x and 3.10 both print it there), or from a poll that saw it; its library
+and version from a poll only. A connection shorter than a poll is seen by the log alone.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import replace
+from types import MappingProxyType
+
+from ackscope.model.events import BROKER_LOG, CONNECTION_OPENED, BrokerEvent, Breaks, TallyKey, cause
+from ackscope.model.snapshot import Snapshot
+
+from .broker_log.watch import BrokerLogWatch
+
+# Events the window holds at most, the newest: a burst beyond it is counted in the totals, not kept.
+MAX_WINDOW_EVENTS = 10_000
+# Counters kept apart by client and cause at most; beyond, a new one is counted under FOLDED (cardinality).
+MAX_TALLIES = 5_000
+FOLDED = "(folded)"
+# Connections whose names are remembered, the most recently seen: a connection per message must not grow it.
+MAX_CONNECTIONS = 50_000
+
+
+class BreakLedger:
+    def __init__(self, window_seconds: float, log: BrokerLogWatch | None = None):
+        self.window_seconds = window_seconds
+        self._log = log
+        self._window: deque[BrokerEvent] = deque(maxlen=MAX_WINDOW_EVENTS)
+        self._totals: dict[TallyKey, int] = {}
+        # The broker's name for a connection -> (connection_name, client library), as last learned.
+        self._names: OrderedDict[str, tuple[str | None, str | None]] = OrderedDict()
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (BROKER_LOG,) if self._log is not None else ()
+
+    def update(self, snapshot: Snapshot | None, now: float) -> Breaks:
+        """Read every source once: `snapshot` (None where the poll failed) names the connections it saw."""
+        if snapshot is not None:
+            for c in snapshot.connections:
+                self._learn(c.name, c.connection_name or None, c.client)
+        read = self._log.read(self._take) if self._log is not None else None
+        while self._window and self._window[0].at < now - self.window_seconds:
+            self._window.popleft()
+        breaks = Breaks(at=now, sources=self.sources, events=tuple(self._window),
+                        totals=MappingProxyType(dict(self._totals)))
+        if read is None:
+            return breaks
+        return replace(breaks, problems=(read.problem,) if read.problem else (), lines=read.counts.lines,
+                       unknown_lines=read.counts.unknown, truncated_lines=read.truncated)
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+
+    def _learn(self, connection: str, connection_name: str | None, client: str | None) -> None:
+        known = self._names.pop(connection, (None, None))
+        self._names[connection] = (connection_name or known[0], client or known[1])
+        if len(self._names) > MAX_CONNECTIONS:
+            self._names.popitem(last=False)
+
+    def _take(self, events: list[BrokerEvent]) -> None:
+        for e in events:
+            if e.connection:
+                if e.kind == CONNECTION_OPENED:
+                    self._learn(e.connection, e.connection_name, None)
+                name, client = self._names.get(e.connection, (None, None))
+                e = replace(e, connection_name=e.connection_name or name, client=client)
+            self._window.append(e)
+            self._count(e)
+
+    def _count(self, e: BrokerEvent) -> None:
+        key = (e.kind, e.vhost or "", e.user or "", e.connection_name or "", e.client or "", cause(e))
+        if key not in self._totals and len(self._totals) >= MAX_TALLIES:
+            key = (e.kind, e.vhost or "", "", FOLDED, "", cause(e))
+        self._totals[key] = self._totals.get(key, 0) + 1

@@ -1,0 +1,108 @@
+"""The events held beside the snapshots: attributed to the client whose connection they name, kept for the window,
+counted since the start under a bound, whatever the log does."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_CLOSED, CONNECTION_OPENED,
+                                   CONSUMER_TIMEOUT)
+from ackscope.model.snapshot import Connection, MessageStats, Overview, Snapshot
+from ackscope.sources import break_ledger
+from ackscope.sources.break_ledger import FOLDED, BreakLedger
+from ackscope.sources.broker_log.watch import BrokerLogWatch
+
+DATA = Path(__file__).parent / "data"
+# Just after every recorded line (the recordings were made 2026-11-26 08:23-08:26 UTC): a window's end.
+RECORDED_AT = datetime(2026, 11, 26, 9, 0, tzinfo=timezone.utc).timestamp()
+ERROR_AT = datetime(2026, 11, 26, 8, 23, 19, tzinfo=timezone.utc).timestamp()  # a second after ERROR's lines
+ERROR = ("2026-11-26 08:23:18.{0:06d}+00:00 [error] <0.{0}.0> Channel error on connection <0.742.0> "
+         "(127.0.0.1:{1} -> 127.0.0.1:5672, vhost: '/', user: 'guest'), channel 1:\n"
+         "2026-11-26 08:23:18.{0:06d}+00:00 [error] <0.{0}.0> operation basic.ack caused a channel exception "
+         "precondition_failed: unknown delivery tag 1\n")
+
+
+def _snapshot(*connections: Connection) -> Snapshot:
+    return Snapshot(taken_at=0.0, overview=Overview("4.0.5", None, None, None, False, MessageStats()),
+                    connections=connections)
+
+
+def _connection(name: str, connection_name: str, client: str) -> Connection:
+    return Connection(name=name, vhost="/", user="guest", connection_name=connection_name, heartbeat_seconds=60,
+                      state="running", node=None, peer_host="127.0.0.1", client=client)
+
+
+@pytest.fixture
+def log(tmp_path) -> Path:
+    path = tmp_path / "rabbit.log"
+    path.write_text("")
+    return path
+
+
+@pytest.mark.parametrize("release", ["3.10.8", "4.0.5", "4.3.6"])
+def test_each_recorded_break_is_named_by_the_client_that_opened_its_connection(log, release):
+    ledger = BreakLedger(window_seconds=1e9, log=BrokerLogWatch(str(log)))
+    log.write_text((DATA / f"broker-log-{release}" / "plain.log").read_text())
+    breaks = ledger.update(None, now=RECORDED_AT)
+    assert breaks.sources == (BROKER_LOG,) and breaks.problems == () and breaks.lines > 200
+    errors = [e for e in breaks.events if e.kind == CHANNEL_ERROR]
+    assert errors and all(e.connection_name for e in errors), "every channel error's connection opened in the log"
+    by_client = {(k[0], k[3], k[5]): n for k, n in breaks.totals.items()}
+    assert by_client[(CHANNEL_ERROR, "orders-worker", "unknown_delivery_tag")] >= 2
+    assert by_client[(CONNECTION_OPENED, "per-message-publisher-0", "unknown")] == 1
+    assert by_client[(CONNECTION_CLOSED, "dropped-client", "dropped")] == 1
+    timeouts = [e for e in breaks.events if e.kind == CONSUMER_TIMEOUT]
+    assert len(timeouts) == (0 if release == "4.3.6" else 2), "4.3 logs no consumer timeout"
+    assert all(e.connection_name == "stalled-worker" for e in timeouts)
+
+
+def test_a_connection_a_poll_saw_lends_its_events_its_client_library(log):
+    ledger = BreakLedger(window_seconds=60, log=BrokerLogWatch(str(log)))
+    ledger.update(_snapshot(_connection("127.0.0.1:47800 -> 127.0.0.1:5672", "billing", "amqplib 0.10.5")), now=0)
+    log.write_text(ERROR.format(1, 47800) + ERROR.format(2, 47999))
+    breaks = ledger.update(None, now=ERROR_AT)
+    assert [(e.connection_name, e.client) for e in breaks.events] == [("billing", "amqplib 0.10.5"), (None, None)]
+    assert breaks.totals[(CHANNEL_ERROR, "/", "guest", "billing", "amqplib 0.10.5", "unknown_delivery_tag")] == 1
+    assert breaks.totals[(CHANNEL_ERROR, "/", "guest", "", "", "unknown_delivery_tag")] == 1
+
+
+def test_the_window_keeps_recent_events_and_the_totals_keep_counting(log):
+    ledger = BreakLedger(window_seconds=60, log=BrokerLogWatch(str(log)))
+    log.write_text(ERROR.format(1, 1000))
+    first = ledger.update(None, now=ERROR_AT)
+    assert len(first.events) == 1
+    log.write_text(log.read_text() + ERROR.format(2, 1001).replace("08:23:18", "08:24:18"))
+    later = ledger.update(None, now=first.events[0].at + 61)
+    assert [e.pid for e in later.events] == ["<0.742.0>"] and later.events[0].at > first.events[0].at
+    assert sum(later.totals.values()) == 2
+    assert ledger.update(None, now=RECORDED_AT + 3600).events == ()
+
+
+def test_a_burst_keeps_the_newest_events_and_counts_every_one_under_a_bounded_number_of_counters(log, monkeypatch):
+    monkeypatch.setattr(break_ledger, "MAX_TALLIES", 10)
+    monkeypatch.setattr(break_ledger, "MAX_WINDOW_EVENTS", 100)
+    ledger = BreakLedger(window_seconds=1e9, log=BrokerLogWatch(str(log)))
+    opened = "".join(f"2026-11-26 08:23:18.{i:06d}+00:00 [info] <0.{i}.0> connection 127.0.0.1:{i} -> 127.0.0.1:5672"
+                     f" - worker-{i}: user 'guest' authenticated and granted access to vhost '/'\n"
+                     for i in range(1000))
+    log.write_text(opened)
+    breaks = ledger.update(None, now=RECORDED_AT)
+    assert len(breaks.events) == 100 and breaks.events[-1].connection_name == "worker-999"
+    assert len(breaks.totals) == 11 and sum(breaks.totals.values()) == 1000
+    assert breaks.totals[(CONNECTION_OPENED, "/", "", FOLDED, "", "unknown")] == 990
+
+
+def test_a_log_that_cannot_be_read_is_a_problem_of_its_own_and_the_rest_is_held(tmp_path):
+    ledger = BreakLedger(window_seconds=60, log=BrokerLogWatch(str(tmp_path / "missing.log")))
+    breaks = ledger.update(_snapshot(), now=1.0)
+    assert breaks.problems == (f"the broker log {tmp_path / 'missing.log'} does not exist (yet): it is looked for "
+                               "again at each poll",)
+    assert breaks.sources == (BROKER_LOG,) and breaks.events == ()
+
+
+def test_without_a_log_the_ledger_tells_of_no_source():
+    breaks = BreakLedger(window_seconds=60).update(_snapshot(), now=1.0)
+    assert breaks.sources == () and breaks.totals == {} and breaks.problems == ()
