@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from ackscope.core import config
 from ackscope.core.config import ConfigError
 from ackscope.core.durations import parse_duration
+from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.model.findings import Diagnosis, Finding
 from ackscope.model.snapshot import CHANNELS, CONNECTIONS, QUEUE_COUNTS, Snapshot
@@ -87,7 +88,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         if probes is not None:
             probes.stop()
         source.close()
-    verdict = diagnose(Context(second, first, stats, thresholds))
+    holding = Holding()
+    holding.update(first)
+    verdict = diagnose(Context(second, first, stats, thresholds, held=holding.update(second)))
     if args.format == "json":
         print(json.dumps({"findings": [f.to_json() for f in verdict.findings],
                           "not_evaluated": [n.to_json() for n in verdict.not_evaluated],

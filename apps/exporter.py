@@ -19,6 +19,7 @@ from ackscope.core.config import ConfigError, Option, choice
 from ackscope.core.http_server import Source, WebSecurity, loop_healthy, make_server, serve_in_background
 from ackscope.core.processes import wait_for_signal
 from ackscope.core.secret import Secret
+from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.onset import Onset
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
@@ -177,6 +178,7 @@ class Exporter:
         self.cfg = cfg
         self.onset = Onset()  # since when each finding holds: "since when" is the on-call's third question
         self.recent = Recent(cfg.thresholds.window_seconds)  # the window the rate-like rules judge
+        self.holding = Holding()  # since when each channel has held deliveries without settling any
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
         self.ledger = BreakLedger(cfg.thresholds.window_seconds,
@@ -199,7 +201,8 @@ class Exporter:
 
     def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None, breaks: Breaks | None) -> Diagnosis:
         verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds,
-                                   window=self.recent.start(snapshot), breaks=breaks))
+                                   window=self.recent.start(snapshot), breaks=breaks,
+                                   held=self.holding.update(snapshot)))
         return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)))
 
     def _probes_json(self) -> bytes:

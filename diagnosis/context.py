@@ -13,6 +13,7 @@ from ackscope.model.probes import TargetStats
 from ackscope.model.snapshot import (DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Exchange, Link, Queue,
                                      Snapshot)
 
+from .holding import Held
 from .thresholds import Thresholds
 
 ACKS_GUIDE = "RabbitMQ guide 'Consumer Acknowledgements and Publisher Confirms'"
@@ -30,6 +31,8 @@ class Context:
     window: Snapshot | None = None
     # The events the broker's log (or event exchange) told of over the window; None where no such source is read.
     breaks: Breaks | None = None
+    # Since when each channel has held deliveries without settling any (diagnosis.holding); None: not tracked.
+    held: Held | None = None
 
     def __post_init__(self):
         s = self.snapshot
@@ -39,6 +42,10 @@ class Context:
         for c in s.consumers:
             by_queue.setdefault((c.vhost, c.queue), []).append(c)
         object.__setattr__(self, "_consumers", by_queue)
+        by_channel: dict[str, list[Consumer]] = {}
+        for c in s.consumers:
+            by_channel.setdefault(c.channel, []).append(c)
+        object.__setattr__(self, "_consumers_on", by_channel)
         by_connection: dict[str, list[Channel]] = {}
         for ch in s.channels:
             by_connection.setdefault(ch.connection, []).append(ch)
@@ -72,6 +79,9 @@ class Context:
 
     def consumers_of(self, q: Queue) -> list[Consumer]:
         return self._consumers.get((q.vhost, q.name), [])
+
+    def consumers_on(self, channel: str) -> list[Consumer]:
+        return self._consumers_on.get(channel, [])
 
     def known_consumers_of(self, q: Queue) -> list[Consumer]:
         """The queue's consumers, to name them: this poll's, or the previous poll's where this one lists

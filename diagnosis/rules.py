@@ -12,13 +12,15 @@ from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, worst_firs
 from ackscope.model.probes import NAMESPACE, is_probe_connection
 from ackscope.model.snapshot import Snapshot
 
-from . import cluster, connections, consumers, links, probes, publishers, queues, streams
+from ackscope.model.events import BROKER_LOG, EVENTS
+
+from . import breaks, cluster, connections, consumers, links, probes, publishers, queues, streams
 from .context import Context, Rule
 
 __all__ = ["RULES", "Context", "Rule", "diagnose", "evaluate"]
 
-RULES: tuple[Rule, ...] = (consumers.RULES + publishers.RULES + queues.RULES + connections.RULES + cluster.RULES
-                           + links.RULES + streams.RULES + probes.RULES)
+RULES: tuple[Rule, ...] = (consumers.RULES + breaks.RULES + publishers.RULES + queues.RULES + connections.RULES
+                           + cluster.RULES + links.RULES + streams.RULES + probes.RULES)
 
 
 def evaluate(ctx: Context) -> list[Finding]:
@@ -43,8 +45,10 @@ def diagnose(ctx: Context) -> Diagnosis:
     ctx = replace(ctx, snapshot=_without_probes(ctx.snapshot), previous=_without_probes(ctx.previous))
     findings: list[Finding] = []
     skipped = []
+    unknown = frozenset(ctx.snapshot.unreported) | (
+        {EVENTS} if ctx.breaks is None or not ctx.breaks.told_by(BROKER_LOG) else set())
     for rule in RULES:
-        missing = tuple(n for n in rule.needs if n in ctx.snapshot.unreported)
+        missing = tuple(n for n in rule.needs if n in unknown)
         why = rule.inapplicable(ctx.release)
         if why:
             skipped.append(NotEvaluated(rule.id, (), why))

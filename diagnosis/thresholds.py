@@ -32,6 +32,11 @@ class Thresholds:
     # (quorum leaders and classic queues' home nodes), a warning when it leads them all; only from this many.
     leaders_unbalanced_share: float = 0.6
     leaders_unbalanced_min_queues: int = 10
+    # consumer-stalled: a consumer's channel has held deliveries and settled none for this long.
+    stalled_consumer_seconds: float = 60.0
+    # connection-churn: a client (or, from polls alone, the broker) opening this many connections a minute,
+    # over the window.
+    churn_connections_per_minute: float = 6.0
 
     @classmethod
     def from_table(cls, table: dict[str, Any], where: str = "[diagnosis]") -> Thresholds:

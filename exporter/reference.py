@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_CLOSED, CONNECTION_ERROR, CONNECTION_OPENED,
+                                   CONSUMER_TIMEOUT, Breaks)
 from ackscope.model.findings import Diagnosis, Finding, NotEvaluated
 from ackscope.model.probes import Histogram, ProbeStats, TargetStats
 from ackscope.model.snapshot import (
     Channel,
+    Churn,
     Connection,
     Consumer,
     DeadLettered,
@@ -41,7 +44,7 @@ def sample_snapshot() -> Snapshot:
     """One object of each kind (and a quorum queue), every field reported: what makes every family appear."""
     return Snapshot(
         taken_at=1000.0,
-        overview=Overview("3.10.8", "25", "3.10.8", "rabbit@example", False, _COUNTS),
+        overview=Overview("3.10.8", "25", "3.10.8", "rabbit@example", False, _COUNTS, churn=Churn(1, 1, 1, 1)),
         nodes=(Node("rabbit@example", True, 1, 2, False, 3, 1, False, 1, 2, 1, 0.001, partitions=(),
                     quorum_commit_latency_seconds=0.002),),
         vhosts=("/",),
@@ -70,6 +73,15 @@ def sample_snapshot() -> Snapshot:
     )
 
 
+def sample_breaks() -> Breaks:
+    """One count of each kind of event the broker's log tells of: what makes every break family appear."""
+    who = ("/", "app", "billing", "pika")
+    return Breaks(1000.0, (BROKER_LOG,), totals={
+        (CHANNEL_ERROR, *who, "unknown_delivery_tag"): 1, (CONSUMER_TIMEOUT, *who, "precondition_failed"): 1,
+        (CONNECTION_ERROR, *who, "frame_error"): 1, (CONNECTION_OPENED, *who, "unknown"): 1,
+        (CONNECTION_CLOSED, *who, "dropped"): 1}, lines=10)
+
+
 def families() -> list[tuple[str, str, tuple[str, ...], str]]:
     """(name, type, label names, help) of every family the exporter and its probes serve."""
     status = PollStatus(up=True, last_duration=0.1, last_attempt_at=1000.0, last_success_at=1000.0,
@@ -77,7 +89,7 @@ def families() -> list[tuple[str, str, tuple[str, ...], str]]:
     diagnosis = Diagnosis((Finding("prefetch-unlimited", "warning", "/", "channel", "billing"),),
                           (NotEvaluated("heartbeat-disabled", ("the connection's heartbeat",)),))
     # Rendered twice: as is, and with every queue and channel folded into its vhost's totals.
-    texts = [render(sample_snapshot(), status, limits, diagnosis).metrics_body(False).decode()
+    texts = [render(sample_snapshot(), status, limits, diagnosis, breaks=sample_breaks()).metrics_body(False).decode()
              for limits in (Limits(), Limits(max_queues=0, max_channels=0))]
     target = TargetStats("classic-persistent", "classic", True, True, dict.fromkeys(probes.COUNTERS, 1.0),
                          {h: Histogram(((1.0, 1.0), (float("inf"), 1.0)), 0.5) for h in probes.HISTOGRAMS},

@@ -20,6 +20,10 @@ CONNECTION_OPENED = "connection_opened"  # a client connected and was granted it
 CONNECTION_CLOSED = "connection_closed"  # a connection ended: closed by its client, or lost (reason says which)
 KINDS = (CHANNEL_ERROR, CONNECTION_ERROR, CONSUMER_TIMEOUT, CONNECTION_OPENED, CONNECTION_CLOSED)
 
+# What a rule needs that only an event source gives (a NotEvaluated names it): without it, why a channel or a
+# connection was closed is not known.
+EVENTS = "the broker's log (--broker-log): why the broker closed channels and connections"
+
 # source: who said it.
 BROKER_LOG = "broker log"
 EVENT_EXCHANGE = "event exchange"

@@ -28,6 +28,18 @@ class MessageStats:
 
 
 @dataclass(frozen=True, slots=True)
+class Churn:
+    """Connections and channels opened and closed since the broker started, summed over its nodes (the management
+    API's churn_rates, or the Prometheus plugin's rabbitmq_connections_opened_total ...): what polls alone can
+    say of connections shorter than a poll, for the whole broker and no client."""
+
+    connections_opened: int | None = None
+    connections_closed: int | None = None
+    channels_opened: int | None = None
+    channels_closed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Overview:
     rabbitmq_version: str | None
     erlang_version: str | None
@@ -36,6 +48,7 @@ class Overview:
     statistics_disabled: bool
     message_stats: MessageStats
     queue_total: int | None = None  # queues in the cluster, all vhosts: what listing them costs the broker
+    churn: Churn | None = None  # None where the source does not count it (statistics off, no plugin)
 
     @property
     def release(self) -> tuple[int, int] | None:
@@ -189,6 +202,9 @@ class Consumer:
     active: bool | None
     client: str | None = None  # as Channel.client
     identity: str = ""  # as Channel.identity
+    # The consumer timeout the broker holds for it, in ms (/api/consumers' consumer_timeout, RabbitMQ 4.x: the
+    # consumer's argument, its queue's or the node's); None where the source does not say (3.x).
+    consumer_timeout_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +336,8 @@ class Queue:
     messages_delayed: int | None = None  # held back by a quorum queue's delayed retry (RabbitMQ 4.3)
     # A stream's largest consumer offset lag, as the Prometheus plugin reports it (stream protocol consumers).
     stream_max_offset_lag: int | None = None
+    # The queue's own consumer timeout in ms (x-consumer-timeout argument or consumer-timeout policy, 3.12+).
+    consumer_timeout_ms: int | None = None
 
     @property
     def stream(self) -> bool:

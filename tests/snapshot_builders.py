@@ -49,8 +49,8 @@ def node(name: str = "rabbit@test", **kw) -> Node:
     return replace(base, **kw)
 
 
-def snapshot(taken_at: float = 1000.0, **parts) -> Snapshot:
-    return Snapshot(taken_at=taken_at, overview=OVERVIEW, **{k: tuple(v) for k, v in parts.items()})
+def snapshot(taken_at: float = 1000.0, overview: Overview = OVERVIEW, **parts) -> Snapshot:
+    return Snapshot(taken_at=taken_at, overview=overview, **{k: tuple(v) for k, v in parts.items()})
 
 
 STATS_OFF = Path(__file__).parent / "data" / "rabbitmq-3.10.8-stats-off"

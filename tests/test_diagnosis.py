@@ -25,14 +25,18 @@ NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm", "node-down", "network-partit
                       # AMQP 1.0 links and streams need RabbitMQ 4 and their own clients: tests/test_protocols_4x.py.
                       "receiver-unsettled-unbounded", "receiver-presettled", "sender-presettled",
                       "receiver-requeue-loop", "receiver-rejects",
-                      "stream-consumer-lagging"}
+                      "stream-consumer-lagging",
+                      # Events the broker's log tells, on real clients and every release: tests/test_breaks.py.
+                      "consumer-timed-out", "consumer-cancelled-by-broker", "closed-on-error", "connection-churn"}
 
 
 @pytest.fixture
 def watching(broker, vhost, start_exporter):
     # A stalled queue holds a channel at about 500 unconfirmed (credit flow stops it there): the
     # unconfirmed-backlog scenario's size, below the production default of 1,000.
-    return start_exporter(broker.management_url, interval=0.5, thresholds=Thresholds(unconfirmed_backlog=250),
+    # A consumer that has acked nothing for 3 s is stalled here (a minute by default): a test waits 30 s at most.
+    return start_exporter(broker.management_url, interval=0.5,
+                          thresholds=Thresholds(unconfirmed_backlog=250, stalled_consumer_seconds=3),
                           selection=only_vhost(vhost))
 
 

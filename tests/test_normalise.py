@@ -249,3 +249,26 @@ def test_a_channel_that_counted_confirms_is_in_confirm_mode_even_when_its_flag_l
     assert normalise.publishing_at_risk([publisher]) == []
     publisher["message_stats"]["confirm"] = 0
     assert normalise.channel(publisher, {}).confirm is False, "no confirm counted: the flag is taken as it is"
+
+
+def test_the_consumer_timeout_in_force_is_read_per_consumer_and_per_queue_as_4x_shows_it():
+    # As RabbitMQ 4.0.5 answered: a consumer's consumer_timeout, from its queue's argument or policy or the node's.
+    raw = {"queue": {"name": "jobs", "vhost": "/"}, "consumer_tag": "c1", "channel_details": {"name": "ch"},
+           "prefetch_count": 5, "ack_required": True, "consumer_timeout": 90000}
+    assert normalise.consumer(raw, {}).consumer_timeout_ms == 90000
+    assert normalise.consumer({**raw, "consumer_timeout": False}, {}).consumer_timeout_ms is None  # AMQP 1.0, 4.3
+    by_argument = {"name": "jobs", "arguments": {"x-consumer-timeout": 70000}, "effective_policy_definition": {}}
+    by_policy = {"name": "jobs", "arguments": {}, "effective_policy_definition": {"consumer-timeout": 120000}}
+    assert normalise.queue(by_argument).consumer_timeout_ms == 70000
+    assert normalise.queue(by_policy).consumer_timeout_ms == 120000
+    assert normalise.queue({"name": "jobs", "arguments": {}}).consumer_timeout_ms is None
+
+
+def test_the_churn_is_read_from_the_overview_and_unknown_where_the_broker_keeps_none(raw):
+    raw["overview"]["churn_rates"] = {"connection_created": 116, "connection_closed": 115, "channel_created": 120,
+                                      "channel_closed": 118, "connection_created_details": {"rate": 2.0}}
+    churn = normalise.snapshot(raw, taken_at=1.0).overview.churn
+    assert (churn.connections_opened, churn.connections_closed, churn.channels_opened) == (116, 115, 120)
+    for absent in ({}, None):  # a node just started; statistics off
+        raw["overview"]["churn_rates"] = absent
+        assert normalise.snapshot(raw, taken_at=1.0).overview.churn is None

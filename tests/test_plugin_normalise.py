@@ -13,6 +13,8 @@ from snapshot_builders import recorded_plugin_snapshot
 
 from ackscope.diagnosis.rules import Context, diagnose, evaluate
 from ackscope.model import snapshot as facts
+from ackscope.model.events import EVENTS
+from ackscope.model.snapshot import Churn
 from ackscope.model.source import FetchError
 from ackscope.sources.cli import parse as parse_cli
 from ackscope.sources.cli import pid_key
@@ -72,7 +74,10 @@ def test_rules_whose_facts_the_plugin_lacks_say_not_evaluated_instead_of_staying
         "transactional-publisher": ("the channel's transactional flag",),
         "transient-in-durable-queue": ("the queue's count of persistent messages",),
         "heartbeat-disabled": ("the connection's heartbeat",),
-        "connection-blocked": ("the connection's state (blocked, flow)",)}
+        "connection-blocked": ("the connection's state (blocked, flow)",),
+        # Whatever the source: without the broker's log, why the broker closed channels is not known.
+        "consumer-timed-out": (EVENTS,), "closed-on-error": (EVENTS,),
+        "consumer-cancelled-by-broker": ()}  # RabbitMQ 3.10 closes the channel instead: the rule does not apply
     assert not {f.rule for f in verdict.findings} & {n.rule for n in verdict.not_evaluated}
 
 
@@ -100,7 +105,9 @@ def test_the_cli_names_each_channels_client_and_settles_its_transactional_flag(s
                                                                  "invoice-publisher"}
     assert all(c.heartbeat_seconds == 60 and c.state == "running" for c in enriched.connections)
     verdict = diagnose(Context(enriched))
-    assert {n.rule for n in verdict.not_evaluated} == {"transient-in-durable-queue"}  # the CLI cannot say that
+    # The CLI cannot say that; nor, without the broker's log, why channels were closed.
+    assert {n.rule for n in verdict.not_evaluated} == {"transient-in-durable-queue", "consumer-timed-out",
+                                                       "closed-on-error", "consumer-cancelled-by-broker"}
     saturated = next(f for f in verdict.findings if f.rule == "prefetch-saturated")
     assert saturated.culprit == "channel <0.813.0> (invoice-worker)"
 
@@ -243,3 +250,8 @@ def test_each_node_has_the_alarms_its_own_plugin_reports():
     listed = [management.node({"name": n, "running": True}) for n in ("rabbit@a", "rabbit@b", "rabbit@c")]
     nodes = plugin.nodes_from_metrics([metrics("rabbit@b", 1), metrics("rabbit@a", 0)], listed)
     assert [(n.name, n.mem_alarm) for n in nodes] == [("rabbit@a", False), ("rabbit@b", True), ("rabbit@c", None)]
+
+
+def test_with_statistics_off_the_churn_is_counted_from_the_plugin(snapshot):
+    assert snapshot.overview.churn == Churn(connections_opened=3, connections_closed=1, channels_opened=4,
+                                            channels_closed=0)

@@ -280,8 +280,11 @@ SCENARIOS: tuple[Scenario, ...] = (
              "acks: it hoards every message", prefetch_unlimited),
     Scenario("auto-ack-consumer", "auto-ack-consumer", "a consumer with automatic acknowledgement",
              auto_ack_consumer),
-    Scenario("prefetch-saturated", "prefetch-saturated", "a prefetch-10 consumer that never acks, with a backlog "
-             "behind it", _settling_consumer(100, 10, 0.2, _keep)),
+    # Slow, not stalled: it acks, one a second, and its prefetch refills at once.
+    Scenario("prefetch-saturated", "prefetch-saturated", "a prefetch-10 consumer acking one delivery a second, with "
+             "a backlog of 1,000 behind it", _settling_consumer(1000, 10, 1.0, _ack_one)),
+    Scenario("consumer-stalled", "consumer-stalled", "a prefetch-5 consumer that takes 5 deliveries and never acks "
+             "them (a hung callback)", _settling_consumer(20, 5, 0.2, _keep)),
     # Two acks a second: throughput bound by the round trip and the work.
     Scenario("prefetch-one", "prefetch-one", "a prefetch-1 consumer acking twice a second on a queue of 300",
              _settling_consumer(300, 1, 0.5, _ack_one)),

@@ -19,6 +19,17 @@ COUNTERS = (
     ("unroutable_dropped_total", "Unroutable messages dropped silently.", lambda s: s.drop_unroutable),
 )
 
+CHURN = (
+    ("connections_opened_total", "Connections opened on the broker's nodes since they started (churn: a "
+     "connection shorter than a poll is seen only here and in the broker's log).", lambda c: c.connections_opened),
+    ("connections_closed_total", "Connections closed on the broker's nodes since they started.",
+     lambda c: c.connections_closed),
+    ("channels_opened_total", "Channels opened on the broker's nodes since they started.",
+     lambda c: c.channels_opened),
+    ("channels_closed_total", "Channels closed on the broker's nodes since they started.",
+     lambda c: c.channels_closed),
+)
+
 
 class OverviewCollector:
     def __init__(self, snapshot: Snapshot):
@@ -28,6 +39,9 @@ class OverviewCollector:
         overview = self._snapshot.overview
         for name, doc, value in COUNTERS:
             yield counter(f"ackscope_overview_{name}", doc, (), [overview.message_stats], lambda _: (), value)
+        churn = [overview.churn] if overview.churn is not None else []
+        for name, doc, value in CHURN:
+            yield counter(f"ackscope_overview_{name}", doc, (), churn, lambda _: (), value)
         info = InfoMetricFamily("ackscope_broker", "The broker ackscope polls.")
         info.add_metric([], _info(overview))
         yield info

@@ -13,6 +13,7 @@ from typing import Any
 
 from ackscope.model.snapshot import (
     Channel,
+    Churn,
     Connection,
     Consumer,
     Exchange,
@@ -50,7 +51,7 @@ def _stats_columns(*names: str) -> tuple[str, ...]:
 COLUMNS: dict[str, tuple[str, ...]] = {
     "overview": ("rabbitmq_version", "erlang_version", "management_version", "cluster_name", "disable_stats",
                  "message_stats", "object_totals.queues", "object_totals.channels", "object_totals.connections",
-                 "node", "listeners"),
+                 "node", "listeners", "churn_rates"),
     "nodes": ("name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit",
               "disk_free_alarm", "fd_used", "fd_total", "io_sync_count", "io_sync_avg_time", "partitions"),
     "vhosts": ("name",),
@@ -61,7 +62,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
                  "transactional", "consumer_count", "state") + _stats_columns(*_STATS),
     "consumers": ("queue.name", "queue.vhost", "consumer_tag", "channel_details.name",
                   "channel_details.connection_name", "channel_details.user", "prefetch_count", "ack_required",
-                  "exclusive", "active"),
+                  "exclusive", "active", "consumer_timeout"),
     # Read only in the vhosts where a channel publishes without confirms or in transactions (publishing_at_risk).
     "exchanges": ("name", "vhost", "message_stats.publish_in"),
     "bindings": ("source", "vhost", "destination", "destination_type"),
@@ -122,7 +123,17 @@ def overview(raw: Any) -> Overview:
         statistics_disabled=raw.get("disable_stats") is True,
         message_stats=message_stats(raw.get("message_stats")),
         queue_total=object_totals(raw).get("queues"),
+        churn=churn(raw.get("churn_rates")),
     )
+
+
+def churn(raw: Any) -> Churn | None:
+    """/api/overview's churn_rates: its counts, not its smoothed rates; None where the broker keeps none
+    (statistics off: the field is absent; just started: an empty object)."""
+    counts = as_dict(raw)
+    found = Churn(as_int(counts.get("connection_created")), as_int(counts.get("connection_closed")),
+                  as_int(counts.get("channel_created")), as_int(counts.get("channel_closed")))
+    return None if found == Churn() else found
 
 
 def object_totals(raw: Any) -> dict[str, int]:
@@ -279,6 +290,7 @@ def consumer(raw: dict, connections: dict[str, Connection]) -> Consumer:
         active=as_bool(raw.get("active")),
         client=client,
         identity=identity,
+        consumer_timeout_ms=as_int(raw.get("consumer_timeout")),
     )
 
 
@@ -313,7 +325,18 @@ def queue(raw: dict) -> Queue:
         delivery_limit=delivery_limit(raw),
         dead_letter_exchange=dead_letter_exchange(raw),
         messages_delayed=as_int(raw.get("messages_delayed")),
+        consumer_timeout_ms=queue_consumer_timeout(raw),
     )
+
+
+def queue_consumer_timeout(raw: dict) -> int | None:
+    """The queue's own consumer timeout, in ms: its x-consumer-timeout argument, else a policy's
+    consumer-timeout (RabbitMQ 3.12 and later apply them); None where neither is set."""
+    arguments, policy = as_dict(raw.get("arguments")), as_dict(raw.get("effective_policy_definition"))
+    for timeout in (arguments.get("x-consumer-timeout"), policy.get("consumer-timeout")):
+        if is_number(timeout) and timeout > 0:
+            return int(timeout)
+    return None
 
 
 def delivery_limit(raw: dict) -> int | None:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from ackscope.model import snapshot as facts
 from ackscope.model.snapshot import (
     Channel,
+    Churn,
     Consumer,
     DeadLettered,
     MessageStats,
@@ -75,12 +76,16 @@ RAFT_COMMIT_LATENCY = ("rabbitmq_raft_max_commit_latency_seconds", "rabbitmq_raf
 # Deliveries to consumers per protocol and queue type: how AMQP 1.0 outcomes that give a message back (released,
 # modified) show, as redeliveries.
 PROTOCOL_COUNTS = ("rabbitmq_global_messages_delivered_total", "rabbitmq_global_messages_redelivered_total")
+CHURN = ("rabbitmq_connections_opened_total", "rabbitmq_connections_closed_total", "rabbitmq_channels_opened_total",
+         "rabbitmq_channels_closed_total")
+
+
 NODE_SAMPLES = frozenset({
     "rabbitmq_build_info", "rabbitmq_identity_info", "rabbitmq_process_resident_memory_bytes",
     "rabbitmq_resident_memory_limit_bytes", "rabbitmq_alarms_memory_used_watermark",
     "rabbitmq_disk_space_available_bytes", "rabbitmq_disk_space_available_limit_bytes",
     "rabbitmq_alarms_free_disk_space_watermark", "rabbitmq_process_open_fds", "rabbitmq_process_max_fds",
-    *DEAD_LETTERED, *RAFT_COMMIT_LATENCY, *PROTOCOL_COUNTS})
+    *DEAD_LETTERED, *RAFT_COMMIT_LATENCY, *PROTOCOL_COUNTS, *CHURN})
 
 
 def parse(text: str, endpoint: str, names: frozenset[str] | None = None) -> Samples:
@@ -301,6 +306,14 @@ def quorum_commit_latency(metrics: Samples) -> float | None:
     return max(found) if found else None
 
 
+def churn(metrics: Sequence[Samples]) -> Churn | None:
+    """Connections and channels opened and closed, summed over the nodes whose /metrics answered; None where
+    none counts them."""
+    totals = [sum(v for m in metrics for _, v in m.get(name, ())) if any(name in m for m in metrics) else None
+              for name in CHURN]
+    return None if totals == [None] * 4 else Churn(*(None if t is None else int(t) for t in totals))
+
+
 def dead_lettered(metrics: Samples, node: str) -> tuple[DeadLettered, ...] | None:
     """The node's dead-letter counters from its /metrics; None when the answer has none (a plugin too old to
     count them, or an answer cut short): then they are not reported, never zero."""
@@ -388,6 +401,8 @@ def snapshot(base: Snapshot, detailed: Samples | None, metrics: Sequence[Samples
     counts = [dead_lettered(m, node_name(m) or "") for m in metrics or ()]
     dead = tuple(d for node in counts for d in node) if counts and None not in counts else None
     nodes = tuple(nodes_from_metrics(metrics, base.nodes)) if metrics is not None else base.nodes
+    if base.overview.churn is None and metrics:  # statistics off: the API keeps no churn_rates
+        base = replace(base, overview=replace(base.overview, churn=churn(metrics)))
     base = replace(base, dead_lettered=dead or (),
                    protocol_counts=tuple(c for m in metrics or () for c in protocol_counts(m, node_name(m) or "")),
                    unreported=base.unreported | ({facts.DEAD_LETTER_COUNTS} if dead is None else set()))

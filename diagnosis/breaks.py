@@ -1,0 +1,311 @@
+"""Rules about where deliveries break: a consumer that stalls and the timeout that will end it, consumers the
+broker timed out or cancelled, channels and connections it closed on an error, connections that churn. Each such
+break sends the unacked messages of its channel back to their queue, to be delivered again."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_ERROR, CONNECTION_OPENED, CONSUMER_TIMEOUT,
+                                   EVENTS, INEQUIVALENT_ARGUMENTS, UNKNOWN_DELIVERY_TAG, BrokerEvent, cause)
+from ackscope.model.findings import Finding
+from ackscope.model.snapshot import CHANNELS, CONNECTIONS, Consumer, Queue
+
+from .context import ACKS_GUIDE, Context, Named, Rule, few, num, rounded
+
+CONSUMERS_GUIDE = "RabbitMQ guide 'Consumers', 'Delivery Acknowledgement Timeout'"
+DEFAULT_TIMEOUT_MS = 1_800_000  # RabbitMQ's consumer_timeout when nothing sets another: 30 minutes
+
+
+# -- the timeout in force, and what it will do ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Timeout:
+    ms: int | None  # None: no timeout applies (RabbitMQ 4.3's classic queues and streams)
+    source: str  # where the figure came from, for the evidence
+    next: str  # what the broker does at the timeout, on this release and queue type
+
+
+def timeout_in_force(ctx: Context, consumer: Consumer, q: Queue | None) -> Timeout:
+    """The consumer timeout that applies to `consumer`, where that figure came from, and what the broker does
+    when it passes: the consumer's own figure (/api/consumers, 4.x), else its queue's argument or policy (3.12+),
+    else the last timeout the node's log shows it applied, else RabbitMQ's default (an inference)."""
+    release = ctx.release
+    if release is not None and release >= (4, 3):
+        if q is not None and q.type != "quorum":
+            return Timeout(None, f"RabbitMQ {release[0]}.{release[1]} evaluates consumer timeouts for quorum queues "
+                           "only (release notes 4.3.0)",
+                           f"nothing: no timeout applies to a {q.type or 'non-quorum'} queue from RabbitMQ 4.3, so "
+                           "the deliveries stay held until the consumer acks them or its connection closes")
+        nxt = ("the broker returns its unacked messages to the queue and cancels the consumer: a basic.cancel the "
+               "client sees only if it declared the consumer_cancel_notify capability, else its channel is closed; "
+               "RabbitMQ 4.3 logs nothing of it")
+    else:
+        nxt = ("the broker closes the channel (PRECONDITION_FAILED, 'delivery acknowledgement timed out') and every "
+               "unacked message on it is requeued and delivered again, to this consumer or another" +
+               ("; RabbitMQ 3.x checks about once a minute, so the close comes up to a minute after the timeout"
+                if release is not None and release < (4, 0) else ""))
+    if consumer.consumer_timeout_ms:
+        return Timeout(consumer.consumer_timeout_ms, "the broker's own figure for this consumer (/api/consumers)", nxt)
+    if q is not None and q.consumer_timeout_ms and (release is None or release >= (3, 12)):
+        return Timeout(q.consumer_timeout_ms, "the queue's x-consumer-timeout argument or consumer-timeout policy",
+                       nxt)
+    logged = [e.timeout_ms for e in _events(ctx, CONSUMER_TIMEOUT) if e.timeout_ms]
+    if logged:
+        return Timeout(logged[-1], "the broker's log: the timeout it applied last ('Timeout value used')", nxt)
+    return Timeout(DEFAULT_TIMEOUT_MS, "inferred: RabbitMQ's default of 30 minutes; this broker does not say which "
+                   "applies (rabbitmq.conf consumer_timeout)", nxt)
+
+
+# -- a consumer that stalls -------------------------------------------------------------------------------------
+def stalled(ctx: Context) -> dict[str, float]:
+    """Channel name -> seconds it has held deliveries to its manual-ack consumers and settled none (at least):
+    for those held past thresholds.stalled_consumer_seconds."""
+    def compute() -> dict[str, float]:
+        if ctx.held is None:
+            return {}
+        now, at_least = ctx.snapshot.taken_at, ctx.thresholds.stalled_consumer_seconds
+        return {name: now - since for name, since in ctx.held.since.items()
+                if now - since >= at_least and any(c.ack_required for c in ctx.consumers_on(name))}
+    return ctx.once("stalled", compute)
+
+
+def _stalled(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for name, held_for in sorted(stalled(ctx).items()):
+        ch = ctx.channel(name)
+        consumers = [c for c in ctx.consumers_on(name) if c.ack_required]
+        if ch is None or not consumers:
+            continue
+        first = consumers[0]
+        q = ctx.queue(first.vhost, first.queue)
+        timeout = timeout_in_force(ctx, first, q)
+        unacked = num(ch.messages_unacked)
+        evidence = {"queue": first.queue, "queue_type": q.type if q is not None else None,
+                    "consumer_tag": first.consumer_tag, "unacked": unacked, "prefetch_limit": ch.prefetch_limit,
+                    "held_for_at_least_seconds": round(held_for), "acks_since": 0,
+                    "timeout_ms": timeout.ms, "timeout_source": timeout.source, "next": timeout.next,
+                    "rabbitmq": ctx.snapshot.overview.rabbitmq_version}
+        if timeout.ms is None:
+            severity, when = "warning", ""
+        else:
+            left = timeout.ms / 1000 - held_for
+            evidence["timeout_in_at_most_seconds"] = max(0, round(left))
+            severity = "warning" if held_for >= timeout.ms / 2000 else "info"
+            when = (f" The timeout in force is {timeout.ms / 1000:g} s ({timeout.source}): at most "
+                    f"{max(0, left):.0f} s from now, {timeout.next}." if left > 0 else
+                    f" The timeout in force ({timeout.ms / 1000:g} s, {timeout.source}) has passed: {timeout.next}.")
+        yield rule.finding(
+            severity, ch.vhost, f"channel {ch.name}", ch, evidence,
+            f"consumer {first.consumer_tag} on {first.queue} holds {unacked} unacked deliveries and has acked none "
+            f"for at least {held_for:.0f} s: it is stalled, not slow (a slow consumer acks, late). " +
+            (f"Then {timeout.next}." if timeout.ms is None else when.strip()),
+            None if timeout.ms is not None else
+            "Find why the consumer stopped acking (a hung callback, a deadlock, an exception swallowed before the "
+            "ack); then restart it: its deliveries go back to the queue when its channel closes. Set a consumer "
+            "timeout on a quorum queue if the broker should take them back by itself.")
+
+
+# -- timeouts and cancels that happened ----------------------------------------------------------------------------
+def _events(ctx: Context, *kinds: str) -> list[BrokerEvent]:
+    return [e for e in ctx.breaks.events if e.kind in kinds] if ctx.breaks is not None else []
+
+
+def _who(e: BrokerEvent) -> Named:
+    """The client an event names: its connection's own name, its library, or, without either, its peer."""
+    peer = (e.connection or "").split(" -> ")[0].rsplit(":", 1)[0]
+    identity = e.connection_name or (f"{e.client} from {peer}" if e.client else
+                                     f"unnamed client from {peer} as {e.user}" if peer else "unknown client")
+    return Named(e.connection_name or "", e.client or "", identity)
+
+
+def _returned(ctx: Context, e: BrokerEvent) -> int | None:
+    """What the closed channel held at the last poll before its close: the messages its close returned to their
+    queues (an inference: deliveries after that poll are not counted)."""
+    if e.connection is None or e.channel is None:
+        return None
+    for s in (ctx.previous, ctx.window_start):
+        if s is not None and s.taken_at <= e.at:
+            ch = next((c for c in s.channels if c.name == f"{e.connection} ({e.channel})"), None)
+            if ch is not None:
+                return ch.messages_unacked
+    return None
+
+
+def _timed_out(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    groups: dict[tuple, list[BrokerEvent]] = defaultdict(list)
+    for e in _events(ctx, CONSUMER_TIMEOUT):
+        groups[(e.vhost or "", _who(e).identity, e.queue or "")].append(e)
+    for (vhost, identity, queue), events in sorted(groups.items()):
+        last = events[-1]
+        returned = [n for e in events if (n := _returned(ctx, e)) is not None]
+        evidence = {"timeouts": len(events), "queue": queue or "not named by this release's log",
+                    "timeout_ms": last.timeout_ms, "consumer_tag": last.consumer_tag,
+                    "delivery_tag": last.delivery_tag, "window_seconds": rounded(ctx.thresholds.window_seconds),
+                    "source": BROKER_LOG, "broker_said": last.text}
+        if returned:
+            evidence["messages_returned_at_least"] = sum(returned)
+            evidence["messages_returned_inferred_from"] = "each closed channel's unacked at the poll before its close"
+        yield rule.finding(
+            "warning", vhost, f"channel {last.connection} ({last.channel})", _who(last), evidence,
+            f"the broker closed {len(events)} channel(s) of {identity} because a consumer held a delivery past the "
+            f"consumer timeout ({num(last.timeout_ms) / 1000:g} s){' on ' + queue if queue else ''}: every unacked "
+            "message on the channel went back to the queue and is delivered again (a duplicate for whoever "
+            "processes it), and the client must open a channel and subscribe again.")
+
+
+def _cancelled(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    if ctx.held is None:
+        return
+    for (channel, queue), gone in sorted(ctx.held.gone.items()):
+        q = ctx.queue(gone.vhost, queue)
+        ch = ctx.channel(channel)
+        if q is None or q.type != "quorum" or ch is None:
+            continue
+        nobody = num(q.consumers) == 0
+        evidence = {"queue": queue, "consumer_tag": gone.consumer_tag, "unacked_when_last_seen": gone.unacked,
+                    "held_for_at_least_seconds": round(gone.last_seen - gone.held_since),
+                    "ready": q.messages_ready, "consumers": q.consumers, "channel_open": True,
+                    "inferred": "RabbitMQ 4.3 cancels a quorum queue's consumer past its timeout without logging "
+                                "it: a consumer last seen holding deliveries, gone while its channel stays open",
+                    "source": "polls"}
+        yield rule.finding(
+            "critical" if nobody and num(q.messages_ready) > 0 else "warning", gone.vhost, f"channel {channel}", ch,
+            evidence,
+            f"consumer {gone.consumer_tag} on quorum queue {queue} held {gone.unacked} deliveries without acking "
+            "and is gone while its channel stays open: RabbitMQ 4.3 cancelled it at the consumer timeout (an "
+            "inference: the broker logs nothing) and returned its messages to the queue. The client's callback "
+            "will not run again unless it handles basic.cancel and subscribes again." + (
+                f" Nobody consumes from {queue} now: its {num(q.messages_ready)} ready messages wait until someone "
+                "acts." if nobody else ""))
+
+
+# -- channels and connections closed on an error -------------------------------------------------------------------
+_REMEDIES = {
+    UNKNOWN_DELIVERY_TAG: "Ack each delivery once, on the channel that received it, and never after a reconnect "
+    "(delivery tags are per channel and start again at 1): look for a double ack (an ack in a finally block and "
+    f"another in the handler), an ack of a message received on another channel, or an ack after recovery; see "
+    f"{ACKS_GUIDE}, 'Acknowledging Multiple Deliveries at Once' and 'Delivery Tags'.",
+    INEQUIVALENT_ARGUMENTS: "Declare the queue or exchange with the arguments it already has (a client and a "
+    "policy that disagree, or two services declaring it differently); move such settings to a policy, which can "
+    "change without a redeclare.",
+    "not_found": "Declare the queue or exchange before using it, or wait for whoever owns it; an exclusive or "
+    "auto-delete queue vanishes with its connection.",
+    "access_refused": "Give the user the permission it lacks (rabbitmqctl set_permissions), or keep out of the "
+    "reserved amq.* names.",
+    "resource_locked": "An exclusive queue belongs to the connection that declared it: use a queue of your own, "
+    "or drop exclusive.",
+    "frame_error": "The client sent a frame the broker could not parse: update the client library, and make sure "
+    "no two threads write to one connection at once.",
+}
+
+
+def _closed_on_error(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    groups: dict[tuple, list[BrokerEvent]] = defaultdict(list)
+    for e in _events(ctx, CHANNEL_ERROR, CONNECTION_ERROR):
+        groups[(e.kind, e.vhost or "", _who(e).identity, cause(e))].append(e)
+    for (kind, vhost, identity, why), events in sorted(groups.items()):
+        last = events[-1]
+        what = "channel" if kind == CHANNEL_ERROR else "connection"
+        returned = [n for e in events if (n := _returned(ctx, e)) is not None]
+        evidence = {"closed": len(events), "reason": why, "operation": last.operation, "broker_said": last.text,
+                    "window_seconds": rounded(ctx.thresholds.window_seconds), "source": BROKER_LOG}
+        if returned:
+            evidence["messages_returned_at_least"] = sum(returned)
+            evidence["messages_returned_inferred_from"] = "each closed channel's unacked at the poll before its close"
+        obj = f"channel {last.connection} ({last.channel})" if kind == CHANNEL_ERROR else f"connection {last.connection}"
+        yield rule.finding(
+            "warning", vhost, obj, _who(last), evidence,
+            f"the broker closed {len(events)} {what}(s) of {identity} on an error: "
+            f"{(last.operation + ' ') if last.operation else ''}{last.reason}: {last.text}. A closed {what} returns "
+            "its unacked messages to their queues (delivered again) and its client must open it again.",
+            _REMEDIES.get(why))
+
+
+# -- churn ---------------------------------------------------------------------------------------------------------
+_PORT = re.compile(r":\d+$")
+
+
+def _churn(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    per_minute = ctx.thresholds.churn_connections_per_minute
+    if ctx.breaks is not None and ctx.breaks.told_by(BROKER_LOG):
+        yield from _churn_by_client(ctx, rule, per_minute)
+        return
+    start, window = ctx.window_start, ctx.window_seconds
+    then = start.overview.churn if start is not None else None
+    now = ctx.snapshot.overview.churn
+    if window is None or then is None or now is None or now.connections_opened is None or then.connections_opened is None:
+        return
+    opened = now.connections_opened - then.connections_opened
+    rate = opened * 60 / window
+    if opened <= 0 or rate < per_minute:
+        return
+    open_now = len(ctx.snapshot.connections)
+    # Info: which client it is, polls cannot say, and a test suite or a deploy churns the whole broker too.
+    yield rule.finding(
+        "info", "", "cluster", None,
+        {"connections_opened": opened, "per_minute": rounded(rate), "window_seconds": rounded(window),
+         "connections_open_now": open_now, "source": "polls (the broker's churn counters)",
+         "clients": "not known: a connection shorter than a poll is invisible to polls; give --broker-log"},
+        f"the broker opened {opened} connections in the last {window:.0f} s ({rate:.1f} a minute) while "
+        f"{open_now} are open now: some client opens a connection per message or reconnects in a loop. Which one "
+        "polls cannot tell; the broker's log names it (--broker-log).")
+
+
+def _churn_by_client(ctx: Context, rule: Rule, per_minute: float) -> Iterator[Finding]:
+    window = ctx.thresholds.window_seconds
+    groups: dict[tuple[str, str, str], list[BrokerEvent]] = defaultdict(list)
+    for e in _events(ctx, CONNECTION_OPENED):
+        peer = _PORT.sub("", (e.connection or "").split(" -> ")[0])
+        groups[(e.vhost or "", e.user or "", peer)].append(e)
+    for (vhost, user, peer), events in sorted(groups.items()):
+        span = max(events[-1].at - events[0].at, 1.0)
+        rate = len(events) * 60 / max(span, min(window, 60.0))
+        if len(events) < 3 or rate < per_minute:
+            continue
+        names = {e.connection_name for e in events if e.connection_name}
+        who = Named(few(names), few({e.client for e in events if e.client}),
+                    few(names) or f"unnamed clients from {peer} as {user}")
+        yield rule.finding(
+            "warning", vhost, f"clients from {peer} as {user}", who,
+            {"connections_opened": len(events), "per_minute": rounded(rate), "seconds": rounded(span),
+             "peer_host": peer, "user": user, "source": BROKER_LOG},
+            f"{who.identity} opened {len(events)} connections in {span:.0f} s ({rate:.1f} a minute): a connection per "
+            "message, or a reconnect loop. Each costs a TCP and AMQP handshake, a process on the broker and, for a "
+            "consumer, its unacked deliveries at every close.",
+            "Keep one long-lived connection per process and open channels on it; publish many messages per "
+            "connection; if it reconnects in a loop, read why it was closed (the broker's log). See RabbitMQ guide "
+            "'Connections', 'Connection Churn'.")
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("consumer-stalled", "A manual-ack consumer whose channel holds deliveries and has acked none for a while: "
+         "stalled, not slow. Says when the consumer timeout in force will end it, where that figure comes from and "
+         "what the broker will do then, which differs by release and queue type; a warning from half the timeout.",
+         "Find why the consumer stopped acking (a hung callback, a deadlock, an exception swallowed before the "
+         "ack) and restart it; if its work is long by design, raise the timeout for its queue (x-consumer-timeout "
+         f"or a consumer-timeout policy, RabbitMQ 3.12+). See {CONSUMERS_GUIDE}.", _stalled, needs=(CHANNELS,)),
+    Rule("consumer-timed-out", "The broker closed a channel because a consumer held a delivery past the consumer "
+         "timeout (the node's log): its unacked messages were requeued and delivered again.",
+         "Ack within the timeout: process faster, or for long work ack early and keep your own record; or raise "
+         f"the timeout for that queue (x-consumer-timeout, consumer-timeout policy; 3.12+). See {CONSUMERS_GUIDE}.",
+         _timed_out, needs=(EVENTS,)),
+    Rule("consumer-cancelled-by-broker", "RabbitMQ 4.3 and later: a quorum queue's consumer, last seen holding "
+         "deliveries without acking, gone while its channel stays open: the broker cancelled it at the consumer "
+         "timeout without logging it (an inference); critical when nobody consumes from the queue any more.",
+         "Restart the consumer, and make the client handle basic.cancel (declare the consumer_cancel_notify "
+         "capability and subscribe again in its cancel callback); find why it held its deliveries so long. See "
+         f"{CONSUMERS_GUIDE}.", _cancelled, needs=(CHANNELS,),
+         inapplicable=lambda r: "before RabbitMQ 4.3 a timed-out consumer's channel is closed (consumer-timed-out)"
+         if r is not None and r < (4, 3) else None),
+    Rule("closed-on-error", "The broker closed channels or connections of a client on an error (the node's log): "
+         "an unknown delivery tag (a double ack, an ack on another channel or after a reconnect), a redeclare with "
+         "other arguments, NOT_FOUND, ACCESS_REFUSED, RESOURCE_LOCKED, a frame error. Each close requeues the "
+         "channel's unacked messages.", "Fix what the broker's message names; the finding's remedy is written for "
+         "its reason.", _closed_on_error, needs=(EVENTS,)),
+    Rule("connection-churn", "A client opening connections over and over (a connection per message, a reconnect "
+         "loop), named where the broker's log is read; from polls alone, the broker's churn counters, with no "
+         "client named.", "Keep one long-lived connection per process and open channels on it. See RabbitMQ guide "
+         "'Connections', 'Connection Churn'.", _churn, needs=(CONNECTIONS,)),
+)

@@ -1,0 +1,81 @@
+"""Since when each channel has held deliveries without settling any, and which consumers went away from a
+channel that stays open while holding: memory beside the pure rules, like Onset and Recent.
+
+A consumer that stalls (its callback hangs, a lock, a deadlock) holds its deliveries and acks none: its
+channel's unacked count stays above 0 and its ack counter stays flat. How long that has lasted is what the
+consumer timeout is measured against. On RabbitMQ 4.3 the broker cancels such a quorum queue consumer at the
+timeout without a word in its log: its channel stays, its consumer is gone, its messages go back to ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ackscope.model.snapshot import Channel, Snapshot
+
+
+@dataclass(frozen=True)
+class Gone:
+    """A consumer last seen holding deliveries, on a channel that is still open without it."""
+
+    vhost: str
+    queue: str
+    consumer_tag: str
+    channel: str
+    unacked: int  # what its channel held when it was last seen
+    last_seen: float  # the poll it was last seen at
+    held_since: float  # since when its channel had held deliveries without settling any, then
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the rules read: per channel name, since when it has held deliveries without settling one (the first
+    poll that saw it so, a lower bound); the consumers gone from channels still open, keyed (channel, queue)."""
+
+    since: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    gone: Mapping[tuple[str, str], Gone] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def _settles(ch: Channel) -> tuple[int | None, int | None]:
+    """What moves when a channel settles or takes a delivery: its acks and its deliveries."""
+    return ch.message_stats.ack, ch.message_stats.deliver_get
+
+
+class Holding:
+    def __init__(self) -> None:
+        self._since: dict[str, tuple[float, tuple[int | None, int | None]]] = {}
+        self._gone: dict[tuple[str, str], Gone] = {}
+        self._previous: Snapshot | None = None
+
+    def update(self, s: Snapshot) -> Held:
+        channels = {c.name: c for c in s.channels}
+        since = {}
+        for name, ch in channels.items():
+            # Where the counters are not reported (statistics off without the plugin's per-channel counters),
+            # nothing says the channel settles nothing: it is not judged.
+            if not ch.messages_unacked or ch.message_stats.ack is None and ch.message_stats.deliver_get is None:
+                continue
+            was = self._since.get(name)
+            since[name] = was if was is not None and was[1] == _settles(ch) else (s.taken_at, _settles(ch))
+        self._gone = self._still_gone(s, channels)
+        self._since = since
+        self._previous = s
+        return Held(MappingProxyType({k: v[0] for k, v in since.items()}), MappingProxyType(dict(self._gone)))
+
+    def _still_gone(self, s: Snapshot, channels: dict[str, Channel]) -> dict[tuple[str, str], Gone]:
+        consuming = {(c.channel, c.queue) for c in s.consumers}
+        gone = {k: g for k, g in self._gone.items() if g.channel in channels and k not in consuming}
+        if self._previous is None:
+            return gone
+        for c in self._previous.consumers:
+            key = (c.channel, c.queue)
+            held = self._since.get(c.channel)
+            if key in consuming or c.channel not in channels or held is None or c.ack_required is not True:
+                continue
+            before = next((ch for ch in self._previous.channels if ch.name == c.channel), None)
+            gone[key] = Gone(c.vhost, c.queue, c.consumer_tag, c.channel,
+                             before.messages_unacked or 0 if before is not None else 0,
+                             self._previous.taken_at, held[0])
+        return gone

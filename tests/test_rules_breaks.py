@@ -1,0 +1,196 @@
+"""The rules about where deliveries break, on small snapshots and on the events of logs recorded from each release:
+a stalled consumer is not a slow one, and what its timeout will do differs by release and queue type; timeouts,
+silent cancels, channels closed on an error and churn are each named by client, with the source that told them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from snapshot_builders import OVERVIEW, channel, consumer, queue, snapshot, stats
+from test_break_ledger import RECORDED_AT
+
+from ackscope.diagnosis.holding import Holding
+from ackscope.diagnosis.rules import Context, diagnose
+from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.model.events import (BROKER_LOG, CONNECTION_OPENED, EVENTS, BrokerEvent, Breaks)
+from ackscope.model.snapshot import Churn
+from ackscope.sources import BreakLedger, BrokerLogWatch
+
+DATA = Path(__file__).parent / "data"
+
+
+def _on(version: str):
+    return replace(OVERVIEW, rabbitmq_version=version)
+
+
+def _stalled_consumer(version: str, queue_type: str = "classic", acks: int = 0, **consumer_kw):
+    """A prefetch-5 consumer holding 5 of a queue of 20, its acks at `acks`."""
+    return snapshot(overview=_on(version),
+                    channels=(channel(prefetch_count=5, messages_unacked=5, message_stats=stats(ack=acks,
+                                                                                                 deliver_get=5 + acks)),),
+                    consumers=(consumer(prefetch_count=5, ack_required=True, **consumer_kw),),
+                    queues=(queue(type=queue_type, messages_ready=15, messages_unacked=5),))
+
+
+def _judged(snapshots, thresholds=Thresholds(), breaks: Breaks | None = None):
+    """The findings on the last snapshot, each poll's having been seen by Holding in turn."""
+    holding = Holding()
+    held = None
+    for s in snapshots:
+        held = holding.update(s)
+    last, previous = snapshots[-1], snapshots[-2] if len(snapshots) > 1 else None
+    return diagnose(Context(last, previous, thresholds=thresholds, breaks=breaks, held=held))
+
+
+def _rules(verdict) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for f in verdict.findings:
+        found.setdefault(f.rule, []).append(f)
+    return found
+
+
+def test_a_consumer_that_acks_nothing_is_stalled_not_saturated():
+    polls = [replace(_stalled_consumer("4.0.5", consumer_timeout_ms=1_800_000), taken_at=t) for t in (0, 30, 61)]
+    found = _rules(_judged(polls))
+    assert "prefetch-saturated" not in found
+    (stalled,) = found["consumer-stalled"]
+    assert stalled.severity == "info", "61 s of a 30-minute timeout: not half yet"
+    assert stalled.evidence["held_for_at_least_seconds"] == 61 and stalled.evidence["timeout_ms"] == 1_800_000
+    assert stalled.evidence["timeout_source"] == "the broker's own figure for this consumer (/api/consumers)"
+    assert stalled.evidence["timeout_in_at_most_seconds"] == 1739
+    assert "closes the channel" in stalled.explanation
+
+
+def test_a_consumer_that_acks_slowly_is_saturated_not_stalled():
+    polls = [replace(_stalled_consumer("4.0.5", acks=a), taken_at=t) for t, a in ((0, 0), (30, 30), (61, 61))]
+    found = _rules(_judged(polls))
+    assert "consumer-stalled" not in found and [f.rule for f in found["prefetch-saturated"]]
+
+
+def test_half_the_timeout_held_is_a_warning():
+    polls = [replace(_stalled_consumer("4.0.5", consumer_timeout_ms=100_000), taken_at=t) for t in (0, 61)]
+    (stalled,) = _rules(_judged(polls))["consumer-stalled"]
+    assert stalled.severity == "warning" and stalled.evidence["timeout_in_at_most_seconds"] == 39
+
+
+@pytest.mark.parametrize("version, queue_type, next_words, timeout_ms, source_words", [
+    ("3.10.8", "classic", "up to a minute after", 1_800_000, "inferred: RabbitMQ's default"),
+    ("4.0.5", "quorum", "closes the channel", 1_800_000, "inferred: RabbitMQ's default"),
+    ("4.3.6", "quorum", "cancels the consumer", 1_800_000, "inferred: RabbitMQ's default"),
+    ("4.3.6", "classic", "no timeout applies to a classic queue", None, "quorum queues only"),
+])
+def test_what_the_timeout_will_do_is_said_for_the_release_and_queue_type(version, queue_type, next_words,
+                                                                           timeout_ms, source_words):
+    polls = [replace(_stalled_consumer(version, queue_type), taken_at=t) for t in (0, 61)]
+    (stalled,) = _rules(_judged(polls))["consumer-stalled"]
+    assert next_words in stalled.evidence["next"] and stalled.evidence["timeout_ms"] == timeout_ms
+    assert source_words in stalled.evidence["timeout_source"]
+    assert stalled.severity == ("warning" if timeout_ms is None else "info")
+
+
+def test_the_timeout_in_force_comes_from_the_queue_then_the_log_then_the_default():
+    def judged(version, breaks=None, **queue_kw):
+        polls = [replace(_stalled_consumer(version), taken_at=t) for t in (0, 61)]
+        polls = [replace(p, queues=(replace(p.queues[0], **queue_kw),)) for p in polls]
+        return _rules(_judged(polls, breaks=breaks))["consumer-stalled"][0].evidence
+    assert judged("3.13.7", consumer_timeout_ms=120_000)["timeout_source"].startswith("the queue's x-consumer-timeout")
+    assert judged("3.10.8", consumer_timeout_ms=120_000)["timeout_ms"] == 1_800_000, "3.10 applies no queue timeout"
+    logged = Breaks(61.0, (BROKER_LOG,), events=(BrokerEvent(10.0, "consumer_timeout", BROKER_LOG, timeout_ms=15000),))
+    assert judged("3.10.8", breaks=logged)["timeout_ms"] == 15000
+
+
+def _recorded(release: str, previous=None) -> tuple[Breaks, Context]:
+    log = DATA / f"broker-log-{release}" / "plain.log"
+    ledger = BreakLedger(window_seconds=1e9, log=BrokerLogWatch(str(log), from_start=True))
+    breaks = ledger.update(None, now=RECORDED_AT)
+    s = snapshot(taken_at=RECORDED_AT, overview=_on(release))
+    return breaks, Context(s, previous, breaks=breaks)
+
+
+@pytest.mark.parametrize("release", ["3.10.8", "4.0.5"])
+def test_recorded_consumer_timeouts_are_named_by_client_and_queue(release):
+    _, ctx = _recorded(release)
+    timed_out = _rules(diagnose(ctx))["consumer-timed-out"]
+    assert {f.connection_name for f in timed_out} == {"stalled-worker"}
+    assert sum(f.evidence["timeouts"] for f in timed_out) == 2
+    assert all(f.evidence["timeout_ms"] == 15000 and f.evidence["source"] == BROKER_LOG for f in timed_out)
+    queues = {f.evidence["queue"] for f in timed_out}
+    assert queues == ({"stalled-classic", "stalled-quorum"} if release == "4.0.5" else
+                      {"not named by this release's log"})
+
+
+def test_a_timeout_says_what_it_returned_where_a_poll_saw_the_channel_before_its_close():
+    breaks, ctx = _recorded("4.0.5")
+    timeout = next(e for e in breaks.events if e.kind == "consumer_timeout")
+    before = snapshot(taken_at=timeout.at - 5, overview=_on("4.0.5"),
+                      channels=(channel(f"{timeout.connection} ({timeout.channel})", messages_unacked=5),))
+    found = _rules(diagnose(replace(ctx, previous=before)))["consumer-timed-out"]
+    named = next(f for f in found if f.evidence["queue"] == timeout.queue)
+    assert named.evidence["messages_returned_at_least"] == 5
+    assert named.evidence["messages_returned_inferred_from"].startswith("each closed channel's unacked")
+
+
+@pytest.mark.parametrize("release", ["3.10.8", "4.0.5", "4.3.6"])
+def test_recorded_channel_errors_each_get_the_remedy_for_their_reason(release):
+    _, ctx = _recorded(release)
+    closed = {f.evidence["reason"]: f for f in _rules(diagnose(ctx))["closed-on-error"]}
+    assert set(closed) == {"unknown_delivery_tag", "inequivalent_arguments", "not_found", "access_refused",
+                           "resource_locked", "frame_error"}
+    assert closed["unknown_delivery_tag"].connection_name == "orders-worker"
+    assert closed["unknown_delivery_tag"].evidence["closed"] == 2
+    assert "double ack" in closed["unknown_delivery_tag"].remedy
+    assert "policy" in closed["inequivalent_arguments"].remedy
+    assert closed["frame_error"].object.startswith("connection ")
+    assert len({f.remedy for f in closed.values()}) == 6
+
+
+def test_without_the_log_the_reason_is_not_known_and_the_rules_say_what_to_give():
+    verdict = diagnose(Context(snapshot()))
+    skipped = {n.rule: n for n in verdict.not_evaluated}
+    for rule in ("consumer-timed-out", "closed-on-error"):
+        assert skipped[rule].needs == (EVENTS,) and "--broker-log" in skipped[rule].reason
+
+
+def _cancelled_polls(version: str, ready_after: int = 5, consumers_after: int = 0):
+    holding = _stalled_consumer(version, "quorum")
+    after = replace(holding, taken_at=61.0, consumers=(),
+                    channels=(replace(holding.channels[0], messages_unacked=0, consumer_count=0),),
+                    queues=(queue(type="quorum", messages_ready=ready_after, messages_unacked=0,
+                                  consumers=consumers_after),))
+    return [replace(holding, taken_at=0.0), replace(holding, taken_at=30.0), after]
+
+
+def test_a_quorum_consumer_gone_while_its_channel_stays_is_a_silent_cancel_on_4_3_and_critical():
+    (cancelled,) = _rules(_judged(_cancelled_polls("4.3.6")))["consumer-cancelled-by-broker"]
+    assert cancelled.severity == "critical" and cancelled.evidence["unacked_when_last_seen"] == 5
+    assert "inferred" in cancelled.evidence and cancelled.evidence["source"] == "polls"
+    assert "Nobody consumes" in cancelled.explanation
+    served = _rules(_judged(_cancelled_polls("4.3.6", consumers_after=1)))["consumer-cancelled-by-broker"]
+    assert [f.severity for f in served] == ["warning"]
+    skipped = {n.rule: n.why for n in _judged(_cancelled_polls("4.0.5")).not_evaluated}
+    assert "before RabbitMQ 4.3" in skipped["consumer-cancelled-by-broker"]
+
+
+def _opened(n: int, every: float, name: str | None = None) -> Breaks:
+    events = tuple(BrokerEvent(1000.0 + i * every, CONNECTION_OPENED, BROKER_LOG,
+                               connection=f"10.0.0.7:{40000 + i} -> 10.0.0.1:5672", connection_name=name,
+                               vhost="/", user="app") for i in range(n))
+    return Breaks(1000.0 + n * every, (BROKER_LOG,), events=events)
+
+
+def test_a_client_opening_a_connection_per_message_is_named_from_the_log():
+    found = _rules(diagnose(Context(snapshot(), breaks=_opened(116, 0.5))))["connection-churn"]
+    (churn,) = found
+    assert churn.severity == "warning" and churn.evidence["connections_opened"] == 116
+    assert churn.identity == "unnamed clients from 10.0.0.7 as app" and churn.evidence["source"] == BROKER_LOG
+    assert "connection-churn" not in _rules(diagnose(Context(snapshot(), breaks=_opened(3, 30, "worker"))))
+
+
+def test_churn_from_polls_alone_is_info_and_says_the_log_would_name_the_client():
+    then = snapshot(taken_at=0.0, overview=replace(OVERVIEW, churn=Churn(10, 9, 10, 9)))
+    now = snapshot(taken_at=300.0, overview=replace(OVERVIEW, churn=Churn(130, 129, 130, 129)))
+    (churn,) = _rules(diagnose(Context(now, then)))["connection-churn"]
+    assert churn.severity == "info" and churn.evidence["connections_opened"] == 120
+    assert "--broker-log" in churn.evidence["clients"] and "invisible to polls" in churn.evidence["clients"]
