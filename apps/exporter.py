@@ -182,7 +182,7 @@ class Exporter:
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
         self.ledger = BreakLedger(cfg.thresholds.window_seconds,
-                                  BrokerLogWatch(cfg.broker_log) if cfg.broker_log else None)
+                                  BrokerLogWatch(cfg.broker_log) if cfg.broker_log else None, cfg.selection.vhost)
         self.poller = Poller(source, interval=cfg.interval, limits=cfg.limits, diagnose=self._diagnose,
                              record=self.history.record if self.history is not None else None,
                              breaks=lambda snapshot: self.ledger.update(snapshot, time.time()))

@@ -67,8 +67,11 @@ def stalled(ctx: Context) -> dict[str, float]:
         if ctx.held is None:
             return {}
         now, at_least = ctx.snapshot.taken_at, ctx.thresholds.stalled_consumer_seconds
+        # A channel whose consumer the broker dropped is consumer-cancelled-by-broker's, not a stall any more.
+        dropped = {channel for channel, _ in ctx.held.gone}
         return {name: now - since for name, since in ctx.held.since.items()
-                if now - since >= at_least and any(c.ack_required for c in ctx.consumers_on(name))}
+                if now - since >= at_least and name not in dropped
+                and any(c.ack_required for c in ctx.consumers_on(name))}
     return ctx.once("stalled", compute)
 
 
@@ -161,14 +164,17 @@ def _cancelled(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for (channel, queue), gone in sorted(ctx.held.gone.items()):
         q = ctx.queue(gone.vhost, queue)
         ch = ctx.channel(channel)
-        if q is None or q.type != "quorum" or ch is None:
+        # Held long enough to be stalled: a consumer that just subscribed may be listed before its queue counts it.
+        if q is None or q.type != "quorum" or ch is None or \
+                gone.last_seen - gone.held_since < ctx.thresholds.stalled_consumer_seconds:
             continue
         nobody = num(q.consumers) == 0
         evidence = {"queue": queue, "consumer_tag": gone.consumer_tag, "unacked_when_last_seen": gone.unacked,
                     "held_for_at_least_seconds": round(gone.last_seen - gone.held_since),
                     "ready": q.messages_ready, "consumers": q.consumers, "channel_open": True,
                     "inferred": "RabbitMQ 4.3 cancels a quorum queue's consumer past its timeout without logging "
-                                "it: a consumer last seen holding deliveries, gone while its channel stays open",
+                                "it: a consumer last seen holding deliveries, gone while its channel stays open (or "
+                                "still listed on its channel while its queue counts no consumer)",
                     "source": "polls"}
         yield rule.finding(
             "critical" if nobody and num(q.messages_ready) > 0 else "warning", gone.vhost, f"channel {channel}", ch,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ackscope.model.snapshot import Channel, Snapshot
+from ackscope.model.snapshot import Channel, Queue, Snapshot
 
 
 @dataclass(frozen=True)
@@ -65,17 +65,24 @@ class Holding:
         return Held(MappingProxyType({k: v[0] for k, v in since.items()}), MappingProxyType(dict(self._gone)))
 
     def _still_gone(self, s: Snapshot, channels: dict[str, Channel]) -> dict[tuple[str, str], Gone]:
-        consuming = {(c.channel, c.queue) for c in s.consumers}
+        queues = {(q.vhost, q.name): q for q in s.queues}
+        consuming = {(c.channel, c.queue) for c in s.consumers if not _dropped(queues.get((c.vhost, c.queue)))}
         gone = {k: g for k, g in self._gone.items() if g.channel in channels and k not in consuming}
-        if self._previous is None:
-            return gone
-        for c in self._previous.consumers:
+        before = {ch.name: ch for ch in self._previous.channels} if self._previous is not None else {}
+        # Last poll's consumers that are gone, and this poll's that their queue no longer counts.
+        for c in (*(self._previous.consumers if self._previous is not None else ()), *s.consumers):
             key = (c.channel, c.queue)
             held = self._since.get(c.channel)
-            if key in consuming or c.channel not in channels or held is None or c.ack_required is not True:
+            if key in consuming or key in gone or c.channel not in channels or held is None or not c.ack_required:
                 continue
-            before = next((ch for ch in self._previous.channels if ch.name == c.channel), None)
-            gone[key] = Gone(c.vhost, c.queue, c.consumer_tag, c.channel,
-                             before.messages_unacked or 0 if before is not None else 0,
-                             self._previous.taken_at, held[0])
+            was = before.get(c.channel) or channels[c.channel]
+            gone[key] = Gone(c.vhost, c.queue, c.consumer_tag, c.channel, was.messages_unacked or 0,
+                             self._previous.taken_at if self._previous is not None else s.taken_at, held[0])
         return gone
+
+
+def _dropped(q: Queue | None) -> bool:
+    """A quorum queue that counts no consumer and no unacked message: a consumer listed on it is one the queue
+    dropped. RabbitMQ 4.3.6 times out a Java client's consumer so: its queue counts 0 consumers and takes its
+    deliveries back as ready, while /api/consumers still lists it and its channel still claims them (measured)."""
+    return q is not None and q.type == "quorum" and q.consumers == 0 and not q.messages_unacked

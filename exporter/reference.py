@@ -75,7 +75,7 @@ def sample_snapshot() -> Snapshot:
 
 def sample_breaks() -> Breaks:
     """One count of each kind of event the broker's log tells of: what makes every break family appear."""
-    who = ("/", "app", "billing", "pika")
+    who = ("/", "app", "billing")
     return Breaks(1000.0, (BROKER_LOG,), totals={
         (CHANNEL_ERROR, *who, "unknown_delivery_tag"): 1, (CONSUMER_TIMEOUT, *who, "precondition_failed"): 1,
         (CONNECTION_ERROR, *who, "frame_error"): 1, (CONNECTION_OPENED, *who, "unknown"): 1,

@@ -68,8 +68,9 @@ def cause(e: BrokerEvent) -> str:
     return (e.reason or "unknown").replace(" ", "_")
 
 
-# What a counter of breaks is kept by: (kind, vhost, user, connection_name, client, cause), "" where unknown.
-TallyKey = tuple[str, str, str, str, str, str]
+# What a counter of breaks is kept by: (kind, vhost, user, connection_name, cause), "" where unknown. Not by client
+# library: a poll learns it only after the log's first lines of a connection, and one counter would become two.
+TallyKey = tuple[str, str, str, str, str]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ and version from a poll only. A connection shorter than a poll is seen by the lo
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -27,9 +28,13 @@ MAX_CONNECTIONS = 50_000
 
 
 class BreakLedger:
-    def __init__(self, window_seconds: float, log: BrokerLogWatch | None = None):
+    def __init__(self, window_seconds: float, log: BrokerLogWatch | None = None,
+                 vhosts: Callable[[str], bool] = lambda vhost: True):
+        """`vhosts`: whether a vhost is watched (--include-vhosts, --exclude-vhosts); an event that names none (a
+        connection refused before it chose one) is kept."""
         self.window_seconds = window_seconds
         self._log = log
+        self._vhosts = vhosts
         self._window: deque[BrokerEvent] = deque(maxlen=MAX_WINDOW_EVENTS)
         self._totals: dict[TallyKey, int] = {}
         # The broker's name for a connection -> (connection_name, client library), as last learned.
@@ -66,6 +71,8 @@ class BreakLedger:
 
     def _take(self, events: list[BrokerEvent]) -> None:
         for e in events:
+            if e.vhost is not None and not self._vhosts(e.vhost):
+                continue
             if e.connection:
                 if e.kind == CONNECTION_OPENED:
                     self._learn(e.connection, e.connection_name, None)
@@ -75,7 +82,7 @@ class BreakLedger:
             self._count(e)
 
     def _count(self, e: BrokerEvent) -> None:
-        key = (e.kind, e.vhost or "", e.user or "", e.connection_name or "", e.client or "", cause(e))
+        key = (e.kind, e.vhost or "", e.user or "", e.connection_name or "", cause(e))
         if key not in self._totals and len(self._totals) >= MAX_TALLIES:
-            key = (e.kind, e.vhost or "", "", FOLDED, "", cause(e))
+            key = (e.kind, e.vhost or "", "", FOLDED, cause(e))
         self._totals[key] = self._totals.get(key, 0) + 1

@@ -23,6 +23,7 @@ from ackscope.core.processes import stop_process
 from ackscope.sources import Selection
 from ackscope.workloads.ports import free_port
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
+from ackscope.workloads.rabbitmq_release import Release
 
 # -- reading what the exporter says --------------------------------------------------------------------
 Samples = dict[str, list[tuple[dict[str, str], float]]]
@@ -193,6 +194,19 @@ def own_vhost(node: LocalBroker, prefix: str = "v") -> Iterator[str]:
         yield name
     finally:
         node.api("DELETE", f"/vhosts/{name}")
+
+
+# The release matrix: a release by the Debian that packages it (None: this machine's own package).
+MATRIX = {"3.10": None, "4.0": "trixie", "newest": "sid"}
+
+
+def matrix_release(slot: str) -> Release:
+    """The release of one slot of the matrix; a root that was not built fails the tests, naming how to build it."""
+    suite = MATRIX[slot]
+    found = Release.host() if suite is None else Release.in_root(suite)
+    if slot != "newest":
+        assert found.name == slot, f"the {slot} slot of the matrix holds RabbitMQ {found.version}"
+    return found
 
 
 @contextmanager

@@ -50,7 +50,7 @@ def test_each_recorded_break_is_named_by_the_client_that_opened_its_connection(l
     assert breaks.sources == (BROKER_LOG,) and breaks.problems == () and breaks.lines > 200
     errors = [e for e in breaks.events if e.kind == CHANNEL_ERROR]
     assert errors and all(e.connection_name for e in errors), "every channel error's connection opened in the log"
-    by_client = {(k[0], k[3], k[5]): n for k, n in breaks.totals.items()}
+    by_client = {(k[0], k[3], k[4]): n for k, n in breaks.totals.items()}
     assert by_client[(CHANNEL_ERROR, "orders-worker", "unknown_delivery_tag")] >= 2
     assert by_client[(CONNECTION_OPENED, "per-message-publisher-0", "unknown")] == 1
     assert by_client[(CONNECTION_CLOSED, "dropped-client", "dropped")] == 1
@@ -65,8 +65,8 @@ def test_a_connection_a_poll_saw_lends_its_events_its_client_library(log):
     log.write_text(ERROR.format(1, 47800) + ERROR.format(2, 47999))
     breaks = ledger.update(None, now=ERROR_AT)
     assert [(e.connection_name, e.client) for e in breaks.events] == [("billing", "amqplib 0.10.5"), (None, None)]
-    assert breaks.totals[(CHANNEL_ERROR, "/", "guest", "billing", "amqplib 0.10.5", "unknown_delivery_tag")] == 1
-    assert breaks.totals[(CHANNEL_ERROR, "/", "guest", "", "", "unknown_delivery_tag")] == 1
+    assert breaks.totals[(CHANNEL_ERROR, "/", "guest", "billing", "unknown_delivery_tag")] == 1
+    assert breaks.totals[(CHANNEL_ERROR, "/", "guest", "", "unknown_delivery_tag")] == 1
 
 
 def test_the_window_keeps_recent_events_and_the_totals_keep_counting(log):
@@ -92,7 +92,7 @@ def test_a_burst_keeps_the_newest_events_and_counts_every_one_under_a_bounded_nu
     breaks = ledger.update(None, now=RECORDED_AT)
     assert len(breaks.events) == 100 and breaks.events[-1].connection_name == "worker-999"
     assert len(breaks.totals) == 11 and sum(breaks.totals.values()) == 1000
-    assert breaks.totals[(CONNECTION_OPENED, "/", "", FOLDED, "", "unknown")] == 990
+    assert breaks.totals[(CONNECTION_OPENED, "/", "", FOLDED, "unknown")] == 990
 
 
 def test_a_log_that_cannot_be_read_is_a_problem_of_its_own_and_the_rest_is_held(tmp_path):
@@ -106,3 +106,10 @@ def test_a_log_that_cannot_be_read_is_a_problem_of_its_own_and_the_rest_is_held(
 def test_without_a_log_the_ledger_tells_of_no_source():
     breaks = BreakLedger(window_seconds=60).update(_snapshot(), now=1.0)
     assert breaks.sources == () and breaks.totals == {} and breaks.problems == ()
+
+
+def test_events_of_vhosts_not_watched_are_left_out(log):
+    ledger = BreakLedger(window_seconds=60, log=BrokerLogWatch(str(log)), vhosts=lambda v: v != "/")
+    log.write_text(ERROR.format(1, 1000) + ERROR.format(2, 1001).replace("vhost: '/'", "vhost: 'billing'"))
+    breaks = ledger.update(None, now=ERROR_AT)
+    assert [e.vhost for e in breaks.events] == ["billing"] and sum(breaks.totals.values()) == 1

@@ -153,13 +153,16 @@ def test_without_the_log_the_reason_is_not_known_and_the_rules_say_what_to_give(
         assert skipped[rule].needs == (EVENTS,) and "--broker-log" in skipped[rule].reason
 
 
-def _cancelled_polls(version: str, ready_after: int = 5, consumers_after: int = 0):
+def _cancelled_polls(version: str, ready_after: int = 5, consumers_after: int = 0, still_listed: bool = False):
+    """A consumer holding 5 of a quorum queue for 61 s, then gone: from the consumers and its channel (pika on
+    4.3.6), or `still_listed` there while its queue counts no consumer (the Java client on 4.3.6)."""
     holding = _stalled_consumer(version, "quorum")
-    after = replace(holding, taken_at=61.0, consumers=(),
-                    channels=(replace(holding.channels[0], messages_unacked=0, consumer_count=0),),
-                    queues=(queue(type="quorum", messages_ready=ready_after, messages_unacked=0,
-                                  consumers=consumers_after),))
-    return [replace(holding, taken_at=0.0), replace(holding, taken_at=30.0), after]
+    after = replace(holding, taken_at=62.0, queues=(queue(type="quorum", messages_ready=ready_after,
+                                                          messages_unacked=0, consumers=consumers_after),))
+    if not still_listed:
+        after = replace(after, consumers=(),
+                        channels=(replace(holding.channels[0], messages_unacked=0, consumer_count=0),))
+    return [replace(holding, taken_at=0.0), replace(holding, taken_at=61.0), after]
 
 
 def test_a_quorum_consumer_gone_while_its_channel_stays_is_a_silent_cancel_on_4_3_and_critical():
@@ -167,6 +170,9 @@ def test_a_quorum_consumer_gone_while_its_channel_stays_is_a_silent_cancel_on_4_
     assert cancelled.severity == "critical" and cancelled.evidence["unacked_when_last_seen"] == 5
     assert "inferred" in cancelled.evidence and cancelled.evidence["source"] == "polls"
     assert "Nobody consumes" in cancelled.explanation
+    found = _rules(_judged(_cancelled_polls("4.3.6", still_listed=True)))
+    assert [f.severity for f in found["consumer-cancelled-by-broker"]] == ["critical"]
+    assert "consumer-stalled" not in found, "its channel still claims the deliveries: it is no stall any more"
     served = _rules(_judged(_cancelled_polls("4.3.6", consumers_after=1)))["consumer-cancelled-by-broker"]
     assert [f.severity for f in served] == ["warning"]
     skipped = {n.rule: n.why for n in _judged(_cancelled_polls("4.0.5")).not_evaluated}

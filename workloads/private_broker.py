@@ -72,6 +72,11 @@ class LocalBroker:
     def prometheus_url(self) -> str:
         return f"http://127.0.0.1:{self.ports.prometheus}"
 
+    @property
+    def log_file(self) -> Path:
+        """The node's log file (its level: `log.file.level`, warning unless its config says otherwise)."""
+        return self.base_dir / "log" / f"{self.nodename}.log"
+
     def amqp_url(self, vhost: str = "/", user: str = ADMIN_USER, password: str = ADMIN_PASSWORD) -> str:
         quoted = requests.utils.quote(vhost, safe="")
         return f"amqp://{user}:{password}@127.0.0.1:{self.ports.amqp}/{quoted}"

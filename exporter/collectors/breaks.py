@@ -1,6 +1,6 @@
 """Where deliveries broke, as the broker's own log told: channels and connections it closed on an error, consumers
 it timed out, connections opened and closed. Counters since ackscope started, by the client whose connection it
-was (its own name and its library, where a poll saw it) and by reason; and how reading the log goes."""
+was (the name it gave its connection, its user) and by reason; and how reading the log goes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_CLOSED, CONNECTION_ERROR, CONNECTION_OPENED,
                                    CONSUMER_TIMEOUT, Breaks)
 
-WHO = ("vhost", "user", "connection_name", "client")
+WHO = ("vhost", "user", "connection_name")
 # (kind, family, help, whether the reason is a label)
 FAMILIES = (
     (CHANNEL_ERROR, "ackscope_broker_channel_errors", "Channels the broker closed on an error (the node's log), by "
@@ -38,10 +38,9 @@ class BreakCollector:
             return
         for kind, name, doc, with_reason in FAMILIES:
             family = CounterMetricFamily(name, doc, labels=WHO + (("reason",) if with_reason else ()))
-            for (k, vhost, user, connection_name, client, cause), count in sorted(b.totals.items()):
+            for (k, vhost, user, connection_name, cause), count in sorted(b.totals.items()):
                 if k == kind:
-                    family.add_metric([vhost, user, connection_name, client] + ([cause] if with_reason else []),
-                                      count)
+                    family.add_metric([vhost, user, connection_name] + ([cause] if with_reason else []), count)
             yield family
         yield GaugeMetricFamily("ackscope_broker_log_readable", "1 when the last poll could read the broker log "
                                 "given with --broker-log; 0 when it could not (missing, unreadable, standard input "

@@ -34,6 +34,12 @@ def slow() -> None:
     time.sleep(1.0)
 
 
+@app.task(name="ackscope.hangs")
+def hangs() -> None:
+    """A task that never ends (a call that hangs): with acks_late its message stays unacked."""
+    time.sleep(24 * 3600)
+
+
 @app.task(name="ackscope.rejects", acks_late=True)
 def rejects() -> None:
     raise Reject("cannot handle it now", requeue=True)

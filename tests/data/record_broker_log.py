@@ -139,7 +139,7 @@ def record(release: Release, formatter: str) -> Path:
         version = broker.api("GET", "/overview").json()["rabbitmq_version"]
         out = Path(__file__).parent / f"broker-log-{version}"
         out.mkdir(exist_ok=True)
-        log = (broker.base_dir / "log" / f"{broker.nodename}.log").read_text()
+        log = broker.log_file.read_text()
         (out / f"{formatter}.log").write_text(log)
         return out / f"{formatter}.log"
     finally:

@@ -4,6 +4,7 @@
 //   tx-publisher       publishes 5 a second, one transaction per message (txSelect, txCommit)
 //   qos-after-consume  basicConsume with manual ack, then basicQos(10): the qos binds later consumers only,
 //                      so this one stays unlimited; it never acks
+//   stalled-consumer   basicQos(5) and a manual-ack consumer on a quorum queue that never acks (a hung handler)
 import com.rabbitmq.client.*;
 import java.util.Map;
 
@@ -17,7 +18,9 @@ public class Client {
             try { conn.close(); } catch (Exception ignored) { /* already gone: nothing to release */ }
         }));
         Channel ch = conn.createChannel();
-        ch.queueDeclare(queue, true, false, false, Map.of("x-expires", 600000));
+        Map<String, Object> arguments = mode.equals("stalled-consumer")
+            ? Map.of("x-expires", 600000, "x-queue-type", "quorum") : Map.of("x-expires", 600000);
+        ch.queueDeclare(queue, true, false, false, arguments);
         switch (mode) {
             case "tx-publisher" -> {
                 ch.txSelect();
@@ -31,6 +34,12 @@ public class Client {
             case "qos-after-consume" -> {
                 ch.basicConsume(queue, false, new DefaultConsumer(ch));
                 ch.basicQos(10);
+                System.out.println("ready");
+                Thread.sleep(Long.MAX_VALUE);
+            }
+            case "stalled-consumer" -> {
+                ch.basicQos(5);
+                ch.basicConsume(queue, false, new DefaultConsumer(ch));
                 System.out.println("ready");
                 Thread.sleep(Long.MAX_VALUE);
             }

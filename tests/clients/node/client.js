@@ -8,6 +8,7 @@
 //   plain-publisher  publishes 5 a second without confirms
 //   confirm-publisher publishes 5 a second on a confirm channel, and a prefetch-50 consumer acks them
 //   nack-requeue     a prefetch-10 consumer that nacks every message with requeue
+//   connection-per-message  twice a second: connects, publishes one message, closes (churn)
 'use strict';
 const amqp = require('amqplib');
 
@@ -17,7 +18,23 @@ const QUEUE_ARGS = { durable: true, arguments: { 'x-expires': 600000 } };
 function every(ms, fn) { setInterval(() => { fn().catch(fail); }, ms); }
 function fail(err) { console.error(`${mode}: ${err.message}`); process.exit(1); }
 
+async function publishOnce() {
+  const conn = await amqp.connect(process.env.AMQP_URL);
+  const ch = await conn.createChannel();
+  await ch.assertQueue(queue, QUEUE_ARGS);
+  ch.sendToQueue(queue, Buffer.from('order'), { persistent: true });
+  await ch.close();
+  await conn.close();
+}
+
 async function main() {
+  if (mode === 'connection-per-message') {
+    await publishOnce();
+    every(500, publishOnce);
+    process.on('SIGTERM', () => process.exit(0));
+    console.log('ready');
+    return;
+  }
   const named = process.env.VOID_CONNECTION_NAME ? { clientProperties: { connection_name: null } } : {};
   const conn = await amqp.connect(process.env.AMQP_URL, named);
   process.on('SIGTERM', () => conn.close().finally(() => process.exit(0)));
