@@ -33,11 +33,14 @@ def timeout_in_force(ctx: Context, consumer: Consumer, q: Queue | None) -> Timeo
     when it passes: the consumer's own figure (/api/consumers, 4.x), else its queue's argument or policy (3.12+),
     else the last timeout the node's log shows it applied, else RabbitMQ's default (an inference)."""
     release = ctx.release
-    if release is not None and release >= (4, 3):
-        if q is not None and q.type != "quorum":
+    if release is not None and release >= (4, 3) and (q is None or not q.type):
+        nxt = ("it depends on the queue's type, which the source does not say: a quorum queue's consumer is "
+               "cancelled at the timeout and its messages returned; a classic queue's is never timed out")
+    elif release is not None and release >= (4, 3):
+        if q.type != "quorum":
             return Timeout(None, f"RabbitMQ {release[0]}.{release[1]} evaluates consumer timeouts for quorum queues "
                            "only (release notes 4.3.0)",
-                           f"nothing: no timeout applies to a {q.type or 'non-quorum'} queue from RabbitMQ 4.3, so "
+                           f"nothing: no timeout applies to a {q.type} queue from RabbitMQ 4.3, so "
                            "the deliveries stay held until the consumer acks them or its connection closes")
         nxt = ("the broker returns its unacked messages to the queue and cancels the consumer: a basic.cancel the "
                "client sees only if it declared the consumer_cancel_notify capability, else its channel is closed; "

@@ -80,6 +80,7 @@ def test_half_the_timeout_held_is_a_warning():
     ("4.0.5", "quorum", "closes the channel", 1_800_000, "inferred: RabbitMQ's default"),
     ("4.3.6", "quorum", "cancels the consumer", 1_800_000, "inferred: RabbitMQ's default"),
     ("4.3.6", "classic", "no timeout applies to a classic queue", None, "quorum queues only"),
+    ("4.3.6", "", "depends on the queue's type", 1_800_000, "inferred: RabbitMQ's default"),  # type not reported
 ])
 def test_what_the_timeout_will_do_is_said_for_the_release_and_queue_type(version, queue_type, next_words,
                                                                            timeout_ms, source_words):
