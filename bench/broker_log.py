@@ -4,8 +4,8 @@
 A writer process appends lines from a real node's log (tests/data/broker-log-4.0.5/plain.log: start-up, connections,
 channel errors, consumer timeouts), with every other line a channel error's in bursts, at --rate lines a second
 for --seconds, and renames the file halfway (a rotation). Beside it, in processes of their own:
-  - ackscope: the log followed (FileFollower) and read into events (LogReader), the log read until it has nothing
-    more, then again a tenth of a second later, as the exporter's reader does;
+  - ackscope: the exporter's --broker-log path: the log followed and read into events, attributed, kept for the
+    window and counted (BreakLedger over BrokerLogWatch), once a second, as an exporter polling every second does;
   - baseline: tail -F | grep -c.
 Each one's CPU (user + system, of all its processes) as a share of one core, and its RSS once a second.
 Target: ackscope under 10 % of one core, its RSS flat (the last second's within 5 MiB of the tenth's).
@@ -27,8 +27,7 @@ from pathlib import Path
 import psutil
 
 from ackscope.model.events import CHANNEL_ERROR
-from ackscope.sources.broker_log.follow import FileFollower
-from ackscope.sources.broker_log.lines import LogReader
+from ackscope.sources import BreakLedger, BrokerLogWatch
 
 RECORDED = Path(__file__).resolve().parent.parent / "tests" / "data" / "broker-log-4.0.5" / "plain.log"
 ERROR = ("{} [error] <0.{}.0> Channel error on connection <0.742.0> (127.0.0.1:47800 -> 127.0.0.1:5672, vhost: '/', "
@@ -64,17 +63,15 @@ def write(path: str, rate: int, seconds: float, ready, result) -> None:
 
 
 def follow(path: str, stop, result) -> None:
-    follower, reader = FileFollower(path, from_start=True), LogReader()
-    errors = 0
+    ledger = BreakLedger(window_seconds=300, log=BrokerLogWatch(path, from_start=True))
     while True:
         stopping = stop.is_set()  # then this is the last round: the writer has ended
-        while batch := follower.read().lines:
-            errors += sum(e.kind == CHANNEL_ERROR for e in reader.feed(batch))
-        errors += sum(e.kind == CHANNEL_ERROR for e in reader.flush())
+        breaks = ledger.update(None, time.time())
         if stopping:
             break
-        time.sleep(0.1)
-    result.put(("read", (reader.counts.lines, errors)))
+        time.sleep(1.0)
+    errors = sum(n for key, n in breaks.totals.items() if key[0] == CHANNEL_ERROR)
+    result.put(("read", (breaks.lines, errors)))
 
 
 def _cpu(procs: list[psutil.Process]) -> float:

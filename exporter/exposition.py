@@ -141,7 +141,7 @@ def breaks_json(breaks: Breaks | None) -> bytes:
     if breaks is None:
         return b'{"sources":[],"events":[],"problems":[]}'
     return json.dumps({"at": breaks.at, "sources": list(breaks.sources), "problems": list(breaks.problems),
-                       "events": [dict(_record(e), cause=cause(e)) for e in breaks.events]},
+                       "events": [dict(e._asdict(), cause=cause(e)) for e in breaks.events]},
                       separators=(",", ":")).encode()
 
 

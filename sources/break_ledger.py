@@ -70,16 +70,20 @@ class BreakLedger:
             self._names.popitem(last=False)
 
     def _take(self, events: list[BrokerEvent]) -> None:
+        watched, names, keep, count = self._vhosts, self._names, self._window.append, self._count
         for e in events:
-            if e.vhost is not None and not self._vhosts(e.vhost):
+            if e.vhost is not None and not watched(e.vhost):
                 continue
             if e.connection:
                 if e.kind == CONNECTION_OPENED:
                     self._learn(e.connection, e.connection_name, None)
-                name, client = self._names.get(e.connection, (None, None))
-                e = replace(e, connection_name=e.connection_name or name, client=client)
-            self._window.append(e)
-            self._count(e)
+                name, client = names.get(e.connection, (None, None))
+                # A new record only where there is something to add: at a burst of errors from a connection the
+                # log never saw open, a copy per event was a third of the reading's cost.
+                if client or (name and not e.connection_name):
+                    e = e._replace(connection_name=e.connection_name or name, client=client)
+            keep(e)
+            count(e)
 
     def _count(self, e: BrokerEvent) -> None:
         key = (e.kind, e.vhost or "", e.user or "", e.connection_name or "", cause(e))

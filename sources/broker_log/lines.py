@@ -18,6 +18,7 @@ Any other message is read and passed over; a line in neither format is counted a
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import OrderedDict
@@ -36,7 +37,7 @@ from ackscope.model.events import (
 
 _PLAIN = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) \[(\w+)\] (<[\d.]+>) ?(.*)")
 _CHANNEL_ERROR = re.compile(
-    r"Channel error on connection (<[\d.]+>) \((\S+ -> \S+), vhost: '(.*)', user: '(.*)'\), channel (\d+):\n"
+    r"Channel error on connection (<[\d.]+>) \((\S+ -> \S+), vhost: '(.*?)', user: '(.*?)'\), channel (\d+):\n"
     r"operation (\S+) caused a channel exception (\w+): (.*)", re.S)
 _TIMED_OUT = re.compile(r"delivery acknowledgement on channel \d+ timed out\. Timeout value used: (\d+) ms")
 _CONSUMER_TIMEOUT = re.compile(  # 4.x names the queue and the delivery; 3.10 only the consumer and channel
@@ -54,6 +55,8 @@ _CLOSING = re.compile(r"closing AMQP connection (?:<[\d.]+> )?\((?P<conn>\S+ -> 
 _AMQP_ERROR = re.compile(r"\{amqp_error,(\w+),\s*\"((?:[^\"\\]|\\.)*)\"")
 _HEARTBEATS = re.compile(r"missed heartbeats from client, timeout: (\d+)s")
 
+# How each message read here starts: any other record's lines are passed over, not kept (most of a log).
+_READ = ("Channel error on connection", "Consumer ", "connection ", "closing AMQP connection")
 # A record of more lines is cut (a crash report); the lines past it are not what these messages need.
 MAX_RECORD_LINES = 200
 # Consumer timeout warnings waiting for their channel error (the next line of the same process).
@@ -70,20 +73,40 @@ class LogCounts:
     first_unknown: str | None = field(default=None, repr=False)  # the first, for a human to see what it was
 
 
-@dataclass
+@dataclass(slots=True)
 class _Record:
-    at: float
+    stamp: str  # its timestamp as written: parsed only for a record that makes an event
     level: str
     pid: str
-    lines: list[str]
+    lines: list[str] | None  # None for a message not read here (see _READ): its lines are not kept
     key: str  # the plain header shared by its lines; "" for JSON (a whole record a line)
 
+    @property
+    def at(self) -> float | None:
+        return _timestamp(self.stamp)
 
-def _timestamp(text: str) -> float | None:
+
+@functools.lru_cache(maxsize=64)
+def _second(text: str) -> float | None:
     try:
         return datetime.fromisoformat(text.replace(" ", "T", 1)).timestamp()
     except ValueError:
         return None
+
+
+def _timestamp(text: str) -> float | None:
+    """Seconds since the epoch of a log line's timestamp. Its whole second is parsed once (cached): a busy log
+    writes thousands of lines a second, each in the same second as the last."""
+    if len(text) == 32 and text[19] == "." and text[26] in "+-":  # what RabbitMQ writes: microseconds and a zone
+        second = _second(text[:19] + text[26:])
+        return None if second is None or not text[20:26].isdigit() else second + float(text[19:26])
+    rest = text[19:]  # what follows "YYYY-MM-DD HH:MM:SS": a fraction, a zone, both or neither
+    zone = rest.lstrip(".0123456789")
+    fraction = rest[:len(rest) - len(zone)]
+    second = _second(text[:19] + zone)
+    if second is None or fraction.count(".") > 1 or fraction and fraction[0] != ".":
+        return None
+    return second + float(fraction) if len(fraction) > 1 else second
 
 
 class LogReader:
@@ -97,41 +120,52 @@ class LogReader:
 
     def feed(self, lines: list[str] | tuple[str, ...]) -> list[BrokerEvent]:
         events: list[BrokerEvent] = []
+        self.counts.lines += len(lines)
         for line in lines:
-            self.counts.lines += 1
+            pending = self._pending
+            # A record's next line repeats its header: told by its start alone, without parsing it again.
+            if pending is not None and pending.key and line.startswith(pending.key):
+                if pending.lines is not None and len(pending.lines) < MAX_RECORD_LINES:
+                    pending.lines.append(line[len(pending.key):])
+                continue
             record = self._parse(line)
             if record is None:
                 continue
-            if self._pending is not None and record.key and record.key == self._pending.key:
-                if len(self._pending.lines) < MAX_RECORD_LINES:
-                    self._pending.lines += record.lines
-                continue
-            events += self.flush()
+            if pending is not None and (event := self._complete(pending)) is not None:
+                events.append(event)
             self._pending = record
         return events
 
     def flush(self) -> list[BrokerEvent]:
+        """The record in hand is complete: the log has nothing more for now."""
         record, self._pending = self._pending, None
-        event = self._event(record) if record is not None else None
-        if event is None:
-            return []
+        event = self._complete(record) if record is not None else None
+        return [] if event is None else [event]
+
+    def _complete(self, record: _Record) -> BrokerEvent | None:
+        if record.lines is None:
+            return None
+        event = self._event(record)
+        if event is None or event.at is None:  # a date the header's pattern let through but no calendar has
+            return None
         self.counts.events += 1
-        return [event]
+        return event
 
     def _parse(self, line: str) -> _Record | None:
         if line.startswith("{"):
             try:
                 obj = json.loads(line)
-                at = _timestamp(str(obj["time"]))
-                if at is not None:
-                    return _Record(at, str(obj.get("level", "")), str(obj.get("pid", "")),
-                                   str(obj.get("msg", "")).split("\n"), "")
+                stamp = str(obj["time"])
+                if _timestamp(stamp) is not None:
+                    message = str(obj.get("msg", ""))
+                    return _Record(stamp, str(obj.get("level", "")), str(obj.get("pid", "")),
+                                   message.split("\n") if message.startswith(_READ) else None, "")
             except (ValueError, KeyError, TypeError, AttributeError):
                 pass
         elif found := _PLAIN.fullmatch(line):
-            at = _timestamp(found[1])
-            if at is not None:
-                return _Record(at, found[2], found[3], [found[4]], line[:found.start(4)])
+            message = found[4]
+            return _Record(found[1], found[2], found[3], [message] if message.startswith(_READ) else None,
+                           line[:found.start(4)])
         if line.strip():
             self.counts.unknown += 1
             self.counts.first_unknown = self.counts.first_unknown or line[:200]
@@ -141,7 +175,7 @@ class LogReader:
         message = "\n".join(r.lines)
         if message.startswith("Channel error on connection"):
             return self._channel_error(r, message)
-        if found := _CONSUMER_TIMEOUT.match(message):
+        if message.startswith("Consumer ") and (found := _CONSUMER_TIMEOUT.match(message)):
             self._timeouts[r.pid] = found
             while len(self._timeouts) > MAX_WAITING:
                 self._timeouts.popitem(last=False)
@@ -159,7 +193,7 @@ class LogReader:
         if found is None:
             return None
         pid, conn, vhost, user, channel, operation, reason, text = found.groups()
-        timed_out = _TIMED_OUT.match(text)
+        timed_out = _TIMED_OUT.match(text) if text.startswith("delivery acknowledgement") else None
         if timed_out is None:
             return BrokerEvent(r.at, CHANNEL_ERROR, BROKER_LOG, connection=conn, pid=pid, vhost=vhost, user=user,
                                channel=int(channel), operation=None if operation == "none" else operation,
