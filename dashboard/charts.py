@@ -58,6 +58,19 @@ def redeliveries(df: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def breaks_timeline(df: pd.DataFrame) -> go.Figure:
+    """Each break as a mark in time, one row per client, its colour the reason: when a client's channels were
+    closed, its consumers timed out, its connections churned."""
+    fig = go.Figure()
+    for (kind, reason), rows in df.groupby(["kind", "reason"], sort=True):
+        fig.add_scatter(x=rows["time"], y=rows["client"], mode="markers", name=f"{kind}: {reason}",
+                        customdata=rows[["broker said"]].to_numpy(),
+                        hovertemplate="%{y}<br>%{x}<br>%{customdata[0]}<extra></extra>")
+    fig.update_layout(title="Breaks over the window, per client", height=max(280, 30 * df["client"].nunique() + 140),
+                      yaxis=dict(autorange="reversed"), **_LAYOUT)
+    return fig
+
+
 def over_time(df: pd.DataFrame, x: str, ys: list[str], colour: str, title: str, y_title: str) -> go.Figure:
     """One line per `colour` value and y column, over `x`."""
     fig = go.Figure()

@@ -275,6 +275,33 @@ def redelivery() -> None:
                 _redelivery_section, ("requeue-loop", "probe-duplicates"))
 
 
+BREAK_RULES = ("consumer-stalled", "consumer-timed-out", "consumer-cancelled-by-broker", "closed-on-error",
+               "connection-churn")
+
+
+def breaks() -> None:
+    st.title("Breaks: closed channels, timeouts, cancels, churn")
+    search = st.text_input("Search client, vhost, reason or queue", key="break-search")
+
+    def render(data: Live) -> None:
+        sources = data.breaks.get("sources") or []
+        for problem in data.breaks.get("problems") or []:
+            st.warning(f"The broker's log cannot be read: {problem}")
+        if not sources:
+            st.info("Why the broker closed channels and connections is not known: start the exporter with "
+                    "--broker-log PATH (the node's log file, or - for standard input, e.g. kubectl logs -f). "
+                    "Stalled consumers, silent cancels and churn are still judged from polls, below.")
+        events = views.breaks(data.breaks, search)
+        if not events.empty:
+            st.plotly_chart(charts.breaks_timeline(events), key="breaks-timeline")
+            st.caption(f"{len(events)} event(s) over the window, told by: {', '.join(sources)}.")
+            _table(events.head(200))
+        elif sources:
+            st.success("No channel or connection closed by the broker, and no consumer timed out, over the window.")
+        _findings_by_rule(data, BREAK_RULES)
+    _live_page(render)
+
+
 def probe_audit() -> None:
     st.title("Probe audit")
 
@@ -380,7 +407,7 @@ def _findings_by_rule(data: Live, rules: tuple[str, ...]) -> None:
 
 
 PAGES = {"overview": overview, "confirms": confirms, "consumers": consumers, "redeliveries": redelivery,
-         "audit": probe_audit, "history": history, "broker": broker}
+         "breaks": breaks, "audit": probe_audit, "history": history, "broker": broker}
 
 
 def one(name: str) -> None:
@@ -394,6 +421,7 @@ def main() -> None:
              st.Page(confirms, title="Confirms", url_path="confirms"),
              st.Page(consumers, title="Consumers & prefetch", url_path="consumers"),
              st.Page(redelivery, title="Redeliveries & requeue loops", url_path="redeliveries"),
+             st.Page(breaks, title="Breaks", url_path="breaks"),
              st.Page(probe_audit, title="Probe audit", url_path="audit"),
              st.Page(history, title="History", url_path="history"),
              st.Page(broker, title="Broker", url_path="broker")]

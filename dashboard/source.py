@@ -13,7 +13,7 @@ from typing import Any
 
 import requests
 
-DOCUMENTS = ("snapshot", "findings", "probes")
+DOCUMENTS = ("snapshot", "findings", "probes", "breaks")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Live:
     exporter_error: str | None = None  # the exporter is up but cannot poll the broker
     source: str | None = None  # where the exporter reads the broker: management, prometheus
     not_evaluated: list[dict[str, Any]] = field(default_factory=list)  # rules the source cannot feed
+    breaks: dict[str, Any] = field(default_factory=dict)  # /api/breaks: the event sources and the window's events
 
     @property
     def stale(self) -> bool:
@@ -36,7 +37,7 @@ class Live:
 
 
 class ExporterSource:
-    """Fetches /api/snapshot, /api/findings and /api/probes; keeps the last good result."""
+    """Fetches /api/snapshot, /api/findings, /api/probes and /api/breaks; keeps the last good result."""
 
     def __init__(self, url: str, auth: tuple[str, str] | None = None, timeout: float = 5.0,
                  verify: bool | str = True, reuse_seconds: float = 1.0):
@@ -55,7 +56,7 @@ class ExporterSource:
         self.reuse_seconds = reuse_seconds
 
     def fetch(self) -> Live:
-        """Fetch all three documents (one caller at a time; a fetch younger than reuse_seconds is reused)."""
+        """Fetch every document (one caller at a time; a fetch younger than reuse_seconds is reused)."""
         with self._lock:
             last = self._last
             if last.error is None and last.fetched_at and time.time() - last.fetched_at < self.reuse_seconds:
@@ -73,7 +74,8 @@ class ExporterSource:
                                                                    or "the exporter's last poll failed")
             self._last = Live(snapshot, previous, docs["findings"].get("findings", []),
                               docs["probes"].get("probes", []), time.time(), None, poll_error,
-                              docs["snapshot"].get("source"), docs["findings"].get("not_evaluated", []))
+                              docs["snapshot"].get("source"), docs["findings"].get("not_evaluated", []),
+                              docs["breaks"])
             return self._last
 
     def _get(self, name: str) -> dict:

@@ -235,6 +235,24 @@ def blocked_connections(snapshot: dict[str, Any] | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["client", "connection", "vhost", "user", "state"])
 
 
+BREAK_COLUMNS = ["time", "kind", "reason", "client", "vhost", "channel", "queue", "broker said"]
+
+
+def breaks(document: dict[str, Any], search: str = "") -> pd.DataFrame:
+    """The window's events from /api/breaks, newest first: when (UTC), what (a channel error, a consumer timeout,
+    a connection opened or closed), why, whose (the name its connection was given, else its library and peer)."""
+    rows = []
+    for e in document.get("events") or []:
+        peer = (e.get("connection") or "").split(" -> ")[0]
+        rows.append({"time": datetime.fromtimestamp(e["at"], UTC), "kind": e["kind"].replace("_", " "),
+                     "reason": e.get("cause") or "", "vhost": e.get("vhost") or "",
+                     "client": e.get("connection_name") or " from ".join(p for p in (e.get("client"), peer) if p),
+                     "channel": e.get("channel"), "queue": e.get("queue") or "", "broker said": e.get("text") or ""})
+    df = pd.DataFrame(rows, columns=BREAK_COLUMNS)
+    df = _search(df, search, ("client", "vhost", "reason", "queue", "kind"))
+    return df.sort_values("time", ascending=False, kind="stable").reset_index(drop=True)
+
+
 def _search(df: pd.DataFrame, text: str, columns: tuple[str, ...]) -> pd.DataFrame:
     if not text or df.empty:
         return df

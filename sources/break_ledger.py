@@ -23,6 +23,9 @@ MAX_WINDOW_EVENTS = 10_000
 # Counters kept apart by client and cause at most; beyond, a new one is counted under FOLDED (cardinality).
 MAX_TALLIES = 5_000
 FOLDED = "(folded)"
+# Seconds an event of a connection nobody has named yet waits for a poll that names it: the management API listed a
+# new connection 4 s after the log told of its first error (statistics every 0.5 s; RabbitMQ's default is 5 s).
+NAMING_SECONDS = 15.0
 # Connections whose names are remembered, the most recently seen: a connection per message must not grow it.
 MAX_CONNECTIONS = 50_000
 
@@ -39,6 +42,10 @@ class BreakLedger:
         self._totals: dict[TallyKey, int] = {}
         # The broker's name for a connection -> (connection_name, client library), as last learned.
         self._names: OrderedDict[str, tuple[str | None, str | None]] = OrderedDict()
+        # Events of connections nobody named yet, with when they were read, held NAMING_SECONDS at most: the log
+        # can tell of a connection before the poll that sees it, and a counter once counted under no name keeps it.
+        self._unnamed: list[tuple[BrokerEvent, float]] = []
+        self._now = 0.0  # the time of the update in progress
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -49,6 +56,13 @@ class BreakLedger:
         if snapshot is not None:
             for c in snapshot.connections:
                 self._learn(c.name, c.connection_name or None, c.client)
+        held, self._unnamed = self._unnamed, []
+        for e, read_at in held:
+            if e.connection in self._names or now - read_at >= NAMING_SECONDS:
+                self._settle(self._attributed(e))
+            else:
+                self._unnamed.append((e, read_at))
+        self._now = now
         read = self._log.read(self._take) if self._log is not None else None
         while self._window and self._window[0].at < now - self.window_seconds:
             self._window.popleft()
@@ -70,20 +84,30 @@ class BreakLedger:
             self._names.popitem(last=False)
 
     def _take(self, events: list[BrokerEvent]) -> None:
-        watched, names, keep, count = self._vhosts, self._names, self._window.append, self._count
+        watched, names, unnamed, settle = self._vhosts, self._names, self._unnamed, self._settle
         for e in events:
             if e.vhost is not None and not watched(e.vhost):
                 continue
             if e.connection:
                 if e.kind == CONNECTION_OPENED:
                     self._learn(e.connection, e.connection_name, None)
-                name, client = names.get(e.connection, (None, None))
-                # A new record only where there is something to add: at a burst of errors from a connection the
-                # log never saw open, a copy per event was a third of the reading's cost.
-                if client or (name and not e.connection_name):
-                    e = e._replace(connection_name=e.connection_name or name, client=client)
-            keep(e)
-            count(e)
+                if e.connection not in names and not e.connection_name and len(unnamed) < MAX_WINDOW_EVENTS:
+                    unnamed.append((e, self._now))
+                    continue
+                e = self._attributed(e)
+            settle(e)
+
+    def _attributed(self, e: BrokerEvent) -> BrokerEvent:
+        name, client = self._names.get(e.connection, (None, None))
+        # A new record only where there is something to add: at a burst of errors from a connection the log never
+        # saw open, a copy per event was a third of the reading's cost.
+        if client or (name and not e.connection_name):
+            return e._replace(connection_name=e.connection_name or name, client=client)
+        return e
+
+    def _settle(self, e: BrokerEvent) -> None:
+        self._window.append(e)
+        self._count(e)
 
     def _count(self, e: BrokerEvent) -> None:
         key = (e.kind, e.vhost or "", e.user or "", e.connection_name or "", cause(e))

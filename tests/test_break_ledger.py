@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_CLOSED, CONNECTION_OPENED,
+from ackscope.model.events import (BROKER_LOG, Breaks, CHANNEL_ERROR, CONNECTION_CLOSED, CONNECTION_OPENED,
                                    CONSUMER_TIMEOUT)
 from ackscope.model.snapshot import Connection, MessageStats, Overview, Snapshot
 from ackscope.sources import break_ledger
-from ackscope.sources.break_ledger import FOLDED, BreakLedger
+from ackscope.sources.break_ledger import FOLDED, NAMING_SECONDS, BreakLedger
 from ackscope.sources.broker_log.watch import BrokerLogWatch
 
 DATA = Path(__file__).parent / "data"
@@ -33,6 +33,12 @@ def _snapshot(*connections: Connection) -> Snapshot:
 def _connection(name: str, connection_name: str, client: str) -> Connection:
     return Connection(name=name, vhost="/", user="guest", connection_name=connection_name, heartbeat_seconds=60,
                       state="running", node=None, peer_host="127.0.0.1", client=client)
+
+
+def _settled(ledger: BreakLedger, now: float) -> Breaks:
+    """The ledger read, then read again once what named no connection has waited its time for a name."""
+    ledger.update(None, now=now)
+    return ledger.update(None, now=now + NAMING_SECONDS)
 
 
 @pytest.fixture
@@ -63,7 +69,9 @@ def test_a_connection_a_poll_saw_lends_its_events_its_client_library(log):
     ledger = BreakLedger(window_seconds=60, log=BrokerLogWatch(str(log)))
     ledger.update(_snapshot(_connection("127.0.0.1:47800 -> 127.0.0.1:5672", "billing", "amqplib 0.10.5")), now=0)
     log.write_text(ERROR.format(1, 47800) + ERROR.format(2, 47999))
-    breaks = ledger.update(None, now=ERROR_AT)
+    assert [(e.connection_name, e.client) for e in ledger.update(None, now=ERROR_AT).events] == [
+        ("billing", "amqplib 0.10.5")]
+    breaks = _settled(ledger, ERROR_AT)  # no poll named 47999 in NAMING_SECONDS: it is counted as it is
     assert [(e.connection_name, e.client) for e in breaks.events] == [("billing", "amqplib 0.10.5"), (None, None)]
     assert breaks.totals[(CHANNEL_ERROR, "/", "guest", "billing", "unknown_delivery_tag")] == 1
     assert breaks.totals[(CHANNEL_ERROR, "/", "guest", "", "unknown_delivery_tag")] == 1
@@ -72,10 +80,10 @@ def test_a_connection_a_poll_saw_lends_its_events_its_client_library(log):
 def test_the_window_keeps_recent_events_and_the_totals_keep_counting(log):
     ledger = BreakLedger(window_seconds=60, log=BrokerLogWatch(str(log)))
     log.write_text(ERROR.format(1, 1000))
-    first = ledger.update(None, now=ERROR_AT)
+    first = _settled(ledger, ERROR_AT)
     assert len(first.events) == 1
     log.write_text(log.read_text() + ERROR.format(2, 1001).replace("08:23:18", "08:24:18"))
-    later = ledger.update(None, now=first.events[0].at + 61)
+    later = _settled(ledger, first.events[0].at + 61)
     assert [e.pid for e in later.events] == ["<0.742.0>"] and later.events[0].at > first.events[0].at
     assert sum(later.totals.values()) == 2
     assert ledger.update(None, now=RECORDED_AT + 3600).events == ()
@@ -111,5 +119,15 @@ def test_without_a_log_the_ledger_tells_of_no_source():
 def test_events_of_vhosts_not_watched_are_left_out(log):
     ledger = BreakLedger(window_seconds=60, log=BrokerLogWatch(str(log)), vhosts=lambda v: v != "/")
     log.write_text(ERROR.format(1, 1000) + ERROR.format(2, 1001).replace("vhost: '/'", "vhost: 'billing'"))
-    breaks = ledger.update(None, now=ERROR_AT)
+    breaks = _settled(ledger, ERROR_AT)
     assert [e.vhost for e in breaks.events] == ["billing"] and sum(breaks.totals.values()) == 1
+
+
+def test_an_event_of_a_connection_no_poll_has_seen_yet_waits_one_poll_for_its_name(log):
+    ledger = BreakLedger(window_seconds=60, log=BrokerLogWatch(str(log)))
+    log.write_text(ERROR.format(1, 47800))  # the log tells of the error before the API lists the connection
+    assert ledger.update(None, now=ERROR_AT).events == ()
+    named = ledger.update(_snapshot(_connection("127.0.0.1:47800 -> 127.0.0.1:5672", "billing", "pika 1.3.2")),
+                          now=ERROR_AT)
+    assert [(e.connection_name, e.client) for e in named.events] == [("billing", "pika 1.3.2")]
+    assert dict(named.totals) == {(CHANNEL_ERROR, "/", "guest", "billing", "unknown_delivery_tag"): 1}

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import requests
+from client_processes import Clients
 from conftest import exporter_config
 from dashboard_helpers import frames, page, run_page
 from helpers import markdown_table, only_vhost, prometheus_query, wait_for
@@ -36,7 +37,7 @@ SCENARIOS = ("prefetch-saturated", "requeue-loop", "auto-ack-consumer", "prefetc
 
 
 @pytest.fixture(scope="module")
-def live(broker):
+def live(broker, tmp_path_factory):
     """An exporter with two probes, watching a vhost where four failure scenarios run."""
     vhost = f"dash-{uuid.uuid4().hex[:8]}"
     broker.api("PUT", f"/vhosts/{vhost}")
@@ -44,9 +45,12 @@ def live(broker):
     exporter = Exporter(exporter_config(broker.management_url, interval=1.0,
                                         probes=probe_config(broker, vhost, (quick("classic-persistent"),
                                                                             quick("quorum", "quorum"))),
-                                        selection=only_vhost(vhost)))
+                                        selection=only_vhost(vhost), broker_log=str(broker.log_file)))
     exporter.start()
     running = Running([BY_NAME[n] for n in SCENARIOS], Secret(broker.amqp_url(vhost))).start()
+    # pika acking twice: the broker closes its channel every 2 s, which its log (at warning) says.
+    double_ack = Clients(broker.amqp_url(vhost), tmp_path_factory.mktemp("clients")).__enter__()
+    double_ack.start(sys.executable, "pika_acks.py", "double-ack", "dash.double-ack")
 
     def ready():
         rules = {f["rule"] for f in requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]}
@@ -56,13 +60,15 @@ def live(broker):
         queues = (snapshot or {}).get("queues", [])
         looping = any(q["name"] == f"{PREFIX}requeue-loop"
                       and ((q.get("message_stats") or {}).get("redeliver") or 0) > 50 for q in queues)
-        return ({"prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"} <= rules and len(probes) == 2
+        return ({"prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited", "closed-on-error"} <= rules
+                and len(probes) == 2
                 and all(p["counters"].get("confirmed", 0) >= 20 for p in probes) and looping)
     try:
-        wait_for(ready, timeout=60, what="the scenarios' findings, the probes' first confirms and the requeue "
-                 "loop's redeliveries")
+        wait_for(ready, timeout=60, what="the scenarios' findings, the probes' first confirms, the requeue "
+                 "loop's redeliveries and the double ack's channel errors")
         yield exporter
     finally:
+        double_ack.__exit__(None, None, None)
         running.stop()
         exporter.stop()
         broker.api("DELETE", f"/vhosts/{vhost}")
@@ -116,6 +122,22 @@ def test_confirms_page_shows_latency_batching_and_settlement_counts(monkeypatch,
     assert (settled["confirmed"] > 0).all() and (settled["nacked"] == 0).all()
     assert _charts(app) >= 2  # latency and batch sizes
     assert any("fsync" in c.value for c in app.caption)
+
+
+def test_breaks_page_draws_the_double_acks_closed_channels_on_a_timeline_with_the_finding(monkeypatch, live):
+    app = page(monkeypatch, "breaks", live.url)
+    events, findings = frames(app)
+    errors = events[events["reason"] == "unknown_delivery_tag"]
+    assert len(errors) >= 2 and set(errors["client"]) == {"pika-double-ack"}
+    assert set(errors["kind"]) == {"channel error"} and "unknown delivery tag" in errors["broker said"].iloc[0]
+    assert "closed-on-error" in set(findings["rule"]) and _charts(app) == 1
+    assert not app.warning, "the log is readable"
+
+
+def test_without_a_broker_log_the_breaks_page_says_what_to_give(monkeypatch, broker, start_exporter):
+    exporter = start_exporter(broker.management_url)
+    app = page(monkeypatch, "breaks", exporter.url)
+    assert "--broker-log" in app.info[0].value and _charts(app) == 0
 
 
 def test_probe_audit_page_says_nothing_was_lost(monkeypatch, live):

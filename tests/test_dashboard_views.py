@@ -146,3 +146,22 @@ def test_receivers_view_puts_the_most_unsettled_first_and_marks_what_credit_does
     assert marks["at-most-once"].startswith("pre-settled")
     assert "its session's 2 receivers together" in marks["shared"]
     assert views.receivers(snapshot, search="unbounded")[1] == 1
+
+
+def test_breaks_come_newest_first_named_by_their_client_and_drawn_per_client():
+    from ackscope.dashboard import charts
+    document = {"sources": ["broker log"], "events": [
+        {"at": 1000.0, "kind": "channel_error", "cause": "unknown_delivery_tag", "connection_name": "billing",
+         "connection": "10.0.0.7:5000 -> 10.0.0.1:5672", "vhost": "/", "channel": 2,
+         "text": "unknown delivery tag 1"},
+        {"at": 1010.0, "kind": "connection_opened", "cause": "unknown", "connection_name": None, "client": None,
+         "connection": "10.0.0.8:6000 -> 10.0.0.1:5672", "vhost": "/"},
+        {"at": 1020.0, "kind": "consumer_timeout", "cause": "precondition_failed", "connection_name": None,
+         "client": "py-amqp 5.4.2", "connection": "10.0.0.9:7000 -> 10.0.0.1:5672", "vhost": "/", "channel": 1,
+         "queue": "celery", "text": "delivery acknowledgement on channel 1 timed out"}]}
+    df = views.breaks(document)
+    assert list(df["client"]) == ["py-amqp 5.4.2 from 10.0.0.9:7000", "10.0.0.8:6000", "billing"]
+    assert list(df["kind"]) == ["consumer timeout", "connection opened", "channel error"]
+    assert list(views.breaks(document, "celery")["queue"]) == ["celery"]
+    assert views.breaks({}).empty and list(views.breaks({}).columns) == views.BREAK_COLUMNS
+    assert len(charts.breaks_timeline(df).data) == 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import gzip
 import re
 import subprocess
@@ -158,3 +160,13 @@ def test_docs_metrics_reference_is_the_one_generated_from_the_code():
                  "ackscope_probe_confirm_latency_seconds", "ackscope_channel_prefetch_utilisation",
                  "ackscope_node_disk_free_alarm", "ackscope_folded_objects"):
         assert used in names, used
+
+
+def test_a_snapshot_with_every_field_reported_renders_as_json_for_the_ui():
+    # The reference's snapshot has every record and field, the overview's churn counts among them.
+    from ackscope.exporter.exposition import snapshot_json
+    from ackscope.exporter.reference import sample_snapshot
+    from ackscope.exporter.status import PollStatus
+    document = json.loads(snapshot_json(sample_snapshot(), PollStatus(up=True)))
+    assert document["snapshot"]["overview"]["churn"] == {"connections_opened": 1, "connections_closed": 1,
+                                                         "channels_opened": 1, "channels_closed": 1}

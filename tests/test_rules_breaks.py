@@ -17,6 +17,7 @@ from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.model.events import (BROKER_LOG, CONNECTION_OPENED, EVENTS, BrokerEvent, Breaks)
 from ackscope.model.snapshot import Churn
 from ackscope.sources import BreakLedger, BrokerLogWatch
+from ackscope.sources.break_ledger import NAMING_SECONDS
 
 DATA = Path(__file__).parent / "data"
 
@@ -105,7 +106,8 @@ def test_the_timeout_in_force_comes_from_the_queue_then_the_log_then_the_default
 def _recorded(release: str, previous=None) -> tuple[Breaks, Context]:
     log = DATA / f"broker-log-{release}" / "plain.log"
     ledger = BreakLedger(window_seconds=1e9, log=BrokerLogWatch(str(log), from_start=True))
-    breaks = ledger.update(None, now=RECORDED_AT)
+    ledger.update(None, now=RECORDED_AT - NAMING_SECONDS)
+    breaks = ledger.update(None, now=RECORDED_AT)  # what named no connection has waited its time for a name
     s = snapshot(taken_at=RECORDED_AT, overview=_on(release))
     return breaks, Context(s, previous, breaks=breaks)
 
