@@ -61,22 +61,18 @@ def test_a_rotated_file_is_read_to_its_end_then_the_new_one_from_its_start(tmp_p
     assert _all(follower) == ["new 2"]
 
 
-def test_a_file_truncated_in_place_is_read_again_from_its_start(followed):
+@pytest.mark.parametrize("before, read_before", [
+    ("a long line before copytruncate\n", ["a long line before copytruncate"]),
+    # A partial line before the truncation belonged to the old content: it is not joined to the new.
+    ("complete\nhalf of a line the truncation cut off", ["complete"]),
+])
+def test_a_file_truncated_in_place_is_read_again_from_its_start(followed, before, read_before):
     log, follower = followed
-    _append(log, "a long line before copytruncate\n")
-    assert _all(follower) == ["a long line before copytruncate"]
+    _append(log, before)
+    assert _all(follower) == read_before
     with open(log, "w") as f:
         f.write("after\n")
     assert _all(follower) == ["after"]
-
-
-def test_a_partial_line_before_a_truncation_is_not_joined_to_what_follows_it(followed):
-    log, follower = followed
-    _append(log, "complete\nhalf of a line the truncation cut off")
-    assert _all(follower) == ["complete"]
-    with open(log, "w") as f:
-        f.write("new\n")
-    assert _all(follower) == ["new"]
 
 
 def test_a_deleted_file_is_waited_for_and_its_successor_read_whole(followed):

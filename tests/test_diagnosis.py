@@ -34,9 +34,9 @@ NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm", "node-down", "network-partit
 def watching(broker, vhost, start_exporter):
     # A stalled queue holds a channel at about 500 unconfirmed (credit flow stops it there): the
     # unconfirmed-backlog scenario's size, below the production default of 1,000.
-    # A consumer that has acked nothing for 3 s is stalled here (a minute by default): a test waits 30 s at most.
+    # A consumer that has acked nothing for 10 s is stalled here (a minute by default): a test waits 30 s at most.
     return start_exporter(broker.management_url, interval=0.5,
-                          thresholds=Thresholds(unconfirmed_backlog=250, stalled_consumer_seconds=3),
+                          thresholds=Thresholds(unconfirmed_backlog=250, stalled_consumer_seconds=10),
                           selection=only_vhost(vhost))
 
 

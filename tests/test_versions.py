@@ -39,6 +39,7 @@ from helpers import (
 from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
 
 from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.model.events import EVENTS
 from ackscope.sources import Selection
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
@@ -144,8 +145,10 @@ SCENARIO_RULES = [s for s in SCENARIOS if s.rule and s.rule != "connection-block
 
 def test_every_rule_fires_on_its_scenario(release, release_broker, release_vhost, start_exporter):
     node, vhost = release_broker, release_vhost
-    exporter = start_exporter(node.management_url, interval=0.5, thresholds=Thresholds(unconfirmed_backlog=250),
-                              selection=only_vhost(vhost))
+    # Stalled after 15 s without an ack (a minute by default): longer than the few seconds 4.x takes to refresh a
+    # channel's counters, so that the slow consumer's acks are seen.
+    exporter = start_exporter(node.management_url, interval=0.5, selection=only_vhost(vhost),
+                              thresholds=Thresholds(unconfirmed_backlog=250, stalled_consumer_seconds=15))
     expected = {s.rule for s in SCENARIO_RULES}
 
     def on_its_culprit(f: dict, scenario) -> bool:
@@ -185,8 +188,12 @@ def test_every_rule_fires_on_its_scenario(release, release_broker, release_vhost
     skipped = {n["rule"]: n for n in doc["not_evaluated"]}
     if release.major >= 4:
         assert skipped["mirrored-queue-unsynchronised"]["why"] == "classic queue mirroring is removed in RabbitMQ 4.0"
-    else:
-        assert not skipped, skipped
+    if not release.at_least(4, 3):
+        assert skipped["consumer-cancelled-by-broker"]["why"].startswith("before RabbitMQ 4.3")
+    without_the_log = {"consumer-timed-out", "closed-on-error"}  # no --broker-log here
+    assert all(skipped[rule]["needs"] == [EVENTS] for rule in without_the_log)
+    if release.major < 4:  # on 3.10 every other rule runs
+        assert set(skipped) == without_the_log | {"consumer-cancelled-by-broker"}, skipped
 
 
 # -- a quorum queue's delivery limit, as each release applies it -------------------------------------------
