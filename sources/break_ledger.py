@@ -42,9 +42,11 @@ class BreakLedger:
         self._totals: dict[TallyKey, int] = {}
         # The broker's name for a connection -> (connection_name, client library), as last learned.
         self._names: OrderedDict[str, tuple[str | None, str | None]] = OrderedDict()
-        # Events of connections nobody named yet, with when they were read, held NAMING_SECONDS at most: the log
-        # can tell of a connection before the poll that sees it, and a counter once counted under no name keeps it.
-        self._unnamed: list[tuple[BrokerEvent, float]] = []
+        # Events of connections nobody named yet, by connection, with when they were read, held NAMING_SECONDS at
+        # most: the log can tell of a connection before the poll that sees it, and a counter once counted under no
+        # name keeps it. By connection, so that a poll looks at each connection once, not at each event.
+        self._unnamed: dict[str, deque[tuple[BrokerEvent, float]]] = {}
+        self._held = 0
         self._now = 0.0  # the time of the update in progress
 
     @property
@@ -56,12 +58,13 @@ class BreakLedger:
         if snapshot is not None:
             for c in snapshot.connections:
                 self._learn(c.name, c.connection_name or None, c.client)
-        held, self._unnamed = self._unnamed, []
-        for e, read_at in held:
-            if e.connection in self._names or now - read_at >= NAMING_SECONDS:
-                self._settle(self._attributed(e))
-            else:
-                self._unnamed.append((e, read_at))
+        for connection in list(self._unnamed):
+            waiting, named = self._unnamed[connection], connection in self._names
+            while waiting and (named or now - waiting[0][1] >= NAMING_SECONDS):
+                self._settle(self._attributed(waiting.popleft()[0]))
+                self._held -= 1
+            if not waiting:
+                del self._unnamed[connection]
         self._now = now
         read = self._log.read(self._take) if self._log is not None else None
         while self._window and self._window[0].at < now - self.window_seconds:
@@ -84,15 +87,16 @@ class BreakLedger:
             self._names.popitem(last=False)
 
     def _take(self, events: list[BrokerEvent]) -> None:
-        watched, names, unnamed, settle = self._vhosts, self._names, self._unnamed, self._settle
+        watched, names, settle = self._vhosts, self._names, self._settle
         for e in events:
             if e.vhost is not None and not watched(e.vhost):
                 continue
             if e.connection:
                 if e.kind == CONNECTION_OPENED:
                     self._learn(e.connection, e.connection_name, None)
-                if e.connection not in names and not e.connection_name and len(unnamed) < MAX_WINDOW_EVENTS:
-                    unnamed.append((e, self._now))
+                if e.connection not in names and not e.connection_name and self._held < MAX_WINDOW_EVENTS:
+                    self._unnamed.setdefault(e.connection, deque()).append((e, self._now))
+                    self._held += 1
                     continue
                 e = self._attributed(e)
             settle(e)
