@@ -15,6 +15,7 @@ from ackscope.model.findings import Finding
 from ackscope.model.snapshot import CHANNELS, CONNECTIONS, Consumer, Queue
 
 from .context import ACKS_GUIDE, Context, Named, Rule, few, num, rounded
+from .links import link_culprit, link_object
 
 CONSUMERS_GUIDE = "RabbitMQ guide 'Consumers', 'Delivery Acknowledgement Timeout'"
 DEFAULT_TIMEOUT_MS = 1_800_000  # RabbitMQ's consumer_timeout when nothing sets another: 30 minutes
@@ -78,6 +79,12 @@ def stalled(ctx: Context) -> dict[str, float]:
     return ctx.once("stalled", compute)
 
 
+def stuck(ctx: Context) -> set[str]:
+    """The channels whose consumers hold deliveries they do not settle: stalled, or dropped by their queue while
+    the channel still claims the deliveries (4.3). Neither is a slow consumer."""
+    return set(stalled(ctx)) | ({channel for channel, _ in ctx.held.gone} if ctx.held is not None else set())
+
+
 def _stalled(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for name, held_for in sorted(stalled(ctx).items()):
         ch = ctx.channel(name)
@@ -131,11 +138,10 @@ def _returned(ctx: Context, e: BrokerEvent) -> int | None:
     queues (an inference: deliveries after that poll are not counted)."""
     if e.connection is None or e.channel is None:
         return None
-    for s in (ctx.previous, ctx.window_start):
-        if s is not None and s.taken_at <= e.at:
-            ch = next((c for c in s.channels if c.name == f"{e.connection} ({e.channel})"), None)
-            if ch is not None:
-                return ch.messages_unacked
+    name = f"{e.connection} ({e.channel})"  # the management API's name for the channel
+    for s, ch in ((ctx.previous, ctx.previous_channel(name)), (ctx.window_start, ctx.channel_at_window_start(name))):
+        if s is not None and s.taken_at <= e.at and ch is not None:
+            return ch.messages_unacked
     return None
 
 
@@ -162,6 +168,7 @@ def _timed_out(ctx: Context, rule: Rule) -> Iterator[Finding]:
 
 
 def _cancelled(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    yield from _released(ctx, rule)
     if ctx.held is None:
         return
     for (channel, queue), gone in sorted(ctx.held.gone.items()):
@@ -188,6 +195,31 @@ def _cancelled(ctx: Context, rule: Rule) -> Iterator[Finding]:
             "will not run again unless it handles basic.cancel and subscribes again." + (
                 f" Nobody consumes from {queue} now: its {num(q.messages_ready)} ready messages wait until someone "
                 "acts." if nobody else ""))
+
+
+def _released(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    """AMQP 1.0 receivers past a quorum queue's consumer timeout (4.3): the queue took their deliveries back as
+    ready and counts no consumer, while the link stays attached and still holds them unsettled (measured on 4.3.6:
+    300 unsettled on the link, 300 ready and 0 consumers on the queue, nothing delivered again)."""
+    for link in ctx.snapshot.links:
+        q = ctx.queue(link.vhost, link.queue or "") if link.role == "receiver" else None
+        held = link.unsettled if link.unsettled is not None else link.session_unsettled
+        if q is None or q.type != "quorum" or num(q.consumers) != 0 or not held or link.settled is not False:
+            continue
+        ready = num(q.messages_ready)
+        yield rule.finding(
+            "critical" if ready > 0 else "warning", link.vhost, link_object(link), link_culprit(link),
+            {"queue": q.name, "link_unsettled": held, "ready": q.messages_ready, "queue_consumers": q.consumers,
+             "protocol": "AMQP 1.0", "source": "polls",
+             "inferred": "RabbitMQ 4.3 releases an AMQP 1.0 receiver's deliveries at a quorum queue's consumer "
+                         "timeout without logging it: the queue counts no consumer while the link holds them"},
+            f"AMQP 1.0 receiver '{link.name}' holds {held} deliveries it never settled, and quorum queue {q.name} took "
+            f"them back at its consumer timeout (an inference: the broker logs nothing): the queue counts no consumer "
+            f"and {ready} messages wait, while the link stays attached and receives nothing. Settling those "
+            "deliveries now does nothing; the receiver must detach and attach again.",
+            "Restart the receiver (detach and attach its link), then make it settle each delivery within the consumer "
+            "timeout, or raise the queue's x-consumer-timeout; see the RabbitMQ 4.3 release notes on quorum queue "
+            "consumer timeouts.")
 
 
 # -- channels and connections closed on an error -------------------------------------------------------------------
@@ -301,8 +333,9 @@ RULES: tuple[Rule, ...] = (
          f"the timeout for that queue (x-consumer-timeout, consumer-timeout policy; 3.12+). See {CONSUMERS_GUIDE}.",
          _timed_out, needs=(EVENTS,)),
     Rule("consumer-cancelled-by-broker", "RabbitMQ 4.3 and later: a quorum queue's consumer, last seen holding "
-         "deliveries without acking, gone while its channel stays open: the broker cancelled it at the consumer "
-         "timeout without logging it (an inference); critical when nobody consumes from the queue any more.",
+         "deliveries without acking, gone while its channel stays open, or an AMQP 1.0 receiver holding deliveries "
+         "its queue took back: the broker timed it out without logging it (an inference); critical when nobody "
+         "consumes from the queue any more.",
          "Restart the consumer, and make the client handle basic.cancel (declare the consumer_cancel_notify "
          "capability and subscribe again in its cancel callback); find why it held its deliveries so long. See "
          f"{CONSUMERS_GUIDE}.", _cancelled, needs=(CHANNELS,),

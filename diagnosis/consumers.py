@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ackscope.model.findings import Finding
 from ackscope.model.snapshot import CHANNELS, QUEUE_COUNTS, Channel, Queue, binding_limit
 
-from .breaks import stalled
+from .breaks import stuck
 from .context import ACKS_GUIDE, Context, Rule, consumers_named, num, rounded
 
 
@@ -58,13 +58,14 @@ def _auto_ack(ctx: Context, rule: Rule) -> Iterator[Finding]:
 
 def _prefetch_saturated(ctx: Context, rule: Rule) -> Iterator[Finding]:
     seen = set()
-    stuck = stalled(ctx)
+    held = stuck(ctx)
     for con in ctx.snapshot.consumers:
         ch, q = ctx.channel(con.channel), ctx.queue(con.vhost, con.queue)
         # A stream's ready messages are its retained log, not a backlog the consumer holds up (its acks grant credit).
-        # A consumer that acks nothing is stalled, not slow: consumer-stalled says so, and what comes next.
+        # A consumer that acks nothing is stalled, not slow: consumer-stalled (or consumer-cancelled-by-broker) says
+        # so, and what comes next.
         if ch is None or q is None or q.stream or con.ack_required is not True or (ch.name, q.name) in seen \
-                or ch.name in stuck:
+                or ch.name in held:
             continue
         seen.add((ch.name, q.name))
         if num(q.messages_ready) == 0:

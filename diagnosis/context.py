@@ -95,6 +95,9 @@ class Context:
     def previous_channel(self, name: str) -> Channel | None:
         return self._prev_channels.get(name)
 
+    def channel_at_window_start(self, name: str) -> Channel | None:
+        return self._start_channels.get(name)
+
     @property
     def release(self) -> tuple[int, int] | None:
         """The broker's (major, minor), for what differs by release; None where it did not say."""

@@ -14,11 +14,12 @@ from .context import Context, Named, Rule, few, num, rounded
 AMQP_GUIDE = "RabbitMQ guide 'AMQP 1.0'"
 
 
-def _who(link: Link) -> Named:
+def link_culprit(link: Link) -> Named:
+    """Who a link finding names: the link's client (a link has no connection name of its own)."""
     return Named("", link.client or "", link.identity)
 
 
-def _where(link: Link) -> str:
+def link_object(link: Link) -> str:
     return f"link '{link.name}' (session {link.session}) of connection {link.connection}"
 
 
@@ -32,7 +33,7 @@ def _unsettled_unbounded(ctx: Context, rule: Rule) -> Iterator[Finding]:
         if held <= link.credit:
             continue
         critical = held >= ctx.thresholds.unlimited_prefetch_unacked_critical
-        yield rule.finding("critical" if critical else "warning", link.vhost, _where(link), _who(link),
+        yield rule.finding("critical" if critical else "warning", link.vhost, link_object(link), link_culprit(link),
                            {"queue": link.queue, "unsettled": held, "credit": link.credit,
                             "delivery_count": link.delivery_count, "protocol": "AMQP 1.0",
                             "unsettled_counted": "per session by the broker; this link is the session's only "
@@ -53,7 +54,7 @@ def _presettled_receiver(ctx: Context, rule: Rule) -> Iterator[Finding]:
         moved = ctx.link_transfers(link)
         rate = None if moved is None else moved / ctx.window_seconds
         busy = ready >= t.auto_ack_backlog or (rate or 0) >= t.auto_ack_delivery_rate
-        yield rule.finding("warning" if busy else "info", link.vhost, _where(link), _who(link),
+        yield rule.finding("warning" if busy else "info", link.vhost, link_object(link), link_culprit(link),
                            {"queue": link.queue, "send_settled": True, "ready": ready, "delivery_rate": rounded(rate),
                             "window_seconds": rounded(ctx.window_seconds), "protocol": "AMQP 1.0"},
                            f"AMQP 1.0 receiver '{link.name}' on queue {link.queue} takes its deliveries pre-settled "
@@ -67,7 +68,7 @@ def _presettled_sender(ctx: Context, rule: Rule) -> Iterator[Finding]:
             continue
         moved = ctx.link_transfers(link)
         rate = None if moved is None else moved / ctx.window_seconds
-        yield rule.finding("warning" if moved else "info", link.vhost, _where(link), _who(link),
+        yield rule.finding("warning" if moved else "info", link.vhost, link_object(link), link_culprit(link),
                            {"address": link.address, "snd_settle_mode": "settled", "transfers": moved,
                             "publish_rate": rounded(rate), "window_seconds": rounded(ctx.window_seconds),
                             "protocol": "AMQP 1.0"},

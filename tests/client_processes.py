@@ -45,6 +45,12 @@ class Clients:
             self._await_ready(list(argv), process)
         return process
 
+    def await_ready(self, process: subprocess.Popen) -> None:
+        """Wait until a client started with ready=False prints "ready" (clients that take long to start, a JVM
+        compiling its source, start together and are awaited after)."""
+        argv = next(argv for argv, p in self.running if p is process)
+        self._await_ready(argv, process)
+
     def _await_ready(self, argv: list[str], process: subprocess.Popen, timeout: float = 60.0) -> None:
         with selectors.DefaultSelector() as sel:
             sel.register(process.stdout, selectors.EVENT_READ)
@@ -60,14 +66,14 @@ class Clients:
         return self.start(sys.executable, "-m", "celery", "-A", "celery_app", "worker", "--pool=solo",
                           "--loglevel=WARNING", *options, ready=False, env={"CELERY_MODE": mode})
 
-    def amqplib(self, mode: str, queue: str) -> subprocess.Popen:
+    def amqplib(self, mode: str, queue: str, ready: bool = True) -> subprocess.Popen:
         """Node's amqplib (tests/clients/node/client.js) doing `mode` on `queue`."""
-        return self.start(shutil.which("node") or "node", str(NODE_CLIENT), mode, queue)
+        return self.start(shutil.which("node") or "node", str(NODE_CLIENT), mode, queue, ready=ready)
 
-    def java_client(self, mode: str, queue: str) -> subprocess.Popen:
+    def java_client(self, mode: str, queue: str, ready: bool = True) -> subprocess.Popen:
         """The Java client (tests/clients/java/Client.java, run from source) doing `mode` on `queue`."""
         return self.start(tool("java", "openjdk-17-jdk-headless"), "-cp", JAVA_CLASSPATH,
-                          str(CLIENTS / "java" / "Client.java"), mode, queue)
+                          str(CLIENTS / "java" / "Client.java"), mode, queue, ready=ready)
 
     def run(self, *argv: str, env: dict | None = None) -> None:
         """Run one to completion (a producer)."""

@@ -15,7 +15,7 @@ from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.model.events import (BROKER_LOG, CONNECTION_OPENED, EVENTS, BrokerEvent, Breaks)
-from ackscope.model.snapshot import Churn
+from ackscope.model.snapshot import Churn, Link
 from ackscope.sources import BreakLedger, BrokerLogWatch
 from ackscope.sources.break_ledger import NAMING_SECONDS
 
@@ -176,6 +176,7 @@ def test_a_quorum_consumer_gone_while_its_channel_stays_is_a_silent_cancel_on_4_
     found = _rules(_judged(_cancelled_polls("4.3.6", still_listed=True)))
     assert [f.severity for f in found["consumer-cancelled-by-broker"]] == ["critical"]
     assert "consumer-stalled" not in found, "its channel still claims the deliveries: it is no stall any more"
+    assert "prefetch-saturated" not in found, "nor a slow consumer"
     served = _rules(_judged(_cancelled_polls("4.3.6", consumers_after=1)))["consumer-cancelled-by-broker"]
     assert [f.severity for f in served] == ["warning"]
     skipped = {n.rule: n.why for n in _judged(_cancelled_polls("4.0.5")).not_evaluated}
@@ -203,3 +204,19 @@ def test_churn_from_polls_alone_is_info_and_says_the_log_would_name_the_client()
     (churn,) = _rules(diagnose(Context(now, then)))["connection-churn"]
     assert churn.severity == "info" and churn.evidence["connections_opened"] == 120
     assert "--broker-log" in churn.evidence["clients"] and "invisible to polls" in churn.evidence["clients"]
+
+
+def test_an_amqp10_receiver_whose_quorum_queue_took_its_deliveries_back_is_named_on_4_3():
+    # As measured on 4.3.6 (a receiver that never settles, a 10 s timeout): 300 unsettled on the link, the queue
+    # 300 ready with no consumer, nothing delivered again.
+    link = Link("/", "guest", "peer -> host", 0, 1, "jobs-receiver", "receiver", "/queues/jobs", "jobs", False, 10,
+                300, session_unsettled=300, session_receivers=1, client="RabbitMQ AMQP 1.0 client")
+    jobs = queue("jobs", type="quorum", messages_ready=300, messages_unacked=0, consumers=0)
+    (found,) = _rules(diagnose(Context(snapshot(overview=_on("4.3.6"), links=(link,), queues=(jobs,)))))[
+        "consumer-cancelled-by-broker"]
+    assert found.severity == "critical" and found.evidence["link_unsettled"] == 300
+    assert found.object == "link 'jobs-receiver' (session 0) of connection peer -> host" and "inferred" in found.evidence
+    assert "detach" in found.remedy
+    served = replace(jobs, consumers=1, messages_unacked=10)
+    assert "consumer-cancelled-by-broker" not in _rules(diagnose(Context(snapshot(
+        overview=_on("4.3.6"), links=(link,), queues=(served,)))))
