@@ -68,13 +68,15 @@ class Holding:
         queues = {(q.vhost, q.name): q for q in s.queues}
         consuming = {(c.channel, c.queue) for c in s.consumers if not _dropped(queues.get((c.vhost, c.queue)))}
         gone = {k: g for k, g in self._gone.items() if g.channel in channels and k not in consuming}
-        before = {ch.name: ch for ch in self._previous.channels} if self._previous is not None else {}
+        before: dict[str, Channel] | None = None  # the last poll's channels, by name: built only when one is gone
         # Last poll's consumers that are gone, and this poll's that their queue no longer counts.
         for c in (*(self._previous.consumers if self._previous is not None else ()), *s.consumers):
             key = (c.channel, c.queue)
             held = self._since.get(c.channel)
             if key in consuming or key in gone or c.channel not in channels or held is None or not c.ack_required:
                 continue
+            if before is None:
+                before = {ch.name: ch for ch in self._previous.channels} if self._previous is not None else {}
             was = before.get(c.channel) or channels[c.channel]
             gone[key] = Gone(c.vhost, c.queue, c.consumer_tag, c.channel, was.messages_unacked or 0,
                              self._previous.taken_at if self._previous is not None else s.taken_at, held[0])
