@@ -15,6 +15,7 @@ from ackscope.model.findings import Finding
 from ackscope.model.snapshot import CHANNELS, CONNECTIONS, Consumer, Queue
 
 from .context import ACKS_GUIDE, Context, Named, Rule, few, num, rounded
+from .holding import link_key, stranded
 from .links import link_culprit, link_object
 
 CONSUMERS_GUIDE = "RabbitMQ guide 'Consumers', 'Delivery Acknowledgement Timeout'"
@@ -200,16 +201,23 @@ def _cancelled(ctx: Context, rule: Rule) -> Iterator[Finding]:
 def _released(ctx: Context, rule: Rule) -> Iterator[Finding]:
     """AMQP 1.0 receivers past a quorum queue's consumer timeout (4.3): the queue took their deliveries back as
     ready and counts no consumer, while the link stays attached and still holds them unsettled (measured on 4.3.6:
-    300 unsettled on the link, 300 ready and 0 consumers on the queue, nothing delivered again)."""
+    300 unsettled on the link, 300 ready and 0 consumers on the queue, nothing delivered again). Seen so for
+    stalled_consumer_seconds at least: a queue's statistics lag a new link's by seconds."""
+    if ctx.held is None:
+        return
     for link in ctx.snapshot.links:
-        q = ctx.queue(link.vhost, link.queue or "") if link.role == "receiver" else None
-        held = link.unsettled if link.unsettled is not None else link.session_unsettled
-        if q is None or q.type != "quorum" or num(q.consumers) != 0 or not held or link.settled is not False:
+        since = ctx.held.stranded.get(link_key(link))
+        if since is None or ctx.snapshot.taken_at - since < ctx.thresholds.stalled_consumer_seconds:
+            continue
+        q = ctx.queue(link.vhost, link.queue or "")
+        held = stranded(link, q)
+        if not held:
             continue
         ready = num(q.messages_ready)
         yield rule.finding(
             "critical" if ready > 0 else "warning", link.vhost, link_object(link), link_culprit(link),
             {"queue": q.name, "link_unsettled": held, "ready": q.messages_ready, "queue_consumers": q.consumers,
+             "seen_so_for_at_least_seconds": round(ctx.snapshot.taken_at - since),
              "protocol": "AMQP 1.0", "source": "polls",
              "inferred": "RabbitMQ 4.3 releases an AMQP 1.0 receiver's deliveries at a quorum queue's consumer "
                          "timeout without logging it: the queue counts no consumer while the link holds them"},

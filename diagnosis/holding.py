@@ -4,7 +4,11 @@ channel that stays open while holding: memory beside the pure rules, like Onset 
 A consumer that stalls (its callback hangs, a lock, a deadlock) holds its deliveries and acks none: its
 channel's unacked count stays above 0 and its ack counter stays flat. How long that has lasted is what the
 consumer timeout is measured against. On RabbitMQ 4.3 the broker cancels such a quorum queue consumer at the
-timeout without a word in its log: its channel stays, its consumer is gone, its messages go back to ready.
+timeout without a word in its log: its channel stays, its consumer is gone, its messages go back to ready. An AMQP
+1.0 receiver so dropped keeps its link and its unsettled deliveries while its queue counts no consumer; one poll
+cannot tell that from a queue whose statistics lag its new link by a few seconds (measured on 4.3.6: a quorum
+queue listed 0 consumers and 0 messages for 4 s while its receiver's link held 300), so how long it has lasted is
+kept too.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ackscope.model.snapshot import Channel, Queue, Snapshot
+from ackscope.model.snapshot import Channel, Link, Queue, Snapshot
+
+LinkKey = tuple[str, int, int]  # (connection, session, handle): one link of one AMQP 1.0 connection
 
 
 @dataclass(frozen=True)
@@ -32,10 +38,25 @@ class Gone:
 @dataclass(frozen=True)
 class Held:
     """What the rules read: per channel name, since when it has held deliveries without settling one (the first
-    poll that saw it so, a lower bound); the consumers gone from channels still open, keyed (channel, queue)."""
+    poll that saw it so, a lower bound); the consumers gone from channels still open, keyed (channel, queue); per
+    receiver link, since when it has held unsettled deliveries while its quorum queue counted no consumer."""
 
     since: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     gone: Mapping[tuple[str, str], Gone] = field(default_factory=lambda: MappingProxyType({}))
+    stranded: Mapping[LinkKey, float] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def link_key(link: Link) -> LinkKey:
+    return link.connection, link.session, link.handle
+
+
+def stranded(link: Link, q: Queue | None) -> int:
+    """The deliveries a receiver link holds unsettled while its quorum queue counts no consumer (0 otherwise):
+    what RabbitMQ 4.3 leaves behind when it drops an AMQP 1.0 receiver at the queue's consumer timeout."""
+    held = link.unsettled if link.unsettled is not None else link.session_unsettled
+    if link.role != "receiver" or link.settled is not False or q is None or q.type != "quorum" or q.consumers != 0:
+        return 0
+    return held or 0
 
 
 def _settles(ch: Channel) -> tuple[int | None, int | None]:
@@ -47,6 +68,7 @@ class Holding:
     def __init__(self) -> None:
         self._since: dict[str, tuple[float, tuple[int | None, int | None]]] = {}
         self._gone: dict[tuple[str, str], Gone] = {}
+        self._stranded: dict[LinkKey, float] = {}
         self._previous: Snapshot | None = None
 
     def update(self, s: Snapshot) -> Held:
@@ -59,13 +81,18 @@ class Holding:
                 continue
             was = self._since.get(name)
             since[name] = was if was is not None and was[1] == _settles(ch) else (s.taken_at, _settles(ch))
-        self._gone = self._still_gone(s, channels)
+        queues = {(q.vhost, q.name): q for q in s.queues}
+        self._gone = self._still_gone(s, channels, queues)
+        self._stranded = {key: self._stranded.get(key, s.taken_at) for key, link in
+                          ((link_key(link), link) for link in s.links)
+                          if stranded(link, queues.get((link.vhost, link.queue or "")))}
         self._since = since
         self._previous = s
-        return Held(MappingProxyType({k: v[0] for k, v in since.items()}), MappingProxyType(dict(self._gone)))
+        return Held(MappingProxyType({k: v[0] for k, v in since.items()}), MappingProxyType(dict(self._gone)),
+                    MappingProxyType(dict(self._stranded)))
 
-    def _still_gone(self, s: Snapshot, channels: dict[str, Channel]) -> dict[tuple[str, str], Gone]:
-        queues = {(q.vhost, q.name): q for q in s.queues}
+    def _still_gone(self, s: Snapshot, channels: dict[str, Channel],
+                    queues: dict[tuple[str, str], Queue]) -> dict[tuple[str, str], Gone]:
         consuming = {(c.channel, c.queue) for c in s.consumers if not _dropped(queues.get((c.vhost, c.queue)))}
         gone = {k: g for k, g in self._gone.items() if g.channel in channels and k not in consuming}
         before: dict[str, Channel] | None = None  # the last poll's channels, by name: built only when one is gone

@@ -212,11 +212,24 @@ def test_an_amqp10_receiver_whose_quorum_queue_took_its_deliveries_back_is_named
     link = Link("/", "guest", "peer -> host", 0, 1, "jobs-receiver", "receiver", "/queues/jobs", "jobs", False, 10,
                 300, session_unsettled=300, session_receivers=1, client="RabbitMQ AMQP 1.0 client")
     jobs = queue("jobs", type="quorum", messages_ready=300, messages_unacked=0, consumers=0)
-    (found,) = _rules(diagnose(Context(snapshot(overview=_on("4.3.6"), links=(link,), queues=(jobs,)))))[
-        "consumer-cancelled-by-broker"]
+    polls = [snapshot(taken_at=t, overview=_on("4.3.6"), links=(link,), queues=(jobs,)) for t in (0, 30, 61)]
+    (found,) = _rules(_judged(polls))["consumer-cancelled-by-broker"]
     assert found.severity == "critical" and found.evidence["link_unsettled"] == 300
+    assert found.evidence["seen_so_for_at_least_seconds"] == 61
     assert found.object == "link 'jobs-receiver' (session 0) of connection peer -> host" and "inferred" in found.evidence
     assert "detach" in found.remedy
     served = replace(jobs, consumers=1, messages_unacked=10)
-    assert "consumer-cancelled-by-broker" not in _rules(diagnose(Context(snapshot(
-        overview=_on("4.3.6"), links=(link,), queues=(served,)))))
+    assert "consumer-cancelled-by-broker" not in _rules(_judged([*polls[:2], replace(polls[2], queues=(served,))]))
+
+
+def test_a_quorum_queue_whose_statistics_lag_its_new_receiver_is_not_called_a_cancel():
+    # Measured on 4.3.6: for 4 s after a receiver attached, its quorum queue listed 0 consumers and 0 messages
+    # while the link held 300 unsettled; then 1 consumer and 300 unacked.
+    link = Link("/", "guest", "peer -> host", 0, 1, "jobs-receiver", "receiver", "/queues/jobs", "jobs", False, 10,
+                300, session_unsettled=300, session_receivers=1, client="RabbitMQ AMQP 1.0 client")
+    lagging = queue("jobs", type="quorum", messages_ready=0, messages_unacked=0, consumers=0)
+    fresh = replace(lagging, consumers=1, messages_unacked=300)
+    polls = [snapshot(taken_at=t, overview=_on("4.3.6"), links=(link,), queues=(q,))
+             for t, q in ((0, lagging), (4, lagging), (6, fresh), (70, lagging))]
+    for seen in range(1, len(polls) + 1):
+        assert "consumer-cancelled-by-broker" not in _rules(_judged(polls[:seen])), seen
