@@ -51,8 +51,9 @@ OPTIONS = (
     Option("prometheus_url", None, config.http_urls("ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD"),
            "the broker's Prometheus plugin, for --source auto|prometheus; in a cluster one URL per node, "
            "comma-separated (default: where the broker's listeners say; else the management host, port 15692)"),
-    Option("cli", None, shlex.split, "with the Prometheus plugin, enrich channels and connections from the "
-           "broker's CLI, e.g. 'rabbitmqctl -n rabbit@host' (beside the node, with its Erlang cookie)"),
+    Option("cli", None, shlex.split, "the broker's CLI, e.g. 'rabbitmqctl -n rabbit@host' (beside the node, with "
+           "its Erlang cookie): the node's consumer_timeout; with the Prometheus plugin, channels and connections "
+           "enriched"),
     Option("listen", f"0.0.0.0:{DEFAULT_PORT}", config.host_port, "HOST:PORT for /metrics, /api/snapshot, /healthz"),
     Option("interval", 10.0, config.positive_float, "seconds between polls"),
     Option("timeout", 5.0, config.positive_float, "seconds one HTTP request to the broker may take"),

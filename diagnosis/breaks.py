@@ -20,6 +20,7 @@ from .links import link_culprit, link_object
 
 CONSUMERS_GUIDE = "RabbitMQ guide 'Consumers', 'Delivery Acknowledgement Timeout'"
 DEFAULT_TIMEOUT_MS = 1_800_000  # RabbitMQ's consumer_timeout when nothing sets another: 30 minutes
+UNDEFINED_TIMEOUT_MS = 86_400_000  # 4.3's quorum queues, where consumer_timeout is no number (rabbit_queue_type)
 
 
 # -- the timeout in force, and what it will do ------------------------------------------------------------------
@@ -33,7 +34,8 @@ class Timeout:
 def timeout_in_force(ctx: Context, consumer: Consumer, q: Queue | None) -> Timeout:
     """The consumer timeout that applies to `consumer`, where that figure came from, and what the broker does
     when it passes: the consumer's own figure (/api/consumers, 4.x), else its queue's argument or policy (3.12+),
-    else the last timeout the node's log shows it applied, else RabbitMQ's default (an inference)."""
+    else the node's consumer_timeout (--cli), else the last timeout the node's log shows it applied, else
+    RabbitMQ's default (an inference)."""
     release = ctx.release
     if release is not None and release >= (4, 3) and (q is None or not q.type):
         nxt = ("it depends on the queue's type, which the source does not say: a quorum queue's consumer is "
@@ -57,11 +59,20 @@ def timeout_in_force(ctx: Context, consumer: Consumer, q: Queue | None) -> Timeo
     if q is not None and q.consumer_timeout_ms and (release is None or release >= (3, 12)):
         return Timeout(q.consumer_timeout_ms, "the queue's x-consumer-timeout argument or consumer-timeout policy",
                        nxt)
+    settings = ctx.snapshot.settings
+    if settings is not None:
+        where = f"node {settings.node}'s consumer_timeout (rabbitmq.conf, read with --cli)"
+        if settings.consumer_timeout_ms is not None:
+            return Timeout(settings.consumer_timeout_ms, where, nxt)
+        if release is not None and release >= (4, 3):
+            return Timeout(UNDEFINED_TIMEOUT_MS, f"{where}: undefined, which RabbitMQ 4.3 takes for 24 hours", nxt)
+        return Timeout(None, f"{where}: undefined", "nothing: the node times out no consumer, so the deliveries "
+                       "stay held until the consumer acks them or its connection closes")
     logged = [e.timeout_ms for e in _events(ctx, CONSUMER_TIMEOUT) if e.timeout_ms]
     if logged:
         return Timeout(logged[-1], "the broker's log: the timeout it applied last ('Timeout value used')", nxt)
     return Timeout(DEFAULT_TIMEOUT_MS, "inferred: RabbitMQ's default of 30 minutes; this broker does not say which "
-                   "applies (rabbitmq.conf consumer_timeout)", nxt)
+                   "applies (rabbitmq.conf consumer_timeout: give --cli to read it)", nxt)
 
 
 # -- a consumer that stalls -------------------------------------------------------------------------------------

@@ -204,5 +204,6 @@ def _plain(snapshot: Snapshot) -> dict:
         "stream_consumers": [_record(c) for c in snapshot.stream_consumers],
         "stream_publishers": [_record(p) for p in snapshot.stream_publishers],
         "stored_offsets": [_record(o) for o in snapshot.stored_offsets],
+        "settings": _record(snapshot.settings) if snapshot.settings is not None else None,
     }
     return document

@@ -22,6 +22,7 @@ from ackscope.model.snapshot import (
     Link,
     MessageStats,
     Node,
+    NodeSettings,
     Overview,
     Queue,
     Snapshot,
@@ -70,6 +71,7 @@ def sample_snapshot() -> Snapshot:
         stream_consumers=(StreamConsumer("/", "events", "peer3 -> host", 0, 100, 50, 10, 100),),
         stream_publishers=(StreamPublisher("/", "events", "peer3 -> host", 0, None, 150, 150, 0),),
         stored_offsets=(StoredOffset("/", "events", "reader", 90),),
+        settings=NodeSettings("rabbit@example", 1_800_000),
     )
 
 

@@ -59,6 +59,16 @@ class Overview:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeSettings:
+    """The configuration of the node the broker's CLI reaches (--cli): what no HTTP endpoint shows."""
+
+    node: str
+    # rabbit's consumer_timeout (rabbitmq.conf), applied where neither the consumer nor its queue sets one; None:
+    # set to no number ('undefined': no timeout before 4.3, 24 hours on a 4.3 quorum queue)
+    consumer_timeout_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     name: str
     running: bool | None
@@ -438,6 +448,7 @@ class Snapshot:
     notes: tuple[str, ...] = field(default=())  # what the broker did not report, said once for humans
     unreported: frozenset[str] = frozenset()  # facts this source cannot report at all (the constants above)
     unread: tuple[Unread, ...] = ()  # a partial poll: what failed (the facts it would give are in `unreported`)
+    settings: NodeSettings | None = None  # where --cli was given and has answered
 
 
 def attribution(connection: Connection | None, connection_name: str, client: str | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ackscope.core.secret import Secret
 from ackscope.model.snapshot import Snapshot
@@ -18,6 +19,7 @@ from ackscope.model.source import FetchError, Source, SourceFailed
 from .cli import CliEnricher
 from .management import normalise as management_normalise
 from .management_source import ManagementSource
+from .node_settings import NodeSettingsReader
 from .plugin_source import PrometheusPluginSource
 from .selection import Selection
 
@@ -35,12 +37,21 @@ def make_source(kind: str, management_url: str, prometheus_urls: Sequence[str] |
                 timeout: float, deadline: float, verify: bool | str, selection: Selection,
                 cli: list[str] | None = None, announce: bool = True) -> Source:
     """ValueError when a URL is not an http(s) URL without credentials. `prometheus_urls`: each node's plugin
-    (default: where the broker's listeners say). `cli` (a rabbitmqctl command line)
-    enriches the Prometheus-plugin source; `announce` logs auto's choice (a one-shot report names it itself)."""
+    (default: where the broker's listeners say). `cli` (a rabbitmqctl command line) reads the node's settings
+    and enriches the Prometheus-plugin source; `announce` logs auto's choice (a one-shot report names it itself)."""
+    source = _source(kind, management_url, prometheus_urls, username, password, timeout=timeout, deadline=deadline,
+                     verify=verify, selection=selection, cli=cli, announce=announce)
+    return WithNodeSettings(source, NodeSettingsReader(cli)) if cli else source
+
+
+def _source(kind: str, management_url: str, prometheus_urls: Sequence[str] | None, username: str, password: Secret,
+            *, timeout: float, deadline: float, verify: bool | str, selection: Selection, cli: list[str] | None,
+            announce: bool) -> Source:
     common = dict(timeout=timeout, deadline=deadline, verify=verify, selection=selection)
     management = ManagementSource(management_url, username, password, **common) \
         if kind in ("auto", "management") else None
-    plugin = PrometheusPluginSource(management_url, prometheus_urls, username, password, cli=CliEnricher(cli, timeout=timeout) if cli else None,
+    plugin = PrometheusPluginSource(management_url, prometheus_urls, username, password,
+                                    cli=CliEnricher(cli, timeout=timeout) if cli else None,
                                     **common) if kind in ("auto", "prometheus") else None
     if management is None:
         return plugin
@@ -49,6 +60,36 @@ def make_source(kind: str, management_url: str, prometheus_urls: Sequence[str] |
     large = PrometheusPluginSource(management_url, prometheus_urls, username, password, channels_listed=True,
                                    **common)
     return AutoSource(management, plugin, large, announce)
+
+
+class WithNodeSettings:
+    """A source whose snapshots carry the node's settings as its CLI last read them (whichever source reads)."""
+
+    def __init__(self, source: Source, settings: NodeSettingsReader):
+        self.source, self.settings = source, settings
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def base_url(self) -> str:
+        return self.source.base_url
+
+    @property
+    def deadline(self) -> float:
+        return self.source.deadline
+
+    def read(self) -> Snapshot:
+        deadline = time.monotonic() + self.source.deadline
+        self.settings.latest()  # a read due starts beside the source's
+        snapshot = self.source.read()
+        settings = self.settings.latest(first_by=deadline)
+        return replace(snapshot, settings=settings) if settings is not None else snapshot
+
+    def close(self) -> None:
+        self.settings.close()
+        self.source.close()
 
 
 def _statistics_off(failure: SourceFailed) -> bool:

@@ -84,6 +84,18 @@ def parse(channels_json: str, connections_json: str) -> Enrichment:
     return Enrichment(chans, conns)
 
 
+def run(command: list[str], args: tuple[str, ...], timeout: float) -> str:
+    """The CLI's quiet output for `args`; RuntimeError (one line: the CLI's own message) when it fails or hangs."""
+    try:
+        done = subprocess.run([*command, "-q", *args], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"no answer within {timeout:.1f}s") from None
+    if done.returncode != 0:
+        raise RuntimeError((done.stderr or done.stdout).strip() or f"exit status {done.returncode}")
+    return done.stdout
+
+
 class CliEnricher:
     def __init__(self, command: list[str], timeout: float = 10.0):
         self.command = command
@@ -94,8 +106,9 @@ class CliEnricher:
     def read(self, deadline: float) -> Enrichment | None:
         """Both listings, or None (said once while it lasts) when the CLI fails or outlasts the deadline."""
         wait = max(0.0, min(self.timeout, deadline - time.monotonic()))
-        runs = [self._pool.submit(self._run, ("list_channels", *CHANNEL_ITEMS), wait),
-                self._pool.submit(self._run, ("list_connections", *CONNECTION_ITEMS), wait)]
+        runs = [self._pool.submit(run, self.command, ("list_channels", *CHANNEL_ITEMS, "--formatter", "json"), wait),
+                self._pool.submit(run, self.command, ("list_connections", *CONNECTION_ITEMS, "--formatter", "json"),
+                                  wait)]
         try:
             channels, connections = (r.result() for r in runs)
             enrichment = parse(channels, connections)
@@ -109,16 +122,6 @@ class CliEnricher:
             log.info("CLI enrichment (%s) works again", self.command[0])
             self._failing = None
         return enrichment
-
-    def _run(self, args: tuple[str, ...], timeout: float) -> str:
-        try:
-            done = subprocess.run([*self.command, "-q", *args, "--formatter", "json"], capture_output=True,
-                                  text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"no answer within {timeout:.1f}s") from None
-        if done.returncode != 0:
-            raise RuntimeError((done.stderr or done.stdout).strip() or f"exit status {done.returncode}")
-        return done.stdout
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

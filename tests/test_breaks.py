@@ -89,9 +89,11 @@ def breaking(release, tmp_path_factory) -> Iterator[Breaking]:
     with private_broker(f"ackscope-breaks{release.name.replace('.', '')}{'' if statistics else 'off'}",
                         release=release, statistics=statistics,
                         config=("log.file.level = info", f"consumer_timeout = {TIMEOUT_MS}")) as node:
-        # Polls a second apart: four of these run beside the rest of the suite, each for minutes.
+        # Polls a second apart: four of these run beside the rest of the suite, each for minutes. On 3.10, whose
+        # API shows no consumer's timeout, the CLI reads the node's.
         exporter = Exporter(exporter_config(node.management_url, interval=1.0, broker_log=str(node.log_file),
                                             prometheus_url=node.prometheus_url,
+                                            cli=node.cli_command() if release.name == "3.10" else None,
                                             thresholds=Thresholds(stalled_consumer_seconds=STALLED_AFTER)))
         exporter.start()
         seen = Seen(exporter.url)
@@ -167,8 +169,13 @@ def test_the_java_clients_consumer_that_stops_acking_is_stalled_with_what_its_re
     if breaking.release.at_least(4, 0) and breaking.statistics:
         assert ev["timeout_ms"] == TIMEOUT_MS
         assert ev["timeout_source"] == "the broker's own figure for this consumer (/api/consumers)"
-    else:  # 3.10, or statistics off, shows no consumer's timeout: the default, said to be inferred, until the log
-        # shows one applied
+    elif breaking.release.name == "3.10":  # no consumer's timeout in its API: the node's, read with --cli
+        f = _found(breaking, "consumer-stalled", lambda f: f["evidence"]["queue"] == "java.stalled"
+                   and "--cli" in f["evidence"]["timeout_source"], 30, "the Java client, with the node's timeout")
+        assert f["evidence"]["timeout_ms"] == TIMEOUT_MS
+        assert value(scrape(breaking.exporter), "ackscope_node_consumer_timeout_seconds") == TIMEOUT_MS / 1000
+    else:  # statistics off shows no consumer's timeout: the default, said to be inferred, until the log shows one
+        # applied
         assert (ev["timeout_ms"], ev["timeout_source"][:8]) in ((1_800_000, "inferred"), (TIMEOUT_MS, "the brok"))
     if breaking.newest:
         assert ("cancels the consumer" if ev["queue_type"] else "depends on the queue's type") in ev["next"]

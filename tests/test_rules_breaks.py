@@ -15,7 +15,7 @@ from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.model.events import (BROKER_LOG, CONNECTION_OPENED, EVENTS, BrokerEvent, Breaks)
-from ackscope.model.snapshot import Churn, Link
+from ackscope.model.snapshot import Churn, Link, NodeSettings
 from ackscope.sources import BreakLedger, BrokerLogWatch
 from ackscope.sources.break_ledger import NAMING_SECONDS
 
@@ -92,15 +92,25 @@ def test_what_the_timeout_will_do_is_said_for_the_release_and_queue_type(version
     assert stalled.severity == ("warning" if timeout_ms is None else "info")
 
 
-def test_the_timeout_in_force_comes_from_the_queue_then_the_log_then_the_default():
-    def judged(version, breaks=None, **queue_kw):
-        polls = [replace(_stalled_consumer(version), taken_at=t) for t in (0, 61)]
+def test_the_timeout_in_force_comes_from_the_queue_then_the_node_then_the_log_then_the_default():
+    def judged(version, breaks=None, settings=None, queue_type="classic", **queue_kw):
+        polls = [replace(_stalled_consumer(version, queue_type), taken_at=t, settings=settings) for t in (0, 61)]
         polls = [replace(p, queues=(replace(p.queues[0], **queue_kw),)) for p in polls]
         return _rules(_judged(polls, breaks=breaks))["consumer-stalled"][0].evidence
-    assert judged("3.13.7", consumer_timeout_ms=120_000)["timeout_source"].startswith("the queue's x-consumer-timeout")
+    node = NodeSettings("rabbit@host", 20_000)
+    assert judged("3.13.7", consumer_timeout_ms=120_000, settings=node)["timeout_source"].startswith(
+        "the queue's x-consumer-timeout")
     assert judged("3.10.8", consumer_timeout_ms=120_000)["timeout_ms"] == 1_800_000, "3.10 applies no queue timeout"
     logged = Breaks(61.0, (BROKER_LOG,), events=(BrokerEvent(10.0, "consumer_timeout", BROKER_LOG, timeout_ms=15000),))
     assert judged("3.10.8", breaks=logged)["timeout_ms"] == 15000
+    from_cli = judged("3.10.8", breaks=logged, settings=node)
+    assert from_cli["timeout_ms"] == 20_000 and from_cli["timeout_source"] == \
+        "node rabbit@host's consumer_timeout (rabbitmq.conf, read with --cli)"
+    # consumer_timeout = undefined: no timeout before 4.3; 24 hours on 4.3's quorum queues (rabbit_queue_type)
+    undefined = NodeSettings("rabbit@host", None)
+    never = judged("3.10.8", settings=undefined)
+    assert never["timeout_ms"] is None and "times out no consumer" in never["next"]
+    assert judged("4.3.6", settings=undefined, queue_type="quorum")["timeout_ms"] == 86_400_000
 
 
 def _recorded(release: str, previous=None) -> tuple[Breaks, Context]:

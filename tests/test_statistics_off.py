@@ -31,7 +31,6 @@ from probe_helpers import captured_log
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.sources import Selection
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER
-from ackscope.workloads.rabbitmq_release import RABBITMQ_SBIN
 from ackscope.workloads.scenarios import PREFIX, SCENARIOS
 from ackscope_testkit.fault_proxy import FaultProxy
 
@@ -40,11 +39,6 @@ from ackscope_testkit.fault_proxy import FaultProxy
 def off_vhost(statsoff_broker):
     with own_vhost(statsoff_broker, "off") as name:
         yield name
-
-
-def cli_beside(broker) -> list[str]:
-    """rabbitmqctl beside the node, with its Erlang cookie (in the node's HOME), as a sidecar would run it."""
-    return ["env", f"HOME={broker.base_dir}/home", str(RABBITMQ_SBIN / "rabbitmqctl"), "-n", broker.nodename]
 
 
 # Every scenario of a rule (the blocked publisher needs an alarm: the alarm test below), all at once.
@@ -61,7 +55,7 @@ WITHOUT_THE_LOG = {"consumer-timed-out", "closed-on-error", "consumer-cancelled-
 def test_every_rule_the_data_allows_fires_on_its_culprit_named_by_what_it_touches(statsoff_broker, off_vhost,
                                                                                   start_exporter, with_cli):
     exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url,
-                              cli=cli_beside(statsoff_broker) if with_cli else None, interval=0.5, timeout=5.0,
+                              cli=statsoff_broker.cli_command() if with_cli else None, interval=0.5, timeout=5.0,
                               thresholds=Thresholds(unconfirmed_backlog=250),
                               selection=only_vhost(off_vhost))
     expected = {s.rule for s in SCENARIO_RULES} - NOT_AVAILABLE - (set() if with_cli else NEED_THE_CLI)
@@ -243,7 +237,7 @@ def test_a_broker_with_only_the_prometheus_plugin_is_read_from_the_plugin_alone(
 
 def test_with_the_cli_the_culprit_is_named_and_publishers_without_confirms_are_found(statsoff_broker, off_vhost,
                                                                                        start_exporter):
-    cli = cli_beside(statsoff_broker)
+    cli = statsoff_broker.cli_command()
     # rabbitmqctl starts an Erlang VM at each poll: beside the suite's other workers it can take longer than 5 s,
     # and an enrichment that times out names nobody.
     exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url, cli=cli,
@@ -259,6 +253,8 @@ def test_with_the_cli_the_culprit_is_named_and_publishers_without_confirms_are_f
             return doc if expected <= {(f["rule"], f["connection_name"]) for f in doc["findings"]} else None
         doc = wait_for(findings, timeout=120, what=f"findings naming their clients: {sorted(expected)}")
     assert {n["rule"] for n in doc["not_evaluated"]} == {"transient-in-durable-queue"} | WITHOUT_THE_LOG
+    # The node's own consumer_timeout, which nothing but its CLI tells: RabbitMQ's default here.
+    assert value(scrape(exporter), "ackscope_node_consumer_timeout_seconds", node=statsoff_broker.nodename) == 1800
 
 
 @pytest.mark.parametrize("cli, said", [(["bash", "-c", "sleep 30"], "no answer within"), (["false"], "exit status 1")])
@@ -272,6 +268,10 @@ def test_a_hanging_or_failing_cli_drops_the_enrichment_only_and_says_so_once(sta
     assert value(s, "ackscope_poll_duration_seconds") < 2.0 + 0.5  # the deadline holds
     dropped = [r.getMessage() for r in caplog.records if "CLI enrichment" in r.getMessage()]
     assert len(dropped) == 1 and said in dropped[0], dropped
+    if said == "exit status 1":  # the node's settings, read in the background, are missed once too (a hang is
+        # said at the end of the CLI's own 30 s)
+        unread = [r.getMessage() for r in caplog.records if "node's settings" in r.getMessage()]
+        assert unread == ["the node's settings (false) not read: exit status 1"], unread
     assert value(s, "ackscope_rule_not_evaluated", rule="heartbeat-disabled") == 1  # without the CLI, unknown again
 
 
@@ -328,7 +328,7 @@ def test_the_dashboard_names_its_source_the_rules_it_cannot_run_and_channels_by_
 
 
 def test_a_memory_alarm_is_critical_and_with_the_cli_the_blocked_publisher_is_named(statsoff_broker, off_vhost):
-    cli = " ".join(cli_beside(statsoff_broker))
+    cli = " ".join(statsoff_broker.cli_command())
     with scenarios_running(statsoff_broker, off_vhost, "blocked-publisher"):
         statsoff_broker.ctl("set_vm_memory_high_watermark", "0.000001")
         try:

@@ -14,7 +14,7 @@ PLUGINS = ("rabbitmq_management", "rabbitmq_prometheus")
 
 
 @dataclass(frozen=True)
-class NodeSettings:
+class NodeConf:
     """How a user would configure the node. `statistics=False` as the official container image does:
     management statistics off (management_agent.disable_metrics_collector), the Prometheus plugin still on.
     `plugins`: both by default; ("rabbitmq_prometheus",) for a node with no management API at all.
@@ -28,7 +28,7 @@ class NodeSettings:
     config: tuple[str, ...] = ()
 
 
-def lay_out(base_dir: Path, ports: Ports, settings: NodeSettings, cookie: str, owner: tuple[int, int] | None) -> None:
+def lay_out(base_dir: Path, ports: Ports, settings: NodeConf, cookie: str, owner: tuple[int, int] | None) -> None:
     """The node's directories and files under `base_dir`, owned by `owner` (uid, gid) when it runs as another
     user."""
     for sub in ("mnesia", "log", "home"):
@@ -44,7 +44,7 @@ def lay_out(base_dir: Path, ports: Ports, settings: NodeSettings, cookie: str, o
             os.chown(path, *owner)
 
 
-def _conf(p: Ports, s: NodeSettings) -> str:
+def _conf(p: Ports, s: NodeConf) -> str:
     lines = [f"listeners.tcp.1 = 127.0.0.1:{p.amqp}",
              "management.tcp.ip = 127.0.0.1", f"management.tcp.port = {p.management}",
              "prometheus.tcp.ip = 127.0.0.1", f"prometheus.tcp.port = {p.prometheus}",

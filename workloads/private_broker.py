@@ -22,7 +22,7 @@ from pathlib import Path
 
 import requests
 
-from .node_files import PLUGINS, NodeSettings, lay_out, node_env
+from .node_files import PLUGINS, NodeConf, lay_out, node_env
 from .ports import Ports
 from .rabbitmq_release import (
     RABBITMQ_SBIN,
@@ -44,7 +44,7 @@ class LocalBroker:
     def __init__(self, base_dir: Path | None = None, name: str = "ackscope", stats_interval_ms: int = 500,
                  statistics: bool = True, plugins: tuple[str, ...] = PLUGINS, cookie: str | None = None,
                  net_ticktime: int | None = None, release: Release | None = None, config: tuple[str, ...] = ()):
-        """The settings are NodeSettings'. `release`: the RabbitMQ to run (the machine's own package by default).
+        """The settings are NodeConf'. `release`: the RabbitMQ to run (the machine's own package by default).
         `cookie`: the Erlang cookie it shares with the nodes of its cluster (by default one of its own)."""
         self.release = release or Release.host()
         self.root = self.release.root
@@ -56,7 +56,7 @@ class LocalBroker:
         self.base_dir = Path(base_dir)
         self.ports = Ports.free()
         self.nodename = f"{name}-{self.ports.amqp}@localhost"
-        self.settings = NodeSettings(stats_interval_ms, statistics, plugins, net_ticktime, config)
+        self.settings = NodeConf(stats_interval_ms, statistics, plugins, net_ticktime, config)
         self.cookie = cookie or secrets.token_hex(16).upper()
         self._process: subprocess.Popen | None = None
         self._user = "rabbitmq" if os.geteuid() == 0 else None
@@ -141,6 +141,12 @@ class LocalBroker:
         if done.returncode != 0:
             raise LocalBrokerError(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
         return done.stdout
+
+    def cli_command(self) -> list[str]:
+        """rabbitmqctl beside this node, with its Erlang cookie (in the node's HOME), as a sidecar runs it: a
+        command line for --cli."""
+        return ["env", f"HOME={self._inside(self.base_dir) / 'home'}", *self._command("rabbitmqctl"), "-n",
+                self.nodename]
 
     def api(self, method: str, path: str, **kwargs) -> requests.Response:
         """Call this node's management API as the administrator (for test setup, not for ackscope)."""

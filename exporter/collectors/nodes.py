@@ -1,4 +1,5 @@
-"""Per-node series: memory, disk and file-descriptor headroom, alarms, and fsync counts where reported."""
+"""Per-node series: memory, disk and file-descriptor headroom, alarms, fsync counts where reported, and the
+node's consumer timeout where its CLI was read."""
 
 from __future__ import annotations
 
@@ -51,3 +52,9 @@ class NodeCollector:
                       "means no dead-letter exchange, so they were dropped (from its Prometheus plugin).",
                       DEAD_LETTER_LABELS, self._snapshot.dead_lettered,
                       lambda d: (d.node, d.reason, d.queue_type, d.strategy), lambda d: d.count)
+        settings = [self._snapshot.settings] if self._snapshot.settings is not None else []
+        yield gauge("ackscope_node_consumer_timeout_seconds", "The node's consumer_timeout (rabbitmq.conf), read "
+                    "with --cli: how long a consumer may hold a delivery unacked where neither it nor its queue "
+                    "sets a timeout. Absent where it is undefined or --cli is not given.", LABELS, settings,
+                    lambda s: (s.node,),
+                    lambda s: None if s.consumer_timeout_ms is None else s.consumer_timeout_ms / 1000)

@@ -1,0 +1,72 @@
+"""The node's settings as its CLI answers (answers recorded from 3.10.8 and 4.3.6 nodes), and a reader that never
+holds a poll up: it reads in the background, keeps what it read when the CLI fails, and says a failure once."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from ackscope.model.snapshot import NodeSettings
+from ackscope.sources.node_settings import NodeSettingsReader, parse
+
+RECORDED = {
+    # consumer_timeout = 20000 in rabbitmq.conf
+    "{'ackscope-ct310-60745@localhost',{ok,20000}}\n": NodeSettings("ackscope-ct310-60745@localhost", 20000),
+    # then application:set_env(rabbit, consumer_timeout, undefined), and application:unset_env
+    "{'ackscope-ctnewest-47903@localhost',{ok,undefined}}\n": NodeSettings("ackscope-ctnewest-47903@localhost", None),
+    "{'ackscope-ctnewest-47903@localhost',undefined}\n": NodeSettings("ackscope-ctnewest-47903@localhost", None),
+    "{rabbit@db1,{ok,1800000}}\n": NodeSettings("rabbit@db1", 1800000),  # a node name Erlang need not quote
+}
+
+
+@pytest.mark.parametrize("answer", list(RECORDED))
+def test_each_answer_of_the_cli_is_the_nodes_consumer_timeout(answer):
+    assert parse(answer) == RECORDED[answer]
+
+
+@pytest.mark.parametrize("answer", ["", "Error: unable to perform an operation on node", "{badrpc,nodedown}",
+                                    "{'rabbit@h',{ok,20000}} trailing"])
+def test_anything_else_is_refused_in_one_line(answer):
+    with pytest.raises(ValueError, match="not the node's settings"):
+        parse(answer)
+
+
+def _cli(answer: str) -> list[str]:
+    """A command line that answers as the CLI would (the arguments the reader adds are bash's $0 and on)."""
+    return ["bash", "-c", f"echo \"{answer}\"", "rabbitmqctl"]
+
+
+def test_the_first_read_is_waited_for_until_the_deadline_then_refreshed_in_the_background():
+    reader = NodeSettingsReader(_cli("{'rabbit@h',{ok,20000}}"), refresh_seconds=0.0)
+    assert reader.latest(first_by=time.monotonic() + 10) == NodeSettings("rabbit@h", 20000)
+    reader.command = _cli("{'rabbit@h',{ok,5000}}")
+    assert reader.latest() == NodeSettings("rabbit@h", 20000), "a refresh is never waited for"
+    deadline = time.monotonic() + 10
+    while reader.latest() != NodeSettings("rabbit@h", 5000) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reader.latest() == NodeSettings("rabbit@h", 5000)
+    reader.close()
+
+
+def test_a_failing_cli_keeps_what_was_read_and_is_said_once(caplog):
+    caplog.set_level(logging.INFO, logger="ackscope")
+    reader = NodeSettingsReader(_cli("{'rabbit@h',{ok,20000}}"), refresh_seconds=0.0)
+    read = reader.latest(first_by=time.monotonic() + 10)
+    reader.command = ["bash", "-c", "echo 'Error: unable to perform an operation on node rabbit@h' >&2; exit 69"]
+    for _ in range(3):  # each a failing read, run to its end
+        reader.latest()
+        reader._running.result(timeout=10)
+    assert reader.latest() == read
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["the node's settings (bash) not read, those read before kept: Error: unable to perform an "
+                    "operation on node rabbit@h"], said
+    reader.close()
+
+
+def test_a_cli_that_hangs_is_no_settings_at_the_deadline():
+    reader = NodeSettingsReader(["bash", "-c", "sleep 30"], timeout=0.5)
+    started = time.monotonic()
+    assert reader.latest(first_by=started + 0.2) is None and time.monotonic() - started < 1.0
+    reader.close()
