@@ -25,7 +25,7 @@ from ackscope.core.secret import Secret
 from ackscope.dashboard.launch import environment, streamlit_command
 from ackscope.exporter.cardinality import Limits
 from ackscope.probes.config import ProbeConfig
-from ackscope.probes.runner import Entry, ProbeSettings
+from ackscope.probes.runner import ProbeSettings
 from ackscope.probes.targets import targets_from_config
 from ackscope.sources import Selection
 from ackscope.workloads.ports import free_port
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             selection=Selection(), limits=Limits(), web=WebSecurity(), data_dir=data_dir,
             # The demo shows every path the probes measure, the nack path included.
             probes=None if amqp_url is None else ProbeConfig(
-                entries=(Entry(amqp_url.url, amqp_url.display),),
+                entries=(amqp.Endpoint(amqp_url.url, amqp_url.display),),
                 targets=targets_from_config(None, {}, reject_publish=True), settings=ProbeSettings(),
                 data_dir=data_dir)))
         exporter.start()

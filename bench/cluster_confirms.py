@@ -27,10 +27,11 @@ import plotly.graph_objects as go
 import pyarrow.dataset as ds
 from charts import save_png
 
+from ackscope.core.amqp import Endpoint
 from ackscope.core.quantile import sample_quantile
 from ackscope.core.secret import Secret
 from ackscope.probes.config import ProbeConfig
-from ackscope.probes.runner import Entry, ProbeSettings
+from ackscope.probes.runner import ProbeSettings
 from ackscope.probes.service import Probes
 from ackscope.probes.targets import Target
 from ackscope_testkit.cluster import LocalCluster
@@ -57,7 +58,7 @@ def run_case(cluster: LocalCluster, case: Case, rate: float, seconds: float, dat
     """The confirm latencies (s) of one case's run of `seconds`."""
     node = cluster.nodes[case.through]
     url = node.amqp_url()
-    cfg = ProbeConfig(entries=(Entry(Secret(url), f"amqp://127.0.0.1:{node.ports.amqp}/%2F"),),
+    cfg = ProbeConfig(entries=(Endpoint(Secret(url), f"amqp://127.0.0.1:{node.ports.amqp}/%2F"),),
                       targets=(target(case.queue_type, rate),), settings=ProbeSettings(), data_dir=str(data_dir))
     probes = Probes(cfg)
     probes.start()

@@ -30,6 +30,20 @@ class AmqpUrl:
     display: str  # the same without it, for logs and messages
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """A node to connect to: its URL (with the password), the same without it, and its TLS."""
+    url: Secret
+    display: str
+    ssl_options: pika.SSLOptions | None = None
+
+    @property
+    def node(self) -> str:
+        """host:port (no user, no vhost): the probes' `entry` label."""
+        parts = urlsplit(self.display)
+        return f"{parts.hostname}:{parts.port or (5671 if parts.scheme == 'amqps' else 5672)}"
+
+
 def resolve(flag: str | None, environ: Mapping[str, str], table: Mapping[str, Any] = {},  # noqa: B006 - read only
             where: str = "config", default: str | None = DEFAULT_URL) -> AmqpUrl | None:
     """The AMQP URL from --amqp-url, ACKSCOPE_AMQP_URL, the TOML table's amqp_url or `default`, in that

@@ -12,7 +12,7 @@ from typing import Any
 from ackscope.core import amqp, config
 from ackscope.core.config import ConfigError, Option
 
-from .runner import Entry, ProbeSettings
+from .runner import ProbeSettings
 from .targets import Target, targets_from_config
 
 OPTIONS = (
@@ -43,7 +43,7 @@ SHARED = ("rate", "burst_size", "burst_interval", "prefetch", "requeue_share")
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    entries: tuple[Entry, ...]  # the nodes the probes may connect to, in the order they try them
+    entries: tuple[amqp.Endpoint, ...]  # the nodes the probes may connect to, in the order they try them
     targets: tuple[Target, ...]
     settings: ProbeSettings
     data_dir: str | None
@@ -84,7 +84,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str], document: Mapping
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{path or 'config'}: {e}") from None
     return ProbeConfig(
-        entries=tuple(Entry(u.url, u.display, amqp.ssl_options(u.url.reveal(), v["amqp_ca_file"],
+        entries=tuple(amqp.Endpoint(u.url, u.display, amqp.ssl_options(u.url.reveal(), v["amqp_ca_file"],
                                                                v["amqp_insecure_skip_verify"])) for u in urls),
         targets=targets,
         settings=ProbeSettings(confirm_timeout=v["confirm_timeout"], loss_deadline=v["loss_deadline"]),

@@ -18,13 +18,12 @@ import uuid
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import pika
 import pika.exceptions
 from pika.adapters.select_connection import IOLoop
 
-from ackscope.core.amqp import describe_close
+from ackscope.core.amqp import Endpoint, describe_close
 from ackscope.core.secret import Secret
 from ackscope.model.probes import CONNECTION_PREFIX
 
@@ -43,20 +42,6 @@ MAX_IN_FLIGHT = 5_000  # unconfirmed publishes per target; beyond it the publish
 HOUSEKEEPING_S = 1.0
 BURST_SLICE = 2  # publishes made per turn of the I/O loop in a burst (chosen by measurement: docs/benchmarks.md)
 NACK_RUN_S = 5.0  # every publish nacked this long, none acked: the publishing channel is replaced
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A node the probes may connect to: its URL (with the password), the same without it, and its TLS."""
-    url: Secret
-    display: str
-    ssl_options: pika.SSLOptions | None = None
-
-    @property
-    def node(self) -> str:
-        """host:port, the `entry` label of the probes' series (no user, no vhost)."""
-        parts = urlsplit(self.display)
-        return f"{parts.hostname}:{parts.port or (5671 if parts.scheme == 'amqps' else 5672)}"
 
 
 @dataclass(frozen=True)
@@ -386,7 +371,7 @@ class _TargetProbe:
 class ProbeRunner:
     """All targets against one broker, in one background thread; start() returns at once."""
 
-    def __init__(self, entries: Sequence[Entry], targets: tuple[Target, ...], stats: ProbeStatistics,
+    def __init__(self, entries: Sequence[Endpoint], targets: tuple[Target, ...], stats: ProbeStatistics,
                  settings: ProbeSettings = ProbeSettings(), events: EventLog | None = None):
         if not entries:
             raise ValueError("the probes need at least one AMQP URL")

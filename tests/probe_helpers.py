@@ -9,10 +9,11 @@ from contextlib import contextmanager
 
 from helpers import Samples, parse, value, wait_for
 
+from ackscope.core.amqp import Endpoint
 from ackscope.core.secret import Secret
 from ackscope.exporter.exposition import probe_metrics
 from ackscope.probes.config import ProbeConfig
-from ackscope.probes.runner import Entry, ProbeSettings
+from ackscope.probes.runner import ProbeSettings
 from ackscope.probes.service import Probes
 from ackscope.probes.targets import Target
 from ackscope.workloads.private_broker import LocalBroker
@@ -30,7 +31,7 @@ def probe_config(broker: LocalBroker | None, vhost: str, targets: tuple[Target, 
                  url: str | None = None, urls: tuple[str, ...] = ()) -> ProbeConfig:
     """Probes on `broker`'s vhost, or on `url`, or on each of `urls` in turn (a cluster's nodes)."""
     urls = urls or (url or broker.amqp_url(vhost),)
-    return ProbeConfig(entries=tuple(Entry(Secret(u), "amqp://" + u.split("@")[-1]) for u in urls), targets=targets,
+    return ProbeConfig(entries=tuple(Endpoint(Secret(u), "amqp://" + u.split("@")[-1]) for u in urls), targets=targets,
                        settings=ProbeSettings(confirm_timeout=confirm_timeout, loss_deadline=loss_deadline),
                        data_dir=data_dir)
 
