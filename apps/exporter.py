@@ -35,7 +35,7 @@ from ackscope.model.snapshot import Snapshot
 from ackscope.probes import config as probe_config
 from ackscope.probes.config import ProbeConfig
 from ackscope.probes.service import Probes
-from ackscope.sources import KINDS, BreakLedger, BrokerLogWatch, Selection, make_source
+from ackscope.sources import KINDS, BreakLedger, BrokerLogWatch, EventExchangeWatch, Selection, make_source
 
 log = logging.getLogger("ackscope.exporter")
 
@@ -76,6 +76,9 @@ OPTIONS = (
     Option("web_tls_key", None, config.existing_file, "private key of --web-tls-cert (PEM)"),
     Option("broker_log", None, str, "the broker node's log file, followed across rotation ('-': standard input, e.g. "
            "kubectl logs -f): why channels and connections were closed, consumers timed out, connections churned"),
+    Option("event_exchange", False, config.boolean, "read the broker's event exchange (the rabbitmq_event_exchange "
+           "plugin) through the probes' user (--amqp-url; it needs read permission on amq.rabbitmq.event): "
+           "connections and channels opened and closed, by client", switch=True),
     probe_config.DATA_DIR,
     Option("snapshot_every", 1, config.positive_int, "with --data-dir, record every Nth poll's snapshot"),
 )
@@ -98,11 +101,12 @@ class ExporterConfig:
     probes: ProbeConfig | None = None  # run the synthetic probes in-process when an AMQP URL is set
     source: str = "auto"  # auto | management | prometheus
     prometheus_url: tuple[str, ...] | None = None  # each node's plugin; default: where the listeners say
-    cli: list[str] | None = None  # rabbitmqctl command line, for the Prometheus-plugin source
+    cli: list[str] | None = None  # rabbitmqctl command line: the node's settings, the Prometheus plugin's enrichment
     thresholds: Thresholds = Thresholds()
     data_dir: str | None = None  # probe events and snapshot history as Parquet
     snapshot_every: int = 1
     broker_log: str | None = None  # the node's log file, or "-" for standard input
+    event_exchange: bool = False  # read amq.rabbitmq.event through the probes' user
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,6 +128,10 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         raise ConfigError("--web-tls-cert and --web-tls-key go together")
     if v["ca_file"] and v["insecure_skip_verify"]:
         raise ConfigError("--ca-file and --insecure-skip-verify contradict each other")
+    probes = probe_config.load(args, environ, document, path, v["data_dir"])
+    if v["event_exchange"] and probes is None:
+        raise ConfigError("--event-exchange reads the event exchange through the probes' user: set --amqp-url "
+                          "(or ACKSCOPE_AMQP_URL) too")
     return ExporterConfig(
         management_url=v["management_url"], username=v["username"], password=password, listen=v["listen"],
         interval=v["interval"], timeout=v["timeout"], deadline=v["deadline"] or DEADLINE_INTERVALS * v["interval"],
@@ -131,9 +139,9 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         selection=Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"]),
         limits=Limits(max_queues=v["max_queues"], max_channels=v["max_channels"]),
         web=WebSecurity(v["web_username"], v["web_password"], v["web_tls_cert"], v["web_tls_key"]),
-        probes=probe_config.load(args, environ, document, path, v["data_dir"]),
-        thresholds=load_thresholds(document, path),
+        probes=probes, thresholds=load_thresholds(document, path),
         data_dir=v["data_dir"], snapshot_every=v["snapshot_every"], broker_log=v["broker_log"],
+        event_exchange=v["event_exchange"],
         source=v["source"], prometheus_url=v["prometheus_url"], cli=v["cli"],
     )
 
@@ -183,7 +191,8 @@ class Exporter:
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
         self.ledger = BreakLedger(cfg.thresholds.window_seconds,
-                                  BrokerLogWatch(cfg.broker_log) if cfg.broker_log else None, cfg.selection.vhost)
+                                  BrokerLogWatch(cfg.broker_log) if cfg.broker_log else None, cfg.selection.vhost,
+                                  EventExchangeWatch(cfg.probes.entries) if cfg.event_exchange and cfg.probes else None)
         self.poller = Poller(source, interval=cfg.interval, limits=cfg.limits, diagnose=self._diagnose,
                              record=self.history.record if self.history is not None else None,
                              breaks=lambda snapshot: self.ledger.update(snapshot, time.time()))

@@ -286,11 +286,13 @@ def breaks() -> None:
     def render(data: Live) -> None:
         sources = data.breaks.get("sources") or []
         for problem in data.breaks.get("problems") or []:
-            st.warning(f"The broker's log cannot be read: {problem}")
-        if not sources:
+            st.warning(f"Not read: {problem}")
+        if "broker log" not in sources:
             st.info("Why the broker closed channels and connections is not known: start the exporter with "
                     "--broker-log PATH (the node's log file, or - for standard input, e.g. kubectl logs -f). "
-                    "Stalled consumers, silent cancels and churn are still judged from polls, below.")
+                    "Stalled consumers, silent cancels and churn are still judged from polls, below" +
+                    ("; the event exchange names the clients that open and close connections and channels."
+                     if sources else "."))
         events = views.breaks(data.breaks, search)
         if not events.empty:
             st.plotly_chart(charts.breaks_timeline(events), key="breaks-timeline")

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_ERROR, CONNECTION_OPENED, CONSUMER_TIMEOUT,
-                                   EVENTS, INEQUIVALENT_ARGUMENTS, UNKNOWN_DELIVERY_TAG, BrokerEvent, cause)
+                                   EVENT_EXCHANGE, EVENTS, INEQUIVALENT_ARGUMENTS, UNKNOWN_DELIVERY_TAG, BrokerEvent,
+                                   cause)
 from ackscope.model.findings import Finding
 from ackscope.model.snapshot import CHANNELS, CONNECTIONS, Consumer, Queue
 
@@ -289,7 +290,7 @@ _PORT = re.compile(r":\d+$")
 
 def _churn(ctx: Context, rule: Rule) -> Iterator[Finding]:
     per_minute = ctx.thresholds.churn_connections_per_minute
-    if ctx.breaks is not None and ctx.breaks.told_by(BROKER_LOG):
+    if ctx.breaks is not None and (ctx.breaks.told_by(BROKER_LOG) or ctx.breaks.told_by(EVENT_EXCHANGE)):
         yield from _churn_by_client(ctx, rule, per_minute)
         return
     start, window = ctx.window_start, ctx.window_seconds
@@ -307,10 +308,11 @@ def _churn(ctx: Context, rule: Rule) -> Iterator[Finding]:
         "info", "", "cluster", None,
         {"connections_opened": opened, "per_minute": rounded(rate), "window_seconds": rounded(window),
          "connections_open_now": open_now, "source": "polls (the broker's churn counters)",
-         "clients": "not known: a connection shorter than a poll is invisible to polls; give --broker-log"},
+         "clients": "not known: a connection shorter than a poll is invisible to polls; give --broker-log or "
+                    "--event-exchange"},
         f"the broker opened {opened} connections in the last {window:.0f} s ({rate:.1f} a minute) while "
         f"{open_now} are open now: some client opens a connection per message or reconnects in a loop. Which one "
-        "polls cannot tell; the broker's log names it (--broker-log).")
+        "polls cannot tell; the broker's log (--broker-log) or its event exchange (--event-exchange) names it.")
 
 
 def _churn_by_client(ctx: Context, rule: Rule, per_minute: float) -> Iterator[Finding]:
@@ -330,7 +332,7 @@ def _churn_by_client(ctx: Context, rule: Rule, per_minute: float) -> Iterator[Fi
         yield rule.finding(
             "warning", vhost, f"clients from {peer} as {user}", who,
             {"connections_opened": len(events), "per_minute": rounded(rate), "seconds": rounded(span),
-             "peer_host": peer, "user": user, "source": BROKER_LOG},
+             "peer_host": peer, "user": user, "source": few({e.source for e in events})},
             f"{who.identity} opened {len(events)} connections in {span:.0f} s ({rate:.1f} a minute): a connection per "
             "message, or a reconnect loop. Each costs a TCP and AMQP handshake, a process on the broker and, for a "
             "consumer, its unacked deliveries at every close.",
@@ -366,7 +368,7 @@ RULES: tuple[Rule, ...] = (
          "channel's unacked messages.", "Fix what the broker's message names; the finding's remedy is written for "
          "its reason.", _closed_on_error, needs=(EVENTS,)),
     Rule("connection-churn", "A client opening connections over and over (a connection per message, a reconnect "
-         "loop), named where the broker's log is read; from polls alone, the broker's churn counters, with no "
+         "loop), named where the broker's log or its event exchange is read; from polls alone, the broker's churn counters, with no "
          "client named.", "Keep one long-lived connection per process and open channels on it. See RabbitMQ guide "
          "'Connections', 'Connection Churn'.", _churn, needs=(CONNECTIONS,)),
 )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_CLOSED, CONNECTION_ERROR, CONNECTION_OPENED,
-                                   CONSUMER_TIMEOUT, Breaks)
+from ackscope.model.events import (BROKER_LOG, CHANNEL_CLOSED, CHANNEL_ERROR, CHANNEL_OPENED, CONNECTION_CLOSED,
+                                   CONNECTION_ERROR, CONNECTION_OPENED, CONSUMER_TIMEOUT, EVENT_EXCHANGE, Breaks)
 from ackscope.model.findings import Diagnosis, Finding, NotEvaluated
 from ackscope.model.probes import Histogram, ProbeStats, TargetStats
 from ackscope.model.snapshot import (
@@ -76,12 +76,14 @@ def sample_snapshot() -> Snapshot:
 
 
 def sample_breaks() -> Breaks:
-    """One count of each kind of event the broker's log tells of: what makes every break family appear."""
+    """One count of each kind of event the broker's log and its event exchange tell of: what makes every break
+    family appear."""
     who = ("/", "app", "billing")
-    return Breaks(1000.0, (BROKER_LOG,), totals={
+    return Breaks(1000.0, (BROKER_LOG, EVENT_EXCHANGE), totals={
         (CHANNEL_ERROR, *who, "unknown_delivery_tag"): 1, (CONSUMER_TIMEOUT, *who, "precondition_failed"): 1,
         (CONNECTION_ERROR, *who, "frame_error"): 1, (CONNECTION_OPENED, *who, "unknown"): 1,
-        (CONNECTION_CLOSED, *who, "dropped"): 1}, lines=10)
+        (CONNECTION_CLOSED, *who, "dropped"): 1, (CHANNEL_OPENED, *who, "unknown"): 1,
+        (CHANNEL_CLOSED, *who, "unknown"): 1}, lines=10, exchange_consuming=True, exchange_messages=2)
 
 
 def families() -> list[tuple[str, str, tuple[str, ...], str]]:

@@ -9,9 +9,9 @@ exchange), and a field the source did not give is None.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple
 
 # kind: what happened.
 CHANNEL_ERROR = "channel_error"  # the broker closed a channel on an error (reason: the AMQP error, e.g. precondition_failed)
@@ -19,7 +19,10 @@ CONNECTION_ERROR = "connection_error"  # the broker closed a connection on an er
 CONSUMER_TIMEOUT = "consumer_timeout"  # a consumer held a delivery past the timeout in force
 CONNECTION_OPENED = "connection_opened"  # a client connected and was granted its vhost
 CONNECTION_CLOSED = "connection_closed"  # a connection ended: closed by its client, or lost (reason says which)
-KINDS = (CHANNEL_ERROR, CONNECTION_ERROR, CONSUMER_TIMEOUT, CONNECTION_OPENED, CONNECTION_CLOSED)
+CHANNEL_OPENED = "channel_opened"  # the event exchange's channel.created
+CHANNEL_CLOSED = "channel_closed"  # the event exchange's channel.closed: by its client or the broker, it does not say
+KINDS = (CHANNEL_ERROR, CONNECTION_ERROR, CONSUMER_TIMEOUT, CONNECTION_OPENED, CONNECTION_CLOSED, CHANNEL_OPENED,
+         CHANNEL_CLOSED)
 
 # What a rule needs that only an event source gives (a NotEvaluated names it): without it, why a channel or a
 # connection was closed is not known.
@@ -86,10 +89,14 @@ class Breaks:
     sources: tuple[str, ...] = ()  # the event sources configured (BROKER_LOG, EVENT_EXCHANGE); none: polls only
     events: tuple[BrokerEvent, ...] = ()  # the window's, oldest first
     totals: Mapping[TallyKey, int] = field(default_factory=lambda: MappingProxyType({}))
-    problems: tuple[str, ...] = ()  # a source that could not be read this poll, one line each
+    problems: tuple[str, ...] = ()  # a source that could not be read this poll, one line each, naming it
+    log_readable: bool = True  # False: the last poll could not read the log (a problem says why)
     lines: int = 0  # log lines read since the start
     unknown_lines: int = 0  # in neither of the log's formats
     truncated_lines: int = 0  # cut at the reader's line limit
+    exchange_consuming: bool = False  # the event exchange's queue had ackscope's consumer at the last poll
+    exchange_messages: int = 0  # messages read from the event exchange since the start
+    exchange_dropped: int = 0  # of those, events dropped unread because polls fell behind (a bounded buffer)
 
     def told_by(self, source: str) -> bool:
         return source in self.sources

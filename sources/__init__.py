@@ -19,9 +19,10 @@ if __name__ != "ackscope.sources":
 from .break_ledger import BreakLedger
 from .broker_log.watch import BrokerLogWatch
 from .choice import KINDS, make_source
+from .event_exchange.watch import EventExchangeWatch
 from .management_source import ManagementSource
 from .plugin_source import PrometheusPluginSource
 from .selection import Selection
 
-__all__ = ["KINDS", "BreakLedger", "BrokerLogWatch", "ManagementSource", "PrometheusPluginSource", "Selection",
-           "make_source"]
+__all__ = ["KINDS", "BreakLedger", "BrokerLogWatch", "EventExchangeWatch", "ManagementSource",
+           "PrometheusPluginSource", "Selection", "make_source"]

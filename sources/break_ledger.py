@@ -3,7 +3,11 @@ attributed to the client whose connection it names, kept for the recent window, 
 
 A connection is named in the log by the broker's name for it ("peer -> local"). Its client's own name comes from
 the line that granted it its vhost (4.x and 3.10 both print it there), or from a poll that saw it; its library
-and version from a poll only. A connection shorter than a poll is seen by the log alone.
+and version from a poll only. A connection shorter than a poll is seen by the log and the event exchange alone.
+
+Where both are read, each kind of event is counted from one of them: connections opened and closed from the log,
+which says why each closed, and channels opened and closed from the event exchange, which alone tells of them;
+the event exchange's connections then only name their clients.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
 
-from ackscope.model.events import BROKER_LOG, CONNECTION_OPENED, BrokerEvent, Breaks, TallyKey, cause
+from ackscope.model.events import (BROKER_LOG, CONNECTION_CLOSED, CONNECTION_OPENED, EVENT_EXCHANGE, BrokerEvent,
+                                   Breaks, TallyKey, cause)
 from ackscope.model.snapshot import Snapshot
 
 from .broker_log.watch import BrokerLogWatch
+from .event_exchange.watch import EventExchangeWatch
 
 # Events the window holds at most, the newest: a burst beyond it is counted in the totals, not kept.
 MAX_WINDOW_EVENTS = 10_000
@@ -32,11 +38,12 @@ MAX_CONNECTIONS = 50_000
 
 class BreakLedger:
     def __init__(self, window_seconds: float, log: BrokerLogWatch | None = None,
-                 vhosts: Callable[[str], bool] = lambda vhost: True):
+                 vhosts: Callable[[str], bool] = lambda vhost: True, exchange: EventExchangeWatch | None = None):
         """`vhosts`: whether a vhost is watched (--include-vhosts, --exclude-vhosts); an event that names none (a
         connection refused before it chose one) is kept."""
         self.window_seconds = window_seconds
         self._log = log
+        self._exchange = exchange
         self._vhosts = vhosts
         self._window: deque[BrokerEvent] = deque(maxlen=MAX_WINDOW_EVENTS)
         self._totals: dict[TallyKey, int] = {}
@@ -51,7 +58,8 @@ class BreakLedger:
 
     @property
     def sources(self) -> tuple[str, ...]:
-        return (BROKER_LOG,) if self._log is not None else ()
+        return tuple(name for name, source in ((BROKER_LOG, self._log), (EVENT_EXCHANGE, self._exchange))
+                     if source is not None)
 
     def update(self, snapshot: Snapshot | None, now: float) -> Breaks:
         """Read every source once: `snapshot` (None where the poll failed) names the connections it saw."""
@@ -67,24 +75,39 @@ class BreakLedger:
                 del self._unnamed[connection]
         self._now = now
         read = self._log.read(self._take) if self._log is not None else None
+        exchanged = self._exchange.read(self._take_exchanged) if self._exchange is not None else None
         while self._window and self._window[0].at < now - self.window_seconds:
             self._window.popleft()
         breaks = Breaks(at=now, sources=self.sources, events=tuple(self._window),
-                        totals=MappingProxyType(dict(self._totals)))
-        if read is None:
-            return breaks
-        return replace(breaks, problems=(read.problem,) if read.problem else (), lines=read.counts.lines,
-                       unknown_lines=read.counts.unknown, truncated_lines=read.truncated)
+                        totals=MappingProxyType(dict(self._totals)),
+                        problems=tuple(r.problem for r in (read, exchanged) if r is not None and r.problem))
+        if read is not None:
+            breaks = replace(breaks, log_readable=not read.problem, lines=read.counts.lines,
+                             unknown_lines=read.counts.unknown, truncated_lines=read.truncated)
+        if exchanged is not None:
+            breaks = replace(breaks, exchange_consuming=exchanged.consuming, exchange_messages=exchanged.messages,
+                             exchange_dropped=exchanged.dropped)
+        return breaks
 
     def close(self) -> None:
-        if self._log is not None:
-            self._log.close()
+        for source in (self._log, self._exchange):
+            if source is not None:
+                source.close()
 
     def _learn(self, connection: str, connection_name: str | None, client: str | None) -> None:
         known = self._names.pop(connection, (None, None))
         self._names[connection] = (connection_name or known[0], client or known[1])
         if len(self._names) > MAX_CONNECTIONS:
             self._names.popitem(last=False)
+
+    def _take_exchanged(self, events: list[BrokerEvent]) -> None:
+        if self._log is None:
+            self._take(events)
+            return
+        for e in events:  # the log's connections are counted, with why each closed: these only name clients
+            if e.kind == CONNECTION_OPENED and e.connection:
+                self._learn(e.connection, e.connection_name, e.client)
+        self._take([e for e in events if e.kind not in (CONNECTION_OPENED, CONNECTION_CLOSED)])
 
     def _take(self, events: list[BrokerEvent]) -> None:
         watched, names, settle = self._vhosts, self._names, self._settle
@@ -93,7 +116,7 @@ class BreakLedger:
                 continue
             if e.connection:
                 if e.kind == CONNECTION_OPENED:
-                    self._learn(e.connection, e.connection_name, None)
+                    self._learn(e.connection, e.connection_name, e.client)
                 if e.connection not in names and not e.connection_name and self._held < MAX_WINDOW_EVENTS:
                     self._unnamed.setdefault(e.connection, deque()).append((e, self._now))
                     self._held += 1

@@ -3,17 +3,20 @@ counted since the start under a bound, whatever the log does."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from ackscope.model.events import (BROKER_LOG, Breaks, CHANNEL_ERROR, CONNECTION_CLOSED, CONNECTION_OPENED,
-                                   CONSUMER_TIMEOUT)
+from ackscope.model.events import (BROKER_LOG, CHANNEL_CLOSED, CHANNEL_ERROR, CHANNEL_OPENED, CONNECTION_CLOSED,
+                                   CONNECTION_OPENED, CONSUMER_TIMEOUT, EVENT_EXCHANGE, Breaks)
 from ackscope.model.snapshot import Connection, MessageStats, Overview, Snapshot
 from ackscope.sources import break_ledger
 from ackscope.sources.break_ledger import FOLDED, NAMING_SECONDS, BreakLedger
 from ackscope.sources.broker_log.watch import BrokerLogWatch
+from ackscope.sources.event_exchange.messages import EventMessages
+from ackscope.sources.event_exchange.watch import ExchangeRead
 
 DATA = Path(__file__).parent / "data"
 # Just after every recorded line (the recordings were made 2026-11-26 08:23-08:26 UTC): a window's end.
@@ -131,3 +134,47 @@ def test_an_event_of_a_connection_no_poll_has_seen_yet_waits_one_poll_for_its_na
                           now=ERROR_AT)
     assert [(e.connection_name, e.client) for e in named.events] == [("billing", "pika 1.3.2")]
     assert dict(named.totals) == {(CHANNEL_ERROR, "/", "guest", "billing", "unknown_delivery_tag"): 1}
+
+
+class _Recorded:
+    """The event exchange as the ledger reads it, fed the events recorded from a real node."""
+
+    def __init__(self, events, problem=None):
+        self.events, self.problem = list(events), problem
+
+    def read(self, take):
+        events, self.events = self.events, []
+        take(events)
+        return ExchangeRead(self.problem is None, 12, 0, self.problem)
+
+    def close(self):
+        pass
+
+
+def _exchanged(release: str = "4.3.6") -> list:
+    messages = EventMessages()
+    recorded = json.loads((DATA / f"event-exchange-{release}.json").read_text())
+    return [e for key, headers in recorded if (e := messages.event(key, headers, now=0.0)) is not None]
+
+
+def test_from_the_event_exchange_alone_connections_and_channels_are_counted_by_client():
+    breaks = BreakLedger(window_seconds=1e9, exchange=_Recorded(_exchanged())).update(None, now=RECORDED_AT)
+    assert breaks.sources == (EVENT_EXCHANGE,) and breaks.exchange_consuming and breaks.exchange_messages == 12
+    by_kind = {(k[0], k[3]): n for k, n in breaks.totals.items() if k[3] == "orders-worker"}
+    assert by_kind == {(CONNECTION_OPENED, "orders-worker"): 1, (CONNECTION_CLOSED, "orders-worker"): 1,
+                       (CHANNEL_OPENED, "orders-worker"): 3, (CHANNEL_CLOSED, "orders-worker"): 3}
+
+
+def test_with_the_log_too_connections_are_the_logs_and_channels_the_exchanges(log):
+    ledger = BreakLedger(window_seconds=1e9, log=BrokerLogWatch(str(log)), exchange=_Recorded(_exchanged()))
+    breaks = _settled(ledger, RECORDED_AT)
+    assert breaks.sources == (BROKER_LOG, EVENT_EXCHANGE)
+    kinds = {k[0] for k in breaks.totals}
+    assert kinds == {CHANNEL_OPENED, CHANNEL_CLOSED}, "the log (empty here) counts the connections, with why"
+
+
+def test_an_event_exchange_that_cannot_be_read_is_a_problem_of_its_own(log):
+    exchange = _Recorded([], problem="the event exchange at amqp://probe@host:5672/%2F: 403 ACCESS_REFUSED - "
+                                     "access to exchange 'amq.rabbitmq.event' in vhost '/' refused for user 'probe'")
+    breaks = BreakLedger(window_seconds=60, log=BrokerLogWatch(str(log)), exchange=exchange).update(None, now=1.0)
+    assert breaks.problems == (exchange.problem,) and breaks.log_readable and not breaks.exchange_consuming

@@ -16,17 +16,20 @@ import pytest
 import requests
 from client_processes import Clients
 from conftest import exporter_config
-from helpers import matrix_release, private_broker, scrape, value, wait_for
+from helpers import matrix_release, private_broker, scrape, value, wait_for, wait_for_sample
+from probe_helpers import probe_config, quick
 
 from ackscope.apps.exporter import Exporter
 from ackscope.diagnosis.thresholds import Thresholds
-from ackscope.workloads.private_broker import LocalBroker
+from ackscope.workloads.node_files import PLUGINS
+from ackscope.workloads.private_broker import ADMIN_USER, LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
 
 TIMEOUT_MS = 20_000  # the nodes' consumer_timeout: short, so that a timeout happens within the test
 STALLED_AFTER = 3.0  # seconds a consumer holds without acking before it is stalled (a minute by default)
 # 3.10 checks the timeout about once a minute: its close comes up to 60 s after the timeout.
 TIMED_OUT_WITHIN = 120.0
+PROBE = quick("breaks", rate=1.0, burst_size=5, burst_interval=30.0)  # the event exchange is read as its user
 
 
 @dataclass(frozen=True)
@@ -87,13 +90,15 @@ def breaking(release, tmp_path_factory) -> Iterator[Breaking]:
     once (each on queues of its own), started together."""
     release, statistics = release
     with private_broker(f"ackscope-breaks{release.name.replace('.', '')}{'' if statistics else 'off'}",
-                        release=release, statistics=statistics,
+                        release=release, statistics=statistics, plugins=PLUGINS + ("rabbitmq_event_exchange",),
                         config=("log.file.level = info", f"consumer_timeout = {TIMEOUT_MS}")) as node:
         # Polls a second apart: four of these run beside the rest of the suite, each for minutes. On 3.10, whose
-        # API shows no consumer's timeout, the CLI reads the node's.
+        # API shows no consumer's timeout, the CLI reads the node's. The event exchange beside the log (through the
+        # probes' user: a light probe), for the channels opened and closed.
         exporter = Exporter(exporter_config(node.management_url, interval=1.0, broker_log=str(node.log_file),
                                             prometheus_url=node.prometheus_url,
                                             cli=node.cli_command() if release.name == "3.10" else None,
+                                            event_exchange=True, probes=probe_config(node, "/", (PROBE,)),
                                             thresholds=Thresholds(stalled_consumer_seconds=STALLED_AFTER)))
         exporter.start()
         seen = Seen(exporter.url)
@@ -133,7 +138,8 @@ def _found(b: Breaking, rule: str, match, timeout: float, what: str) -> dict:
         b.clients.check()
         return next((f for f in list(b.seen.findings.values()) if f["rule"] == rule and match(f)), None)
     return wait_for(found, timeout=timeout, what=lambda: f"{rule} on {what} (RabbitMQ {b.release.version}); seen: "
-                    f"{sorted((k[0], k[2], f['severity']) for k, f in list(b.seen.findings.items()))}")
+                    f"{sorted((k[0], k[2], f['severity']) for k, f in list(b.seen.findings.items()))}; that rule's "
+                    f"evidence: {[f['evidence'] for k, f in list(b.seen.findings.items()) if k[0] == rule]}")
 
 
 def test_a_double_ack_and_an_ack_on_another_channel_are_named_with_the_remedy_for_an_unknown_tag(breaking):
@@ -152,11 +158,19 @@ def test_a_double_ack_and_an_ack_on_another_channel_are_named_with_the_remedy_fo
 
 def test_amqplib_connecting_per_message_is_churn_named_by_its_address(breaking):
     f = _found(breaking, "connection-churn", lambda f: f["severity"] == "warning", 60, "amqplib")
+    # With the log and the event exchange both read, connections are the log's (it says why each closed).
     assert f["evidence"]["source"] == "broker log" and f["evidence"]["peer_host"] == "127.0.0.1"
     # Twice a second; judged over a minute at least, so that a burst of a few connections is no churn.
     assert f["evidence"]["connections_opened"] >= 10 and f["evidence"]["per_minute"] >= 10
-    opened = sum(v for labels, v in scrape(breaking.exporter)["ackscope_broker_connections_opened_total"])
+    samples = scrape(breaking.exporter)
+    opened = sum(v for labels, v in samples["ackscope_broker_connections_opened_total"])
     assert opened >= 10
+    # Channels, from the event exchange alone: amqplib's one per connection, named where the exchange named it.
+    assert value(samples, "ackscope_event_exchange_consuming") == 1
+    channels = wait_for_sample(breaking.exporter, "ackscope_broker_channels_opened_total", lambda v: v >= 10,
+                               vhost="/", user=ADMIN_USER, connection_name="")
+    assert value(channels, "ackscope_broker_channels_closed_total", vhost="/", user=ADMIN_USER,
+                 connection_name="") >= 10
 
 
 def test_the_java_clients_consumer_that_stops_acking_is_stalled_with_what_its_release_will_do(breaking):

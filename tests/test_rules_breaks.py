@@ -14,7 +14,7 @@ from test_break_ledger import RECORDED_AT
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
-from ackscope.model.events import (BROKER_LOG, CONNECTION_OPENED, EVENTS, BrokerEvent, Breaks)
+from ackscope.model.events import BROKER_LOG, CONNECTION_OPENED, EVENT_EXCHANGE, EVENTS, BrokerEvent, Breaks
 from ackscope.model.snapshot import Churn, Link, NodeSettings
 from ackscope.sources import BreakLedger, BrokerLogWatch
 from ackscope.sources.break_ledger import NAMING_SECONDS
@@ -193,19 +193,23 @@ def test_a_quorum_consumer_gone_while_its_channel_stays_is_a_silent_cancel_on_4_
     assert "before RabbitMQ 4.3" in skipped["consumer-cancelled-by-broker"]
 
 
-def _opened(n: int, every: float, name: str | None = None) -> Breaks:
-    events = tuple(BrokerEvent(1000.0 + i * every, CONNECTION_OPENED, BROKER_LOG,
+def _opened(n: int, every: float, name: str | None = None, source: str = BROKER_LOG) -> Breaks:
+    events = tuple(BrokerEvent(1000.0 + i * every, CONNECTION_OPENED, source,
                                connection=f"10.0.0.7:{40000 + i} -> 10.0.0.1:5672", connection_name=name,
                                vhost="/", user="app") for i in range(n))
-    return Breaks(1000.0 + n * every, (BROKER_LOG,), events=events)
+    return Breaks(1000.0 + n * every, (source,), events=events)
 
 
-def test_a_client_opening_a_connection_per_message_is_named_from_the_log():
-    found = _rules(diagnose(Context(snapshot(), breaks=_opened(116, 0.5))))["connection-churn"]
+@pytest.mark.parametrize("source", [BROKER_LOG, EVENT_EXCHANGE])
+def test_a_client_opening_a_connection_per_message_is_named_from_the_log_or_the_event_exchange(source):
+    found = _rules(diagnose(Context(snapshot(), breaks=_opened(116, 0.5, source=source))))["connection-churn"]
     (churn,) = found
     assert churn.severity == "warning" and churn.evidence["connections_opened"] == 116
-    assert churn.identity == "unnamed clients from 10.0.0.7 as app" and churn.evidence["source"] == BROKER_LOG
+    assert churn.identity == "unnamed clients from 10.0.0.7 as app" and churn.evidence["source"] == source
     assert "connection-churn" not in _rules(diagnose(Context(snapshot(), breaks=_opened(3, 30, "worker"))))
+    # The event exchange tells no reason: the rules that need one still wait for the log.
+    skipped = {n.rule for n in diagnose(Context(snapshot(), breaks=_opened(3, 30, source=source))).not_evaluated}
+    assert ({"consumer-timed-out", "closed-on-error"} <= skipped) == (source == EVENT_EXCHANGE)
 
 
 def test_churn_from_polls_alone_is_info_and_says_the_log_would_name_the_client():
