@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pika
+from record_broker_log import in_parallel
 
 from ackscope.workloads.node_files import PLUGINS
 from ackscope.workloads.private_broker import LocalBroker
@@ -90,15 +90,8 @@ def record(release: Release) -> Path:
 
 
 def main() -> int:
-    releases = [Release.host(), Release.in_root("trixie"), Release.in_root("sid")]
-    done: list[str] = []
-    threads = [threading.Thread(target=lambda r=r: done.append(str(record(r)))) for r in releases]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    print("\n".join(sorted(done)))
-    return 0 if len(done) == len(threads) else 1
+    return in_parallel([lambda r=r: record(r) for r in (Release.host(), Release.in_root("trixie"),
+                                                        Release.in_root("sid"))])
 
 
 if __name__ == "__main__":
