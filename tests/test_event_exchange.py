@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 from client_processes import Clients
+from dashboard_helpers import page
 from helpers import findings_document, private_broker, scrape, value, wait_for, wait_for_sample
 from probe_helpers import probe_config, quick
 
@@ -78,7 +79,7 @@ def test_amqplib_connecting_per_message_is_churn_named_by_its_library_from_the_e
     (None, "/evx-other: no exchange amq.rabbitmq.event in this vhost: enable the rabbitmq_event_exchange plugin"),
 ], ids=["no-read-permission", "another-vhost"])
 def test_an_event_exchange_that_cannot_be_read_is_one_line_and_the_rest_goes_on(node, start_exporter, caplog,
-                                                                                 read, said):
+                                                                                 monkeypatch, read, said):
     caplog.set_level(logging.INFO, logger="ackscope")
     if read is None:  # the probes' vhost holds no event exchange (the plugin declares it in / only)
         node.api("PUT", "/vhosts/evx-other")
@@ -96,3 +97,7 @@ def test_an_event_exchange_that_cannot_be_read_is_one_line_and_the_rest_goes_on(
     said_lines = [r.getMessage() for r in caplog.records if "event exchange" in r.getMessage()]
     assert len(said_lines) == 1 and said in said_lines[0], said_lines
     assert "Traceback" not in caplog.text
+    # The dashboard's Breaks page says it too, and what the log would add.
+    app = page(monkeypatch, "breaks", exporter.url)
+    assert [w.value for w in app.warning] == [f"Not read: {problems[0]}"]
+    assert "--broker-log" in app.info[0].value and "event exchange names the clients" in app.info[0].value
