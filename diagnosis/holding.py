@@ -93,7 +93,8 @@ class Holding:
 
     def _still_gone(self, s: Snapshot, channels: dict[str, Channel],
                     queues: dict[tuple[str, str], Queue]) -> dict[tuple[str, str], Gone]:
-        consuming = {(c.channel, c.queue) for c in s.consumers if not _dropped(queues.get((c.vhost, c.queue)))}
+        consuming = {(c.channel, c.queue) for c in s.consumers
+                     if not _dropped(queues.get((c.vhost, c.queue)), channels.get(c.channel))}
         gone = {k: g for k, g in self._gone.items() if g.channel in channels and k not in consuming}
         before: dict[str, Channel] | None = None  # the last poll's channels, by name: built only when one is gone
         # Last poll's consumers that are gone, and this poll's that their queue no longer counts.
@@ -110,8 +111,11 @@ class Holding:
         return gone
 
 
-def _dropped(q: Queue | None) -> bool:
+def _dropped(q: Queue | None, ch: Channel | None) -> bool:
     """A quorum queue that counts no consumer and no unacked message: a consumer listed on it is one the queue
     dropped. RabbitMQ 4.3.6 times out a Java client's consumer so: its queue counts 0 consumers and takes its
-    deliveries back as ready, while /api/consumers still lists it and its channel still claims them (measured)."""
-    return q is not None and q.type == "quorum" and q.consumers == 0 and not q.messages_unacked
+    deliveries back as ready, while /api/consumers still lists it and its channel still claims them (measured).
+    Where the queue counts fewer messages than the channel holds, its figures are older than the channel's (a new
+    quorum queue lists 0 of everything for its first seconds): nothing is judged from them."""
+    return q is not None and q.type == "quorum" and q.consumers == 0 and not q.messages_unacked and \
+        (ch is None or (q.messages_ready or 0) >= (ch.messages_unacked or 0))

@@ -16,7 +16,8 @@ import pytest
 import requests
 from client_processes import Clients
 from conftest import exporter_config
-from helpers import matrix_release, private_broker, scrape, value, wait_for, wait_for_sample
+from helpers import (matrix_release, poll_until, polls_seen, private_broker, scrape, value, wait_for,
+                     wait_for_sample)
 from probe_helpers import probe_config, quick
 
 from ackscope.apps.exporter import Exporter
@@ -27,8 +28,9 @@ from ackscope.workloads.rabbitmq_release import Release
 
 TIMEOUT_MS = 20_000  # the nodes' consumer_timeout: short, so that a timeout happens within the test
 STALLED_AFTER = 3.0  # seconds a consumer holds without acking before it is stalled (a minute by default)
-# 3.10 checks the timeout about once a minute: its close comes up to 60 s after the timeout.
-TIMED_OUT_WITHIN = 120.0
+# 3.10 checks the timeout about once a minute: its close comes up to 60 s after the timeout; and beside the suite's
+# other workers a 4.3 node with statistics off once showed the Java consumer's silent cancel past 120 s.
+TIMED_OUT_WITHIN = 180.0
 PROBE = quick("breaks", rate=1.0, burst_size=5, burst_interval=30.0)  # the event exchange is read as its user
 
 
@@ -90,15 +92,19 @@ def breaking(release, tmp_path_factory) -> Iterator[Breaking]:
     once (each on queues of its own), started together."""
     release, statistics = release
     with private_broker(f"ackscope-breaks{release.name.replace('.', '')}{'' if statistics else 'off'}",
-                        release=release, statistics=statistics, plugins=PLUGINS + ("rabbitmq_event_exchange",),
+                        release=release, statistics=statistics,
+                        plugins=PLUGINS + (("rabbitmq_event_exchange",) if release.name == "4.0" else ()),
                         config=("log.file.level = info", f"consumer_timeout = {TIMEOUT_MS}")) as node:
         # Polls a second apart: four of these run beside the rest of the suite, each for minutes. On 3.10, whose
-        # API shows no consumer's timeout, the CLI reads the node's. The event exchange beside the log (through the
-        # probes' user: a light probe), for the channels opened and closed.
+        # API shows no consumer's timeout, the CLI reads the node's. On 4.0 the event exchange beside the log
+        # (through the probes' user: a light probe), for the channels opened and closed; on one slot only, for the
+        # load four slots of probes put on the others (tests/test_event_exchange.py reads it alone on 3.10).
+        exchange = release.name == "4.0"
         exporter = Exporter(exporter_config(node.management_url, interval=1.0, broker_log=str(node.log_file),
                                             prometheus_url=node.prometheus_url,
                                             cli=node.cli_command() if release.name == "3.10" else None,
-                                            event_exchange=True, probes=probe_config(node, "/", (PROBE,)),
+                                            event_exchange=exchange,
+                                            probes=probe_config(node, "/", (PROBE,)) if exchange else None,
                                             thresholds=Thresholds(stalled_consumer_seconds=STALLED_AFTER)))
         exporter.start()
         seen = Seen(exporter.url)
@@ -133,6 +139,10 @@ def breaking(release, tmp_path_factory) -> Iterator[Breaking]:
             exporter.stop()
 
 
+def _shown(b: Breaking) -> list[dict]:
+    return requests.get(b.exporter.url + "/api/findings", timeout=5).json()["findings"]
+
+
 def _found(b: Breaking, rule: str, match, timeout: float, what: str) -> dict:
     def found():
         b.clients.check()
@@ -165,6 +175,8 @@ def test_amqplib_connecting_per_message_is_churn_named_by_its_address(breaking):
     samples = scrape(breaking.exporter)
     opened = sum(v for labels, v in samples["ackscope_broker_connections_opened_total"])
     assert opened >= 10
+    if breaking.release.name != "4.0":
+        return
     # Channels, from the event exchange alone: amqplib's one per connection, named where the exchange named it.
     assert value(samples, "ackscope_event_exchange_consuming") == 1
     channels = wait_for_sample(breaking.exporter, "ackscope_broker_channels_opened_total", lambda v: v >= 10,
@@ -195,14 +207,30 @@ def test_the_java_clients_consumer_that_stops_acking_is_stalled_with_what_its_re
         assert ("cancels the consumer" if ev["queue_type"] else "depends on the queue's type") in ev["next"]
     else:
         assert "closes the channel" in ev["next"]
-    assert not [p for p in list(breaking.seen.findings.values()) if p["rule"] == "prefetch-saturated"
-                and p["evidence"]["queue"] == "java.stalled"], "stalled, not slow"
+    # Once it is known stalled (it has acked nothing for STALLED_AFTER), no poll calls it slow. Before, one poll
+    # cannot tell a consumer that has just filled its prefetch from one that will never ack.
+    for doc in polls_seen(breaking.exporter.url, 3):
+        assert not [p for p in doc["findings"] if p["rule"] == "prefetch-saturated"
+                    and p["evidence"]["queue"] == "java.stalled"], "stalled, not slow"
 
 
 def test_past_the_timeout_the_java_consumer_is_timed_out_or_on_4_3_silently_cancelled(breaking):
     if breaking.newest:
-        f = _found(breaking, "consumer-cancelled-by-broker", lambda f: f["evidence"]["queue"] == "java.stalled",
-                   TIMED_OUT_WITHIN, "the Java client")
+        def cancelled():
+            breaking.clients.check()
+            return next((f for f in list(breaking.seen.findings.values()) if f["rule"] == "consumer-cancelled-by-broker"
+                         and f["evidence"]["queue"] == "java.stalled"), None)
+        f = poll_until(cancelled, TIMED_OUT_WITHIN)
+        if f is None:
+            # Beside the suite's other workers 4.3.6 has, now and then, not timed the consumer out within minutes:
+            # then its queue still counts it, and ackscope must still call it stalled, not cancelled.
+            counted = breaking.node.ctl("list_queues", "-q", "--no-table-headers", "name", "consumers").split()
+            assert counted[counted.index("java.stalled") + 1] != "0", \
+                f"the broker dropped the consumer and ackscope did not say so: {counted}"
+            stalled = [f for f in _shown(breaking) if f["rule"] == "consumer-stalled"
+                       and f["evidence"]["queue"] == "java.stalled"]
+            assert stalled, "the consumer the broker still counts is still stalled"
+            return
         assert f["severity"] == "critical" and f["evidence"]["ready"] == 10 and f["evidence"]["channel_open"]
         assert "inferred" in f["evidence"]
     else:

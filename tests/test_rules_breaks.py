@@ -193,6 +193,21 @@ def test_a_quorum_consumer_gone_while_its_channel_stays_is_a_silent_cancel_on_4_
     assert "before RabbitMQ 4.3" in skipped["consumer-cancelled-by-broker"]
 
 
+def test_a_consumer_dropped_just_after_its_channels_counters_moved_is_named_once_its_channel_has_held_long_enough():
+    # The poll before the drop saw the channel's deliveries move (a fresh hold); its channel holds on, still
+    # claiming the 5, while its queue counts no consumer (the Java client on 4.3.6).
+    holding = _stalled_consumer("4.3.6", "quorum")
+    moved = replace(holding, taken_at=10.0, channels=(replace(
+        holding.channels[0], message_stats=stats(ack=0, deliver_get=6)),))
+    dropped = [replace(moved, taken_at=t, queues=(queue(type="quorum", messages_ready=5, messages_unacked=0,
+                                                      consumers=0),)) for t in (11.0, 12.0, 30.0)]
+    thresholds = Thresholds(stalled_consumer_seconds=5)
+    polls = [replace(holding, taken_at=0.0), moved, *dropped]
+    assert "consumer-cancelled-by-broker" not in _rules(_judged(polls[:4], thresholds)), "held for 2 s only"
+    (cancelled,) = _rules(_judged(polls, thresholds))["consumer-cancelled-by-broker"]
+    assert cancelled.severity == "critical" and cancelled.evidence["held_for_at_least_seconds"] == 20
+
+
 def _opened(n: int, every: float, name: str | None = None, source: str = BROKER_LOG) -> Breaks:
     events = tuple(BrokerEvent(1000.0 + i * every, CONNECTION_OPENED, source,
                                connection=f"10.0.0.7:{40000 + i} -> 10.0.0.1:5672", connection_name=name,

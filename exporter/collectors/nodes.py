@@ -55,6 +55,6 @@ class NodeCollector:
         settings = [self._snapshot.settings] if self._snapshot.settings is not None else []
         yield gauge("ackscope_node_consumer_timeout_seconds", "The node's consumer_timeout (rabbitmq.conf), read "
                     "with --cli: how long a consumer may hold a delivery unacked where neither it nor its queue "
-                    "sets a timeout. Absent where it is undefined or --cli is not given.", LABELS, settings,
+                    "sets a timeout. Absent where the node sets no number or --cli is not given.", LABELS, settings,
                     lambda s: (s.node,),
                     lambda s: None if s.consumer_timeout_ms is None else s.consumer_timeout_ms / 1000)
