@@ -47,7 +47,8 @@ def timeout_in_force(ctx: Context, consumer: Consumer, q: Queue | None) -> Timeo
                            "only (release notes 4.3.0)",
                            f"nothing: no timeout applies to a {q.type} queue from RabbitMQ 4.3, so "
                            "the deliveries stay held until the consumer acks them or its connection closes")
-        nxt = ("the broker returns its unacked messages to the queue and cancels the consumer: a basic.cancel the "
+        nxt = ("the broker returns each delivery held past it to the queue (each times out on its own, from when it "
+               "was delivered) and cancels the consumer: a basic.cancel the "
                "client sees only if it declared the consumer_cancel_notify capability, else its channel is closed; "
                "RabbitMQ 4.3 logs nothing of it")
     else:

@@ -186,10 +186,11 @@ def test_amqplib_connecting_per_message_is_churn_named_by_its_address(breaking):
 
 
 def test_the_java_clients_consumer_that_stops_acking_is_stalled_with_what_its_release_will_do(breaking):
-    f = _found(breaking, "consumer-stalled", lambda f: f["evidence"]["queue"] == "java.stalled", 30,
-               "the Java client")
+    # Its prefetch of 5 filled: the ten messages are published one by one, and a consumer holding its first four
+    # for STALLED_AFTER is stalled already, with the unacked the broker counted then.
+    f = _found(breaking, "consumer-stalled", lambda f: f["evidence"]["queue"] == "java.stalled"
+               and f["evidence"]["unacked"] == 5, 30, "the Java client")
     ev = f["evidence"]
-    assert ev["unacked"] == 5
     if breaking.statistics:
         assert ev["queue_type"] == "quorum" and f["client"].startswith("RabbitMQ")
     if breaking.release.at_least(4, 0) and breaking.statistics:
@@ -232,7 +233,8 @@ def test_past_the_timeout_the_java_consumer_is_timed_out_or_on_4_3_silently_canc
                        and f["evidence"]["queue"] == "java.stalled"]
             assert stalled, "the consumer the broker still counts is still stalled"
             return
-        assert f["severity"] == "critical" and f["evidence"]["ready"] == 10 and f["evidence"]["channel_open"]
+        # Each delivery times out on its own: the 5 never delivered are ready, and at least one returned.
+        assert f["severity"] == "critical" and f["evidence"]["ready"] > 5 and f["evidence"]["channel_open"]
         assert "inferred" in f["evidence"]
     else:
         # 4.0 names the queue; 3.10 does not, and with statistics off nothing names the Java client's library.

@@ -208,6 +208,18 @@ def test_a_consumer_dropped_just_after_its_channels_counters_moved_is_named_once
     assert cancelled.severity == "critical" and cancelled.evidence["held_for_at_least_seconds"] == 20
 
 
+def test_a_consumer_whose_first_deliveries_timed_out_is_dropped_while_its_later_ones_stay_unacked_on_its_queue():
+    # 4.3.6 times each delivery out on its own: the queue counts no consumer, 7 ready and 3 still unacked, while
+    # the Java client's channel claims its 5 (measured beside the suite's other workers).
+    holding = _stalled_consumer("4.3.6", "quorum")
+    partly = [replace(holding, taken_at=t, queues=(queue(type="quorum", messages_ready=7, messages_unacked=3,
+                                                       consumers=0),)) for t in (62.0, 63.0)]
+    found = _rules(_judged([replace(holding, taken_at=0.0), replace(holding, taken_at=61.0), *partly]))
+    (cancelled,) = found["consumer-cancelled-by-broker"]
+    assert cancelled.severity == "critical" and cancelled.evidence["ready"] == 7
+    assert "consumer-stalled" not in found
+
+
 def _opened(n: int, every: float, name: str | None = None, source: str = BROKER_LOG) -> Breaks:
     events = tuple(BrokerEvent(1000.0 + i * every, CONNECTION_OPENED, source,
                                connection=f"10.0.0.7:{40000 + i} -> 10.0.0.1:5672", connection_name=name,
