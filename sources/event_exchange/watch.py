@@ -92,20 +92,15 @@ class EventExchangeWatch:
         params.connection_attempts, params.socket_timeout, params.blocked_connection_timeout = 1, 10, 30
         connection = pika.BlockingConnection(params)
         try:
-            channel = connection.channel()
             try:
-                channel.exchange_declare(EXCHANGE, passive=True)
+                connection.channel().exchange_declare(EXCHANGE, passive=True)
+                channel = connection.channel()
+                channel.queue_declare(self.queue, exclusive=True, arguments={
+                    "x-queue-type": "classic", "x-max-length": QUEUE_LENGTH, "x-expires": QUEUE_EXPIRES_MS})
+                for key in BINDINGS:
+                    channel.queue_bind(self.queue, EXCHANGE, key)
             except pika.exceptions.ChannelClosedByBroker as e:
-                if e.reply_code == 404:
-                    raise _Refused(f"no exchange {EXCHANGE} in this vhost: enable the rabbitmq_event_exchange "
-                                   "plugin, or give the probes the vhost it publishes in (rabbitmq_event_exchange.vhost, "
-                                   "/ by default)") from None
-                raise
-            channel = connection.channel()
-            channel.queue_declare(self.queue, exclusive=True, arguments={
-                "x-queue-type": "classic", "x-max-length": QUEUE_LENGTH, "x-expires": QUEUE_EXPIRES_MS})
-            for key in BINDINGS:
-                channel.queue_bind(self.queue, EXCHANGE, key)
+                raise _refusal(e) from None
             channel.basic_qos(prefetch_count=PREFETCH)
             last: list[int] = []
             channel.basic_consume(self.queue, lambda ch, method, props, body: self._take(method, props, last))
@@ -149,6 +144,21 @@ class EventExchangeWatch:
         if why != self._said:
             log.warning("%s; tried again every %gs", problem, self.retry_seconds)
             self._said = why
+
+
+def _refusal(e: pika.exceptions.ChannelClosedByBroker) -> pika.exceptions.AMQPError:
+    """What a refusal to read the exchange asks of the user. Without read permission on the exchange, 3.10 and
+    4.0 refuse the binding ('access to exchange ... refused'); 4.3 refuses the passive declare first, naming the
+    configure permission (it wants any one of read, write or configure: release notes 4.3.0 and 4.3.1), where
+    read is what to give, and refuses so too in a vhost where the exchange does not exist (4.3.6)."""
+    where = "the vhost the plugin publishes in (rabbitmq_event_exchange.vhost, / by default)"
+    if e.reply_code == 404 and EXCHANGE in e.reply_text:
+        return _Refused(f"no exchange {EXCHANGE} in this vhost: enable the rabbitmq_event_exchange plugin, or give "
+                        f"the probes {where}")
+    if e.reply_code == 403 and EXCHANGE in e.reply_text:
+        return _Refused(f"{describe_close(e)}: give the probes' user read permission on {EXCHANGE} (read pattern "
+                        f"'^ackscope\\.probe\\.|^amq\\.rabbitmq\\.event$'), in {where}")
+    return e
 
 
 class _Refused(pika.exceptions.AMQPError):
