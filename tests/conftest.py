@@ -325,10 +325,19 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: weight_of_group.get(groups[item], _weight(item, groups[item])))
 
 
-@pytest.fixture(autouse=True)
-def _unit_tests_start_no_node(request, monkeypatch):
-    """A test marked unit that starts a node fails, naming the fixture it should ask for instead."""
-    if request.node.get_closest_marker("unit") is not None:
-        def refuse(*_args, **_kwargs):
-            pytest.fail("a service-free (unit) test started a RabbitMQ node: ask for the broker fixture")
-        monkeypatch.setattr(LocalBroker, "start", refuse)
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked unit that starts a node fails, naming the fixture it should ask for instead: in its fixtures'
+    setup too (a module-scoped fixture is set up before any function-scoped one could refuse it)."""
+    if item.get_closest_marker("unit") is None:
+        yield
+        return
+
+    def refuse(*_args, **_kwargs):
+        pytest.fail("a service-free (unit) test started a RabbitMQ node: ask for the broker fixture, or name its "
+                    "fixture in SERVICE_OF_FIXTURE")
+    start, LocalBroker.start = LocalBroker.start, refuse
+    try:
+        yield
+    finally:
+        LocalBroker.start = start
