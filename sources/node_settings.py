@@ -42,6 +42,7 @@ class NodeSettingsReader:
         self._read_at: float | None = None  # monotonic time of the last attempt
         self._running: Future | None = None
         self._failing: str | None = None
+        self._closed = False  # a read still running when the exporter stops says nothing after it
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ackscope-settings")
 
     def latest(self, first_by: float | None = None) -> NodeSettings | None:
@@ -64,7 +65,7 @@ class NodeSettingsReader:
             self._settings = parse(run(self.command, ("eval", EXPRESSION), self.timeout))
         except (OSError, subprocess.SubprocessError, ValueError, RuntimeError) as e:
             message = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-            if message != self._failing:
+            if message != self._failing and not self._closed:
                 log.warning("the node's settings (%s) not read%s: %s", self.command[0],
                             ", those read before kept" if self._settings is not None else "", message)
                 self._failing = message
@@ -74,4 +75,5 @@ class NodeSettingsReader:
             self._failing = None
 
     def close(self) -> None:
+        self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -70,3 +70,13 @@ def test_a_cli_that_hangs_is_no_settings_at_the_deadline():
     started = time.monotonic()
     assert reader.latest(first_by=started + 0.2) is None and time.monotonic() - started < 1.0
     reader.close()
+
+
+def test_a_read_that_fails_after_the_exporter_stopped_says_nothing(caplog):
+    caplog.set_level(logging.INFO, logger="ackscope")
+    reader = NodeSettingsReader(["bash", "-c", "sleep 0.5; exit 1"], timeout=5.0)
+    reader.latest()
+    running = reader._running
+    reader.close()
+    running.result(timeout=10)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
