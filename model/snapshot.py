@@ -348,11 +348,36 @@ class Queue:
     stream_max_offset_lag: int | None = None
     # The queue's own consumer timeout in ms (x-consumer-timeout argument or consumer-timeout policy, 3.12+).
     consumer_timeout_ms: int | None = None
+    # The optional arguments it was declared with, as (name, JSON value), sorted; x-queue-type left out (`type`
+    # says it, and 4.x adds it to every queue). Empty where it has none or the source does not list them.
+    arguments: tuple[tuple[str, str], ...] = ()
 
     @property
     def stream(self) -> bool:
         """A stream keeps its log: messages_ready is what it retains, not a backlog waiting to be consumed."""
         return self.type == "stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A policy (or an operator policy) as the broker holds it: what it sets on the queues or exchanges it
+    matches. What a release refuses to declare (classic queue mirroring's ha-* keys from 4.0) is read from it."""
+
+    vhost: str
+    name: str
+    pattern: str
+    apply_to: str  # queues | exchanges | all | classic_queues | quorum_queues | streams
+    definition: tuple[tuple[str, str], ...]  # (key, JSON value), sorted
+    operator: bool = False  # an operator policy (/api/operator-policies)
+
+
+@dataclass(frozen=True, slots=True)
+class DeprecatedFeature:
+    """A deprecated feature the broker says is in use (/api/deprecated-features/used, 3.13 and later)."""
+
+    name: str  # e.g. transient_nonexcl_queues
+    phase: str  # permitted_by_default | denied_by_default | disconnected | removed, as the broker says
+    doc_url: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,6 +474,10 @@ class Snapshot:
     unreported: frozenset[str] = frozenset()  # facts this source cannot report at all (the constants above)
     unread: tuple[Unread, ...] = ()  # a partial poll: what failed (the facts it would give are in `unreported`)
     settings: NodeSettings | None = None  # where --cli was given and has answered
+    # Read for `ackscope upgrade-check` (sources.management.upgrade): None where not read, or, for the deprecated
+    # features in use, where the release offers no such list (before 3.13).
+    policies: tuple[Policy, ...] | None = None
+    deprecated_used: tuple[DeprecatedFeature, ...] | None = None
 
 
 def attribution(connection: Connection | None, connection_name: str, client: str | None = None

@@ -9,6 +9,7 @@ choice             --source auto|management|prometheus: which of the two reads, 
 broker_log         the node's log: what happened between polls (channels and connections the broker closed,
                    consumers it timed out), as ackscope.model.events' records
 break_ledger       those events held beside the snapshots: attributed to clients, the window's kept, all counted
+event_exchange     the broker's event exchange (--event-exchange): connections and channels opened and closed
 """
 
 # This folder is ackscope.sources; imported by its own name from the repository root it would be a second copy of
@@ -20,9 +21,10 @@ from .break_ledger import BreakLedger
 from .broker_log.watch import BrokerLogWatch
 from .choice import KINDS, make_source
 from .event_exchange.watch import EventExchangeWatch
+from .management.upgrade import with_upgrade_facts
 from .management_source import ManagementSource
 from .plugin_source import PrometheusPluginSource
 from .selection import Selection
 
 __all__ = ["KINDS", "BreakLedger", "BrokerLogWatch", "EventExchangeWatch", "ManagementSource",
-           "PrometheusPluginSource", "Selection", "make_source"]
+           "PrometheusPluginSource", "Selection", "make_source", "with_upgrade_facts"]

@@ -85,5 +85,5 @@ def test_snapshot_json_carries_every_record_field_and_the_derived_facts():
     assert got["overview"] == dataclasses.asdict(OVERVIEW)
     assert got["connections"] == [dataclasses.asdict(conn) | {"blocked": True, "identity": "billing"}]
     assert got["channels"] == [dataclasses.asdict(channel) | {"prefetch_limit": 10, "queues": [], "exchanges": []}]
-    assert got["queues"] == [dataclasses.asdict(queue)]
+    assert got["queues"] == [dataclasses.asdict(queue) | {"arguments": []}]
     assert got["vhosts"] == ["v"] and got["consumers"] == [] and got["taken_at"] == 1.0

@@ -7,6 +7,7 @@ becomes None, an empty stats object may come as `[]`, and nothing here raises on
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -16,10 +17,12 @@ from ackscope.model.snapshot import (
     Churn,
     Connection,
     Consumer,
+    DeprecatedFeature,
     Exchange,
     MessageStats,
     Node,
     Overview,
+    Policy,
     Queue,
     Snapshot,
     attribution,
@@ -66,6 +69,10 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     # Read only in the vhosts where a channel publishes without confirms or in transactions (publishing_at_risk).
     "exchanges": ("name", "vhost", "message_stats.publish_in"),
     "bindings": ("source", "vhost", "destination", "destination_type"),
+    # Read for `ackscope upgrade-check` (management/upgrade.py): small lists, statistics or not.
+    "policies": ("vhost", "name", "pattern", "apply-to", "definition"),
+    "operator-policies": ("vhost", "name", "pattern", "apply-to", "definition"),
+    "deprecated-features/used": ("name", "deprecation_phase", "doc_url"),
     "queues": ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node", "messages_ready",
                "messages_unacknowledged", "messages_persistent", "consumers", "consumer_utilisation",
                "consumer_capacity", *REPLICAS, *DEAD_LETTERING) + _stats_columns(
@@ -326,7 +333,30 @@ def queue(raw: dict) -> Queue:
         dead_letter_exchange=dead_letter_exchange(raw),
         messages_delayed=as_int(raw.get("messages_delayed")),
         consumer_timeout_ms=queue_consumer_timeout(raw),
+        arguments=queue_arguments(raw),
     )
+
+
+def as_pairs(raw: Any, leave_out: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...]:
+    """An object of arguments or policy keys as sorted (name, JSON value) pairs: comparable, hashable, and
+    what the broker holds, whatever the type of each value."""
+    return tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in as_dict(raw).items()
+                        if k not in leave_out))
+
+
+def queue_arguments(raw: dict) -> tuple[tuple[str, str], ...]:
+    return as_pairs(raw.get("arguments"), ("x-queue-type",))
+
+
+def policy(raw: dict, operator: bool = False) -> Policy:
+    return Policy(vhost=str(raw.get("vhost", "")), name=str(raw.get("name", "")),
+                  pattern=str(raw.get("pattern", "")), apply_to=str(raw.get("apply-to", "")),
+                  definition=as_pairs(raw.get("definition")), operator=operator)
+
+
+def deprecated_feature(raw: dict) -> DeprecatedFeature:
+    return DeprecatedFeature(name=str(raw.get("name", "")), phase=str(raw.get("deprecation_phase", "")),
+                             doc_url=as_str(raw.get("doc_url")) or "")
 
 
 def queue_consumer_timeout(raw: dict) -> int | None:
