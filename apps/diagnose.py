@@ -10,15 +10,18 @@ import json
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from ackscope.core import config
 from ackscope.core.config import ConfigError
 from ackscope.core.durations import parse_duration
+from ackscope.core.secret import Secret
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.model.findings import Diagnosis, Finding
 from ackscope.model.snapshot import CHANNELS, CONNECTIONS, QUEUE_COUNTS, Snapshot
-from ackscope.model.source import SourceFailed
+from ackscope.model.source import Source, SourceFailed
 from ackscope.probes import config as probe_config
 from ackscope.probes.service import Probes
 from ackscope.sources import Selection, make_source
@@ -51,28 +54,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     probe_config.add_arguments(parser.add_argument_group("probes (run during the window when an AMQP URL is set)"))
 
 
-def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+@dataclass(frozen=True)
+class Connected:
+    """What a one-shot command reads the broker with: its source, and the settings that reach the broker."""
+
+    source: Source
+    settings: Mapping[str, Any]  # the resolved connection options (OPTIONS' keys)
+    password: Secret
+    verify: bool | str  # TLS: verified against the system's CAs (True), a CA file, or not at all
+    document: Mapping[str, Any]  # the TOML document (--config), for the command's own tables
+    path: str | None
+
+
+def connect(args: argparse.Namespace, environ: Mapping[str, str]) -> Connected:
+    """The source a one-shot command reads, from its options, environment and --config's [exporter] table."""
     path = args.config or environ.get("ACKSCOPE_CONFIG")
     document = config.load_toml(path)
-    # The exporter's table also holds its listener and web settings: diagnose takes what reaches the broker.
+    # The exporter's table also holds its listener and web settings: a one-shot takes what reaches the broker.
     section = {k: v for k, v in config.table(document, "exporter", path).items()
                if k in _CONNECTION_OPTIONS or k in ("password", "password_file")}
     v = config.resolve(OPTIONS, args, environ, section, ("password",), where=path or "config")
+    password = exporter_app.password_for(v["username"], v["password"], v["management_url"])
+    selection = Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"])
+    verify = False if v["insecure_skip_verify"] else (v["ca_file"] or True)
+    try:
+        source = make_source(v["source"], v["management_url"], v["prometheus_url"], v["username"], password,
+                             timeout=v["timeout"], deadline=v["timeout"] * 3, selection=selection, verify=verify,
+                             cli=v["cli"], announce=False)  # the report's header names the source: no log line
+    except ValueError as e:
+        raise ConfigError(f"--management-url or --prometheus-url: {e}") from None
+    return Connected(source, v, password, verify, document, path)
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         window = window_seconds(args.window)
     except ValueError as e:
         raise ConfigError(f"--window: {e}") from None
-    password = exporter_app.password_for(v["username"], v["password"], v["management_url"])
+    connected = connect(args, environ)
+    source, document, path = connected.source, connected.document, connected.path
     thresholds = exporter_app.load_thresholds(document, path)
     probe_cfg = probe_config.load(args, environ, document, path)
-    selection = Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"])
-    try:
-        source = make_source(v["source"], v["management_url"], v["prometheus_url"], v["username"], password,
-                             timeout=v["timeout"], deadline=v["timeout"] * 3, selection=selection,
-                             verify=False if v["insecure_skip_verify"] else (v["ca_file"] or True), cli=v["cli"],
-                             announce=False)  # the report's header names the source: no log line for it
-    except ValueError as e:
-        raise ConfigError(f"--management-url or --prometheus-url: {e}") from None
     probes = Probes(probe_cfg) if probe_cfg is not None else None
     try:
         if probes is not None:
@@ -97,7 +119,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
                           "broker": {**_broker(second), "source": source.name}},
                          indent=2))
     else:
-        _print_table(verdict, second, f"{source.base_url} ({SOURCES[source.name]})")
+        print_report(verdict, _headline(second, f"{source.base_url} ({SOURCES[source.name]})"))
     return exit_code(list(verdict.findings))
 
 
@@ -123,23 +145,26 @@ def _broker(s: Snapshot) -> dict:
             "vhosts": list(s.vhosts), **_counts(s)}
 
 
-def _print_table(verdict: Diagnosis, s: Snapshot, url: str) -> None:
-    """Worst first, one block per finding: severity, rule, vhost and culprit on its first line (never
-    wrapped, so it can be grepped), then the evidence, why it matters, and what to do. Then the rules this
-    source could not feed, one line each."""
+def _headline(s: Snapshot, url: str) -> str:
+    counts = _counts(s)
+    return f"{url}: RabbitMQ {s.overview.rabbitmq_version}, " + ", ".join(
+        f"{what} not read" if counts[what] is None else f"{counts[what]} {what}"
+        for what in ("queues", "channels", "connections"))
+
+
+def print_report(verdict: Diagnosis, headline: str, nothing: str = "no findings") -> None:
+    """The headline, then worst first, one block per finding: severity, rule, vhost and culprit on its first line
+    (never wrapped, so it can be grepped), then the evidence, why it matters, and what to do. Then the rules that
+    could not run, one line each."""
     from rich.console import Console
     from rich.markup import escape
 
     console = Console(highlight=False, soft_wrap=True)
-    ov = s.overview
-    counts = _counts(s)
-    console.print(f"[bold]{escape(url)}[/bold]: RabbitMQ {ov.rabbitmq_version}, " + ", ".join(
-        f"{what} not read" if counts[what] is None else f"{counts[what]} {what}"
-        for what in ("queues", "channels", "connections")))
+    console.print(f"[bold]{escape(headline)}[/bold]")
     findings = verdict.findings
     counts = {sev: sum(1 for f in findings if f.severity == sev) for sev in ("critical", "warning", "info")}
     console.print(", ".join(f"[{COLOURS[k]}]{n} {k}[/]" for k, n in counts.items() if n) if findings
-                  else "[green]no findings[/green]")
+                  else f"[green]{escape(nothing)}[/green]")
     for f in findings:
         evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
         console.print(f"\n[{COLOURS[f.severity]}]{f.severity.upper():<8}[/] [bold]{f.rule}[/bold]  "
@@ -154,4 +179,4 @@ def _print_table(verdict: Diagnosis, s: Snapshot, url: str) -> None:
             console.print(f"[dim]not evaluated[/dim] [bold]{n.rule}[/bold]: {escape(n.why)}")
             continue
         console.print(f"[dim]not evaluated[/dim] [bold]{n.rule}[/bold]: needs {escape(', '.join(n.needs))}, which "
-                      "this source does not report")
+                      "this read did not give")

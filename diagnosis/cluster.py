@@ -8,6 +8,7 @@ from ackscope.model.findings import Finding
 from ackscope.model.snapshot import NODE_ALARMS
 
 from .context import Context, Rule, consumers_named
+from .release_changes import change
 
 
 def _alarm(field: str, what: str):
@@ -108,7 +109,9 @@ def _unsynchronised(ctx: Context, rule: Rule) -> Iterator[Finding]:
 
 
 def _without_mirroring(release: tuple[int, int] | None) -> str | None:
-    return "classic queue mirroring is removed in RabbitMQ 4.0" if release and release >= (4, 0) else None
+    removed = change("classic-queue-mirroring-removed").release
+    return (f"classic queue mirroring is removed in RabbitMQ {removed[0]}.{removed[1]}"
+            if release and release >= removed else None)
 
 
 RULES: tuple[Rule, ...] = (

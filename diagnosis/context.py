@@ -5,11 +5,11 @@ rules of several concerns share."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ackscope.model.events import Breaks
 from ackscope.model.findings import Finding
-from ackscope.model.probes import TargetStats
+from ackscope.model.probes import NAMESPACE, TargetStats, is_probe_connection
 from ackscope.model.snapshot import (DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Exchange, Link, Queue,
                                      Snapshot)
 
@@ -18,6 +18,17 @@ from .thresholds import Thresholds
 
 ACKS_GUIDE = "RabbitMQ guide 'Consumer Acknowledgements and Publisher Confirms'"
 RELIABILITY_GUIDE = "RabbitMQ guide 'Reliability Guide'"
+
+
+def without_probes(s: Snapshot | None) -> Snapshot | None:
+    """The snapshot without the probes' own connections, channels, consumers and queues: the probe rules
+    judge what the probes measure; the client rules never judge the client the probes are."""
+    if s is None:
+        return None
+    return replace(s, connections=tuple(c for c in s.connections if not is_probe_connection(c.connection_name)),
+                   channels=tuple(c for c in s.channels if not is_probe_connection(c.connection_name)),
+                   consumers=tuple(c for c in s.consumers if not is_probe_connection(c.connection_name)),
+                   queues=tuple(q for q in s.queues if not q.name.startswith(NAMESPACE)))
 
 
 @dataclass(frozen=True)

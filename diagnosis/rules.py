@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, worst_first
-from ackscope.model.probes import NAMESPACE, is_probe_connection
-from ackscope.model.snapshot import Snapshot
-
 from ackscope.model.events import BROKER_LOG, EVENTS
+from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, worst_first
 
 from . import breaks, cluster, connections, consumers, links, probes, publishers, queues, streams
-from .context import Context, Rule
+from .context import Context, Rule, without_probes
 
 __all__ = ["RULES", "Context", "Rule", "diagnose", "evaluate"]
 
@@ -28,21 +25,10 @@ def evaluate(ctx: Context) -> list[Finding]:
     return list(diagnose(ctx).findings)
 
 
-def _without_probes(s: Snapshot | None) -> Snapshot | None:
-    """The snapshot without the probes' own connections, channels, consumers and queues: the probe rules
-    judge what the probes measure; the client rules never judge the client the probes are."""
-    if s is None:
-        return None
-    return replace(s, connections=tuple(c for c in s.connections if not is_probe_connection(c.connection_name)),
-                   channels=tuple(c for c in s.channels if not is_probe_connection(c.connection_name)),
-                   consumers=tuple(c for c in s.consumers if not is_probe_connection(c.connection_name)),
-                   queues=tuple(q for q in s.queues if not q.name.startswith(NAMESPACE)))
-
-
 def diagnose(ctx: Context) -> Diagnosis:
     """Every rule that applies to the broker's release and whose needs the snapshot meets, run; the others
     named, with why they did not."""
-    ctx = replace(ctx, snapshot=_without_probes(ctx.snapshot), previous=_without_probes(ctx.previous))
+    ctx = replace(ctx, snapshot=without_probes(ctx.snapshot), previous=without_probes(ctx.previous))
     findings: list[Finding] = []
     skipped = []
     unknown = frozenset(ctx.snapshot.unreported) | (

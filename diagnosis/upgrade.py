@@ -1,0 +1,244 @@
+"""What moving today's broker to a target release changes, per client and object: each change of the table
+(release_changes.CHANGES) between the broker's release and the target, predicted from one snapshot with its
+policies and deprecated features in use. Pure: the same snapshot and target give the same prediction."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ackscope.model.findings import Finding, NotEvaluated, worst_first
+from ackscope.model.snapshot import CHANNELS, QUEUE_COUNTS, QUEUE_DURABILITY, Queue, Snapshot
+
+from .breaks import timeout_in_force
+from .context import Context, Named, Rule, consumers_named, few, num, without_probes
+from .release_changes import CHANGES, PHASES, Change
+
+# Facts of the upgrade's own, beside the snapshot's (model.snapshot's constants).
+POLICIES = "the policies and operator policies"
+DEPRECATED_USED = "the deprecated features in use (/api/deprecated-features/used)"
+GLOBAL_PREFETCH = "the channels' global prefetch (RabbitMQ 4.x's API does not show it)"
+DECLARED_BY = "not reported by the broker: its consumers are named (an inference: they likely declare it)"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    current: tuple[int, int] | None  # the broker's release; None where it did not say
+    target: tuple[int, int]
+    findings: tuple[Finding, ...]  # worst first
+    not_evaluated: tuple[NotEvaluated, ...]  # the changes that could not be judged, and what they lack
+    changes: tuple[Change, ...]  # the changes between the two releases, all judged or named in not_evaluated
+
+
+Predict = Callable[[Context, Change, Rule, tuple[int, int] | None, tuple[int, int]], Iterator[Finding]]
+
+
+def predict(snapshot: Snapshot, target: tuple[int, int]) -> Prediction:
+    """Each change from the broker's release (exclusive) to `target` (inclusive): a finding per client and
+    object it meets, worst first. A broker whose release is unknown is judged against every change up to the
+    target."""
+    s = without_probes(snapshot)
+    current = s.overview.release
+    ctx = Context(s)
+    unknown = set(s.unreported) | ({POLICIES} if s.policies is None else set()) | (
+        {GLOBAL_PREFETCH} if s.channels and all(c.global_prefetch_count is None for c in s.channels) else set()) | (
+        # Before 3.13 the broker keeps no such list: the other changes are inferred from its objects, and said so.
+        {DEPRECATED_USED} if s.deprecated_used is None and (current is None or current >= (3, 13)) else set())
+    changes = tuple(c for c in CHANGES if c.release <= target and (
+        current is None or current < c.release or c.every_target and current < target))
+    found: list[Finding] = []
+    skipped = []
+    for change in changes:
+        check, needs = PREDICTIONS[change.id]
+        missing = tuple(n for n in needs if n in unknown)
+        if missing:
+            skipped.append(NotEvaluated(change.id, missing))
+            continue
+        rule = Rule(change.id, change.what, change.remedy, lambda ctx, rule: ())
+        found.extend(check(ctx, change, rule, current, target))
+    return Prediction(current, target, tuple(worst_first(found)), tuple(skipped), changes)
+
+
+def _evidence(change: Change, target: tuple[int, int], **facts) -> dict:
+    return {**facts, "changes_in": change.release_name, "target": f"{target[0]}.{target[1]}",
+            "effect": change.effect, "source": change.source}
+
+
+def _queue_finding(change: Change, rule: Rule, ctx: Context, q: Queue, target: tuple[int, int],
+                   explanation: str, severity: str | None = None, **facts) -> Finding:
+    return rule.finding(severity or change.severity, q.vhost, f"queue {q.name}", consumers_named(ctx, q),
+                        _evidence(change, target, queue=q.name, queue_type=q.type, consumers=q.consumers,
+                                  declared_by=DECLARED_BY, **facts), explanation)
+
+
+# -- the predictions, one per change ----------------------------------------------------------------------------
+def _mirroring(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
+    for p in ctx.snapshot.policies or ():
+        keys = [k for k, _ in p.definition if k.startswith("ha-")]
+        if not keys:
+            continue
+        try:
+            pattern = re.compile(p.pattern)
+            matched = [q for q in ctx.snapshot.queues if q.vhost == p.vhost and q.type == "classic"
+                       and pattern.search(q.name)]
+        except re.error:
+            matched = []
+        consumers = [c for q in matched for c in ctx.known_consumers_of(q)]
+        who = Named(few({c.connection_name for c in consumers if c.connection_name}),
+                    few({c.client for c in consumers if c.client}),
+                    few({c.identity or c.connection_name for c in consumers}))
+        kind = "operator policy" if p.operator else "policy"
+        yield rule.finding(
+            change.severity, p.vhost, f"{kind} {p.name}", who,
+            _evidence(change, target, policy=p.name, operator=p.operator, pattern=p.pattern, apply_to=p.apply_to,
+                      ha_keys=keys, queues_matched=len(matched), queues=few(q.name for q in matched),
+                      matched_by="its pattern, as Python's re reads it (an inference: the broker's own match "
+                                 "is not reported)",
+                      declared_by="not reported by the broker: an operator, a definitions file or a deployment"),
+            f"{kind} {p.name} sets {', '.join(keys)}: RabbitMQ {change.release_name} refuses it when declared "
+            f"('not recognised policy settings'), and where it exists its mirroring has no effect: the "
+            f"{len(matched)} classic queue(s) it matches keep one replica, and lose every message on their node "
+            "if it fails.")
+
+
+def _delivery_limit(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
+    nack_counts = target < (4, 3)
+    for q in ctx.snapshot.queues:
+        if q.type != "quorum" or q.delivery_limit is not None:
+            continue
+        requeued = num(q.message_stats.redeliver)
+        dead_letters = bool(q.dead_letter_exchange)
+        fate = (f"dead-lettered to {q.dead_letter_exchange}" if dead_letters else "dropped")
+        counts = ("basic.nack and basic.reject with requeue both count" if nack_counts else
+                  "from 4.3 basic.reject(requeue) counts and basic.nack(requeue) does not (which of them the "
+                  "consumers send, the broker does not say)")
+        severity = "critical" if requeued and not dead_letters else "warning"
+        yield _queue_finding(
+            change, rule, ctx, q, target,
+            f"quorum queue {q.name} has no delivery limit today; RabbitMQ {change.release_name} gives it 20: a "
+            f"message delivered 20 times is {fate} ({counts})." + (
+                f" Its consumers requeue now ({requeued} redeliveries counted): those messages will be {fate}"
+                + ("." if nack_counts else " where they are rejected, and loop on where they are nacked.")
+                if requeued else ""),
+            severity, redelivered=q.message_stats.redeliver, dead_letter_exchange=q.dead_letter_exchange,
+            delivery_limit_on_target=20)
+
+
+def _nack_not_counted(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
+    if current is None or current < (4, 0):
+        return  # from 3.x, quorum-delivery-limit says what the limit will do
+    for q in ctx.snapshot.queues:
+        # From 4.0 every quorum queue has a limit (20 by default) unless its own is negative; the API leaves the
+        # field out for a new queue's first seconds (measured on 4.0.5), which is no "unlimited".
+        own = json.loads(dict(q.arguments).get("x-delivery-limit", "null"))
+        disabled = isinstance(own, (int, float)) and own < 0
+        if q.type != "quorum" or disabled or not num(q.message_stats.redeliver):
+            continue
+        limit = q.delivery_limit or 20
+        yield _queue_finding(
+            change, rule, ctx, q, target,
+            f"quorum queue {q.name} redelivers ({q.message_stats.redeliver} counted) under a delivery limit of "
+            f"{limit}: from 4.3 a consumer's basic.nack(requeue) no longer counts towards it, so a nack loop the "
+            "limit ends today goes on forever.",
+            redelivered=q.message_stats.redeliver,
+            delivery_limit=q.delivery_limit if q.delivery_limit is not None else "20 (the default; not reported yet)")
+
+
+def _global_qos(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
+    for ch in ctx.snapshot.channels:
+        if not ch.global_prefetch_count:
+            continue
+        consumers = ctx.consumers_on(ch.name)
+        n = max(len(consumers), num(ch.consumer_count))
+        yield rule.finding(
+            change.severity, ch.vhost, f"channel {ch.name}", ch,
+            _evidence(change, target, global_prefetch_count=ch.global_prefetch_count,
+                      prefetch_count=ch.prefetch_count, consumers=n,
+                      queues=few(c.queue for c in consumers),
+                      unacked_at_most_today=ch.global_prefetch_count,
+                      unacked_at_most_on_target=ch.global_prefetch_count * max(n, 1)),
+            f"the channel sets a global prefetch of {ch.global_prefetch_count} for its {n} consumer(s): RabbitMQ "
+            f"{change.release_name} applies it per consumer, so the channel may hold "
+            f"{ch.global_prefetch_count * max(n, 1)} unacked where it holds {ch.global_prefetch_count} at most today.")
+
+
+def _transient(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
+    phase = PHASES.get(target, {}).get(change.feature, "")
+    for q in ctx.snapshot.queues:
+        if q.durable is False and q.exclusive is False and q.type == "classic":
+            yield _queue_finding(
+                change, rule, ctx, q, target,
+                f"queue {q.name} is neither durable nor exclusive: transient_nonexcl_queues, deprecated from 4.0 "
+                f"and {phase or 'of an unknown phase'} on {target[0]}.{target[1]} (measured): accepted there, "
+                "refused by a later release.", deprecation_phase_on_target=phase)
+
+
+def _declared_with(argument: str, refused: Callable[[Queue, str], bool], said: str) -> Predict:
+    """A change that refuses a queue declared with `argument` where `refused(queue, value)`: the broker's words
+    `said`."""
+    def check(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
+        for q in ctx.snapshot.queues:
+            value = dict(q.arguments).get(argument)
+            if value is not None and refused(q, value):
+                yield _queue_finding(
+                    change, rule, ctx, q, target,
+                    f"queue {q.name} was declared with {argument} = {value}: RabbitMQ {change.release_name} refuses "
+                    f"that declare ({said}), so the application that declares it at start fails.",
+                    argument=argument, value=value)
+    return check
+
+
+def _classic_timeout(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
+    for q in ctx.snapshot.queues:
+        acking = [c for c in ctx.known_consumers_of(q) if c.ack_required]
+        if q.type != "classic" or not acking:
+            continue
+        timeout = timeout_in_force(ctx, acking[0], q)
+        today = (f"{timeout.ms / 1000:g} s ({timeout.source})" if timeout.ms is not None else "none")
+        yield _queue_finding(
+            change, rule, ctx, q, target,
+            f"classic queue {q.name} has {len(acking)} consumer(s) that ack manually: today a consumer that stops "
+            f"acking is timed out after {today}; from RabbitMQ {change.release_name} none is, and its deliveries "
+            "stay held until its connection closes.",
+            manual_ack_consumers=len(acking), timeout_today_ms=timeout.ms, timeout_source=timeout.source)
+
+
+def _deprecated_used(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
+    named = {c.feature for c in CHANGES if c.feature and c.id != change.id}
+    for f in ctx.snapshot.deprecated_used or ():
+        if f.name in named:
+            continue  # its own change names the objects
+        phase = PHASES.get(target, {}).get(f.name)
+        refused = phase in ("denied_by_default", "removed", "disconnected")
+        yield rule.finding(
+            "critical" if refused else change.severity, "", f"deprecated feature {f.name}", None,
+            _evidence(change, target, feature=f.name, phase_now=f.phase, phase_on_target=phase or "not listed",
+                      doc_url=f.doc_url, said_by="the broker (/api/deprecated-features/used)"),
+            f"the broker says deprecated feature {f.name} is in use ({f.phase} today); on {target[0]}.{target[1]} "
+            f"it is {phase or 'not listed (measured)'}" + (": what uses it is refused there." if refused else "."))
+
+
+# Each change's prediction, and what it reads that a poll may not report (a list that failed is no list of none).
+PREDICTIONS: dict[str, tuple[Predict, tuple[str, ...]]] = {
+    "classic-queue-mirroring-removed": (_mirroring, (POLICIES, QUEUE_COUNTS)),
+    "quorum-delivery-limit": (_delivery_limit, (QUEUE_COUNTS,)),
+    "delivery-limit-ignores-nack": (_nack_not_counted, (QUEUE_COUNTS,)),
+    "global-qos-per-consumer": (_global_qos, (CHANNELS, GLOBAL_PREFETCH)),
+    "transient-nonexclusive-queue": (_transient, (QUEUE_COUNTS, QUEUE_DURABILITY)),
+    "consumer-timeout-argument-on-classic-queue": (
+        _declared_with("x-consumer-timeout", lambda q, v: q.type == "classic",
+                       "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' ... of queue type "
+                       "rabbit_classic_queue"), (QUEUE_COUNTS,)),
+    "classic-queue-version-1": (
+        _declared_with("x-queue-version", lambda q, v: v == "1",
+                       "PRECONDITION_FAILED - invalid arg 'x-queue-version': unsupported queue version '1'"),
+        (QUEUE_COUNTS,)),
+    "queue-master-locator": (
+        _declared_with("x-queue-master-locator", lambda q, v: True,
+                       "the connection is closed: 541 INTERNAL_ERROR - Feature `queue_master_locator` is "
+                       "deprecated"), (QUEUE_COUNTS,)),
+    "classic-queue-consumer-timeout-ignored": (_classic_timeout, (QUEUE_COUNTS, CHANNELS)),
+    "deprecated-feature-in-use": (_deprecated_used, (DEPRECATED_USED,)),
+}
