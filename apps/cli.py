@@ -13,7 +13,7 @@ from ackscope.core.config import ConfigError
 
 def _parser() -> argparse.ArgumentParser:
     # Imported here, not at the top: `ackscope --help` must not wait for Spark, Streamlit or pandas.
-    from . import bench, dashboard, demo, diagnose, exporter, pipeline, probe, scenario
+    from . import bench, dashboard, demo, diagnose, exporter, pipeline, probe, scenario, upgrade_check
 
     parser = argparse.ArgumentParser(prog="ackscope", description="Observability for RabbitMQ delivery guarantees.")
     parser.add_argument("--version", action="version", version=f"ackscope {__version__}")
@@ -26,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
         ("probe", probe, "run the synthetic probes alone, with their own /metrics"),
         ("diagnose", diagnose, "one-shot report: what is wrong, who causes it, what to do (exit 0 ok, 1 warning, "
                                "2 critical, 3 unreachable)"),
+        ("upgrade-check", upgrade_check, "before an upgrade: what the target release (--to) changes for each "
+                                         "client (exit 2 refused or messages lost, 1 behaves differently, 0 "
+                                         "nothing, 3 cannot say)"),
         ("scenario", scenario, "reproduce client failure modes on a broker (--list says which)"),
         ("pipeline", pipeline, "on Spark: probe events and exporter history → delivery audit, latency, batching "
                                "and saturation reports"),

@@ -1,6 +1,7 @@
 """A Celery application as Celery's documentation sets one up, for the real-client tests; its broker URL
 comes from AMQP_URL. CELERY_MODE=acks-late takes the docs' advice for long tasks (task_acks_late=True,
-worker_prefetch_multiplier=1).
+worker_prefetch_multiplier=1); CELERY_MODE=consumer-timeout adds a queue `reports` declared with
+x-consumer-timeout, as the docs' task_queues declares one (both consumed on one channel).
 
     AMQP_URL=amqp://... celery -A celery_app worker --pool=solo     the worker
     AMQP_URL=amqp://... python celery_app.py <task> <count>          send <count> tasks and exit
@@ -22,6 +23,9 @@ app.conf.broker_connection_retry_on_startup = True
 if os.environ.get("CELERY_MODE") == "acks-late":
     app.conf.task_acks_late = True
     app.conf.worker_prefetch_multiplier = 1
+elif os.environ.get("CELERY_MODE") == "consumer-timeout":  # a queue of its own that sets its consumer timeout
+    from kombu import Queue
+    app.conf.task_queues = (Queue("celery"), Queue("reports", queue_arguments={"x-consumer-timeout": 3_600_000}))
 
 
 @app.task(name="ackscope.fine")

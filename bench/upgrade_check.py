@@ -1,0 +1,74 @@
+"""`ackscope upgrade-check` on a large broker (a benchmark, not a test): a private node with --queues durable queues
+(every tenth holding 20 persistent messages) and --connections named connections, each consuming on one channel
+(prefetch 10), then `ackscope upgrade-check --to newest --format json` run --runs times, its wall time each, beside
+`ackscope diagnose --window 0s` (the same connection options, one source read and the rules) as the baseline.
+Target: upgrade-check under 10 s at 5,000 queues and 500 connections.
+
+    python bench/upgrade_check.py [--queues 5000] [--connections 500] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from exporter_scale import grow_queues, hold_channels
+
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
+
+ACKSCOPE = str(Path(sys.executable).with_name("ackscope"))
+
+
+def timed(argv: list[str]) -> tuple[float, int, str]:
+    started = time.monotonic()
+    done = subprocess.run(argv, env={"ACKSCOPE_PASSWORD": ADMIN_PASSWORD, "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=300)
+    return time.monotonic() - started, done.returncode, done.stdout
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queues", type=int, default=5000)
+    parser.add_argument("--connections", type=int, default=500)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    broker = LocalBroker(name="ackscope-bench-upgrade")
+    broker.start()
+    held = []
+    try:
+        grow_queues(broker, args.queues)
+        held = hold_channels(broker, args.connections, 1, args.queues)
+        connection = ["--management-url", broker.management_url, "--username", ADMIN_USER]
+        upgrade = [ACKSCOPE, "upgrade-check", "--to", "newest", "--format", "json", *connection]
+        diagnose = [ACKSCOPE, "diagnose", "--window", "0s", "--format", "json", *connection]
+        rows = {"upgrade-check --to newest": [], "diagnose --window 0s (baseline)": []}
+        findings = 0
+        for _ in range(args.runs):  # interleaved: each meets the broker in the same state
+            seconds, code, out = timed(upgrade)
+            assert code in (0, 1, 2), f"upgrade-check exited {code}"
+            findings = len(json.loads(out)["findings"])
+            rows["upgrade-check --to newest"].append(seconds)
+            seconds, code, _ = timed(diagnose)
+            assert code in (0, 1, 2), f"diagnose exited {code}"
+            rows["diagnose --window 0s (baseline)"].append(seconds)
+    finally:
+        for conn in held:
+            conn.close()
+        broker.stop()
+        broker.remove()
+    print(f"RabbitMQ {broker.release.version}, {args.queues} queues, {args.connections} connections consuming; "
+          f"{args.runs} runs each, interleaved; upgrade-check found {findings} items\n")
+    print("| command | median s | max s | target |\n|---|---:|---:|---|")
+    for name, times in rows.items():
+        target = "< 10 s" if name.startswith("upgrade") else "—"
+        print(f"| `ackscope {name}` | {statistics.median(times):.2f} | {max(times):.2f} | {target} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

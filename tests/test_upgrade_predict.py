@@ -1,0 +1,163 @@
+"""The upgrade's predictions as pure functions of a snapshot: each change of the table met by the objects and
+clients that show it, only between the broker's release and the target; what was not read named, never taken for
+nothing to change; the answers recorded from each release read into the model."""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from snapshot_builders import OVERVIEW, channel, consumer, queue, snapshot, stats
+
+from ackscope.diagnosis.release_changes import CHANGES, PHASES, TARGETS
+from ackscope.diagnosis.upgrade import DEPRECATED_USED, GLOBAL_PREFETCH, POLICIES, PREDICTIONS, predict
+from ackscope.model.snapshot import DeprecatedFeature, Overview, Policy
+from ackscope.sources.management import normalise
+
+DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).parent.parent
+
+
+def _overview(version: str) -> Overview:
+    return replace(OVERVIEW, rabbitmq_version=version)
+
+
+def _mirroring_policy() -> Policy:
+    return Policy("/", "ha-all", "^mirrored\\.", "queues", (("ha-mode", '"all"'), ("ha-sync-mode", '"manual"')))
+
+
+def _broker_3_10(**kw):
+    """A 3.10 broker with one of each object the table names, each consumed by a client of its own."""
+    queues = [queue("mirrored.orders"), queue("poison.orders", type="quorum", message_stats=stats(redeliver=400),
+                                              dead_letter_exchange=""),
+              queue("scratch", durable=False), queue("reports", arguments=(("x-consumer-timeout", "3600000"),)),
+              queue("cqv1", arguments=(("x-queue-version", "1"),)),
+              queue("located", arguments=(("x-queue-master-locator", '"min-masters"'),))]
+    channels = [channel(f"ch {q.name}", connection_name=f"{q.name}-app") for q in queues]
+    channels[3] = replace(channels[3], global_prefetch_count=4, consumer_count=2, client="py-amqp 5.3")
+    consumers = [consumer(q.name, f"ch {q.name}", connection_name=f"{q.name}-app") for q in queues]
+    s = snapshot(overview=_overview("3.10.8"), queues=queues, channels=channels, consumers=consumers)
+    return replace(s, policies=(_mirroring_policy(),), deprecated_used=None, **kw)
+
+
+def _by_rule(prediction) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for f in prediction.findings:
+        found.setdefault(f.rule, []).append(f)
+    return found
+
+
+def test_from_3_10_to_4_0_only_what_4_0_changes_is_named_each_with_its_client():
+    p = predict(_broker_3_10(), TARGETS["4.0"])
+    found = _by_rule(p)
+    assert set(found) == {"classic-queue-mirroring-removed", "quorum-delivery-limit", "transient-nonexclusive-queue"}
+    (mirroring,) = found["classic-queue-mirroring-removed"]
+    assert mirroring.severity == "critical" and mirroring.object == "policy ha-all"
+    assert mirroring.evidence["ha_keys"] == ["ha-mode", "ha-sync-mode"] and mirroring.evidence["queues_matched"] == 1
+    assert mirroring.connection_name == "mirrored.orders-app" and "an inference" in mirroring.evidence["matched_by"]
+    (limit,) = found["quorum-delivery-limit"]
+    assert limit.severity == "critical" and "dropped" in limit.explanation and "400 redeliveries" in limit.explanation
+    assert limit.evidence["source"].startswith("release notes 4.0.0") and limit.evidence["changes_in"] == "4.0"
+    assert [f.severity for f in found["transient-nonexclusive-queue"]] == ["warning"]
+    assert not p.not_evaluated
+
+
+def test_from_3_10_to_4_3_adds_what_4_3_refuses_and_changes():
+    found = _by_rule(predict(_broker_3_10(), TARGETS["4.3"]))
+    assert {f.object for f in found["consumer-timeout-argument-on-classic-queue"]} == {"queue reports"}
+    assert {f.object for f in found["classic-queue-version-1"]} == {"queue cqv1"}
+    assert {f.object for f in found["queue-master-locator"]} == {"queue located"}
+    assert all(f.severity == "critical" for rule in ("consumer-timeout-argument-on-classic-queue",
+                                                     "classic-queue-version-1", "queue-master-locator")
+               for f in found[rule])
+    (qos,) = found["global-qos-per-consumer"]
+    assert qos.evidence["unacked_at_most_today"] == 4 and qos.evidence["unacked_at_most_on_target"] == 8
+    assert qos.client == "py-amqp 5.3"
+    # Every classic queue with a manual-ack consumer loses its consumer timeout, with what applies today.
+    ignored = {f.object: f for f in found["classic-queue-consumer-timeout-ignored"]}
+    assert "queue mirrored.orders" in ignored and "queue poison.orders" not in ignored
+    assert ignored["queue mirrored.orders"].evidence["timeout_today_ms"] == 1_800_000
+    assert "nack" in found["quorum-delivery-limit"][0].explanation  # 4.3 counts reject, not nack
+    assert "delivery-limit-ignores-nack" not in found  # from 3.x the 4.0 change says it
+
+
+def test_a_quorum_queue_with_a_dead_letter_exchange_or_its_own_limit_loses_nothing():
+    s = _broker_3_10()
+    kept = replace(s, queues=(queue("dl", type="quorum", dead_letter_exchange="dlx", message_stats=stats(redeliver=9)),
+                              queue("limited", type="quorum", delivery_limit=50)))
+    (found,) = _by_rule(predict(kept, TARGETS["4.0"]))["quorum-delivery-limit"]
+    assert found.object == "queue dl" and found.severity == "warning" and "dead-lettered to dlx" in found.explanation
+
+
+def test_from_4_0_to_4_3_names_what_changes_between_them_and_what_4_0_cannot_show():
+    base = _broker_3_10()
+    s = replace(base, overview=_overview("4.0.5"), policies=(),
+                queues=tuple(replace(q, delivery_limit=20) if q.type == "quorum" else q for q in base.queues),
+                channels=tuple(replace(c, global_prefetch_count=None) for c in base.channels),
+                deprecated_used=(DeprecatedFeature("transient_nonexcl_queues", "permitted_by_default"),
+                                 DeprecatedFeature("amqp_address_v1", "permitted_by_default", "https://example")))
+    p = predict(s, TARGETS["4.3"])
+    found = _by_rule(p)
+    assert "classic-queue-mirroring-removed" not in found and "quorum-delivery-limit" not in found
+    assert [f.object for f in found["delivery-limit-ignores-nack"]] == ["queue poison.orders"]
+    (amqp,) = found["deprecated-feature-in-use"]  # transient queues have a change of their own
+    assert amqp.severity == "critical" and amqp.evidence["phase_on_target"] == "denied_by_default"
+    assert [(n.rule, n.needs) for n in p.not_evaluated] == [("global-qos-per-consumer", (GLOBAL_PREFETCH,))]
+
+
+def test_what_was_not_read_is_named_and_a_broker_at_the_target_has_nothing_to_predict():
+    p = predict(replace(_broker_3_10(), policies=None), TARGETS["4.0"])
+    assert ("classic-queue-mirroring-removed", (POLICIES,)) in [(n.rule, n.needs) for n in p.not_evaluated]
+    later = replace(_broker_3_10(), overview=_overview("4.3.6"), deprecated_used=None)
+    assert predict(later, TARGETS["4.0"]).changes == () and predict(later, TARGETS["4.3"]).changes == ()
+    unknown = predict(replace(_broker_3_10(), overview=_overview(None)), TARGETS["4.0"])
+    assert unknown.current is None and "classic-queue-mirroring-removed" in _by_rule(unknown)
+    assert ("deprecated-feature-in-use", (DEPRECATED_USED,)) in [(n.rule, n.needs) for n in unknown.not_evaluated]
+
+
+def test_the_probes_own_queues_are_never_an_upgrade_item():
+    s = replace(_broker_3_10(), queues=(queue("ackscope.probe.q", durable=False),), channels=(), consumers=())
+    assert "transient-nonexclusive-queue" not in _by_rule(predict(s, TARGETS["4.0"]))
+
+
+def test_every_change_has_a_prediction_a_source_and_a_proof_that_exists():
+    assert {c.id for c in CHANGES} == set(PREDICTIONS)
+    for c in CHANGES:
+        assert c.source and c.remedy and c.detected
+        path, _, name = c.proof.partition("::")
+        tree = ast.parse((REPO / path).read_text())
+        assert name in {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}, c.proof
+        if c.feature:  # a deprecated feature's name as each target's broker listed it
+            assert any(c.feature in phases for phases in PHASES.values()), c.feature
+
+
+@pytest.mark.parametrize("version", ["3.10.8", "4.0.5", "4.3.6"])
+def test_the_recorded_policies_arguments_and_deprecated_features_are_read_as_the_broker_holds_them(version):
+    recorded = json.loads((DATA / f"upgrade-facts-{version}.json").read_text())
+    policies = [normalise.policy(p) for p in recorded["policies"]]
+    # 4.0 and 4.3 refused the mirroring policy: only the other is there.
+    assert [p.name for p in policies] == (["ha-all", "lazy"] if version == "3.10.8" else ["lazy"])
+    assert policies[-1].definition == (("queue-mode", '"lazy"'),) and policies[-1].apply_to == "queues"
+    arguments = {q["name"]: normalise.queue_arguments(q) for q in recorded["queues"]}
+    assert arguments["lazy"] == (("x-queue-mode", '"lazy"'),)  # x-queue-type, which 4.x adds, left out
+    used = recorded["deprecated_features_used"]
+    if version == "3.10.8":
+        assert used["status"] == 404
+    else:
+        assert [normalise.deprecated_feature(f) for f in used["body"]] == [DeprecatedFeature(
+            "transient_nonexcl_queues", "permitted_by_default",
+            "https://blog.rabbitmq.com/posts/2021/08/4.0-deprecation-announcements/"
+            "#removal-of-transient-non-exclusive-queues")]
+    # What the table says the release refuses, it refused when recorded.
+    refused = {key for key, said in recorded["declares"].items() if said != "ok"}
+    assert refused == ({"cto_classic", "qv1", "master_locator"} if version == "4.3.6" else set())
+    assert (recorded["policy_ha"][0] == 400) == (version != "3.10.8")
+
+
+def test_docs_upgrade_holds_the_table_as_generated():
+    from ackscope.apps.reference import upgrade_markdown
+    doc = (REPO / "docs" / "upgrade.md").read_text()
+    assert upgrade_markdown() in doc, "docs/upgrade.md is stale: paste python -m ackscope.apps.reference upgrade"
