@@ -33,7 +33,9 @@ _CONNECTION_OPTIONS = ("management_url", "username", "source", "prometheus_url",
                        "insecure_skip_verify", "include_vhosts", "exclude_vhosts", "include_queues", "exclude_queues")
 OPTIONS = tuple(o for o in exporter_app.OPTIONS if o.key in _CONNECTION_OPTIONS)
 COLOURS = {"critical": "bold red", "warning": "yellow", "info": "dim"}
-SOURCES = {"management": "management API", "prometheus": "Prometheus plugin, management statistics off"}
+# How the report's first line names each source a read can come from (auto chooses the last for a large broker).
+SOURCES = {"management": "management API", "prometheus": "Prometheus plugin, management statistics off",
+           "management+prometheus": "Prometheus plugin for the queues, management API for the rest: a large broker"}
 
 
 def window_seconds(text: str) -> float:

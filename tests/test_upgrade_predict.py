@@ -161,3 +161,17 @@ def test_docs_upgrade_holds_the_table_as_generated():
     from ackscope.apps.reference import upgrade_markdown
     doc = (REPO / "docs" / "upgrade.md").read_text()
     assert upgrade_markdown() in doc, "docs/upgrade.md is stale: paste python -m ackscope.apps.reference upgrade"
+
+
+@pytest.mark.parametrize("channels_listed", [False, True])
+def test_a_one_shot_report_names_every_source_a_read_can_come_from(channels_listed):
+    # A large broker's auto choice reads through the plugin with the management API's channels: the report's first
+    # line named only two kinds, and upgrade-check on 5,000 queues ended in a KeyError (bench/upgrade_check.py).
+    from ackscope.apps.diagnose import SOURCES
+    from ackscope.core.secret import Secret
+    from ackscope.sources import ManagementSource, PrometheusPluginSource
+    plugin = PrometheusPluginSource("http://127.0.0.1:1", None, "u", Secret("p"), channels_listed=channels_listed)
+    try:
+        assert plugin.name in SOURCES and ManagementSource.name in SOURCES
+    finally:
+        plugin.close()

@@ -54,7 +54,7 @@ def record(release: Release) -> Path:
                                                "apply-to": "queues"})
         declares = {key: _declare(broker, *args) for key, args in DECLARES.items()}
         used = api("GET", "/deprecated-features/used")
-        document = {"recorded_from": f"RabbitMQ {release.version}, tests/data/record_upgrade_facts.py",  # Debian's
+        document = {"recorded_from": f"RabbitMQ {release.version}, tests/data/record_upgrade_facts.py",  # as Debian numbers it
                     "policies": api("GET", "/policies").json(),
                     "deprecated_features_used": {"status": used.status_code, "body": used.json()},
                     "queues": [{"name": q["name"], "arguments": q.get("arguments")}
