@@ -82,7 +82,7 @@ def _release(r: tuple[int, int] | None) -> str:
 
 def _headline(p: Prediction, s: Snapshot, where: str) -> str:
     version = s.overview.rabbitmq_version or "of a version it does not say"
-    if p.current is not None and p.current >= p.target:
+    if p.at_or_past_target:
         return (f"{where}: RabbitMQ {version} is already at or past {_release(p.target)}: the target is older, "
                 "nothing to predict")
     return (f"{where}: RabbitMQ {version} → {_release(p.target)}: {len(p.changes)} change(s) between them checked"
@@ -90,7 +90,7 @@ def _headline(p: Prediction, s: Snapshot, where: str) -> str:
 
 
 def _nothing(p: Prediction) -> str:
-    if p.current is not None and p.current >= p.target:
+    if p.at_or_past_target:
         return "nothing to change"
     return "some changes could not be judged: see below" if p.not_evaluated else "nothing this upgrade changes meets a client"
 
@@ -99,7 +99,7 @@ def _document(p: Prediction, s: Snapshot, asked: str) -> dict:
     return {"broker": {"rabbitmq_version": s.overview.rabbitmq_version, "cluster_name": s.overview.cluster_name,
                        "release": _release(p.current)},
             "target": {"asked": asked, "release": _release(p.target)},
-            "newer_than_target": p.current is not None and p.current >= p.target,
+            "newer_than_target": p.at_or_past_target,
             "changes_checked": [c.id for c in p.changes],
             "findings": [f.to_json() for f in p.findings],
             "not_evaluated": [n.to_json() for n in p.not_evaluated],

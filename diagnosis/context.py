@@ -264,7 +264,13 @@ def few(items: Iterable[str]) -> str:
 
 def consumers_named(ctx: Context, q: Queue) -> Named:
     """Who consumes from a queue: the names their connections were given, their clients, their identities."""
-    consumers = ctx.known_consumers_of(q)
+    return named(ctx.known_consumers_of(q))
+
+
+def named(consumers: Iterable[Consumer]) -> Named:
+    """Some consumers as a finding's culprit: the names their connections were given, their clients, their
+    identities."""
+    consumers = list(consumers)
     return Named(few({c.connection_name for c in consumers if c.connection_name}),
                  few({c.client for c in consumers if c.client}),
                  few({c.identity or c.connection_name or f"channel {c.channel}" for c in consumers}))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .context import Rule
+
 # What a change does to the client it meets: the severity of its prediction, and its exit code.
 REFUSED = "refused"  # a declare, a policy or a connection the release refuses: the application fails at start
 LOSES = "loses messages"  # the release drops messages the client's broker keeps today
@@ -38,6 +40,11 @@ class Change:
     @property
     def severity(self) -> str:
         return SEVERITY[self.effect]
+
+    @property
+    def rule(self) -> Rule:
+        """The change as a rule, whose findings it makes: its id, meaning and remedy."""
+        return Rule(self.id, self.what, self.remedy, lambda ctx, rule: ())
 
     @property
     def release_name(self) -> str:

@@ -13,7 +13,7 @@ from ackscope.model.findings import Finding, NotEvaluated, worst_first
 from ackscope.model.snapshot import CHANNELS, QUEUE_COUNTS, QUEUE_DURABILITY, Queue, Snapshot
 
 from .breaks import timeout_in_force
-from .context import Context, Named, Rule, consumers_named, few, num, without_probes
+from .context import Context, Rule, consumers_named, few, named, num, without_probes
 from .release_changes import CHANGES, PHASES, Change
 
 # Facts of the upgrade's own, beside the snapshot's (model.snapshot's constants).
@@ -30,6 +30,11 @@ class Prediction:
     findings: tuple[Finding, ...]  # worst first
     not_evaluated: tuple[NotEvaluated, ...]  # the changes that could not be judged, and what they lack
     changes: tuple[Change, ...]  # the changes between the two releases, all judged or named in not_evaluated
+
+    @property
+    def at_or_past_target(self) -> bool:
+        """The broker already runs the target release or a later one: nothing to predict."""
+        return self.current is not None and self.current >= self.target
 
 
 Predict = Callable[[Context, Change, Rule, tuple[int, int] | None, tuple[int, int]], Iterator[Finding]]
@@ -56,8 +61,7 @@ def predict(snapshot: Snapshot, target: tuple[int, int]) -> Prediction:
         if missing:
             skipped.append(NotEvaluated(change.id, missing))
             continue
-        rule = Rule(change.id, change.what, change.remedy, lambda ctx, rule: ())
-        found.extend(check(ctx, change, rule, current, target))
+        found.extend(check(ctx, change, change.rule, current, target))
     return Prediction(current, target, tuple(worst_first(found)), tuple(skipped), changes)
 
 
@@ -85,10 +89,7 @@ def _mirroring(ctx: Context, change: Change, rule: Rule, current, target) -> Ite
                        and pattern.search(q.name)]
         except re.error:
             matched = []
-        consumers = [c for q in matched for c in ctx.known_consumers_of(q)]
-        who = Named(few({c.connection_name for c in consumers if c.connection_name}),
-                    few({c.client for c in consumers if c.client}),
-                    few({c.identity or c.connection_name for c in consumers}))
+        who = named(c for q in matched for c in ctx.known_consumers_of(q))
         kind = "operator policy" if p.operator else "policy"
         yield rule.finding(
             change.severity, p.vhost, f"{kind} {p.name}", who,
