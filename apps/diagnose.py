@@ -16,7 +16,6 @@ from typing import Any
 from ackscope.core import config
 from ackscope.core.config import ConfigError
 from ackscope.core.durations import parse_duration
-from ackscope.core.secret import Secret
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.model.findings import Diagnosis, Finding
@@ -58,18 +57,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class Connected:
-    """What a one-shot command reads the broker with: its source, and the settings that reach the broker."""
+    """What a one-shot command reads the broker with: its source, and its configuration file."""
 
     source: Source
-    settings: Mapping[str, Any]  # the resolved connection options (OPTIONS' keys)
-    password: Secret
-    verify: bool | str  # TLS: verified against the system's CAs (True), a CA file, or not at all
     document: Mapping[str, Any]  # the TOML document (--config), for the command's own tables
     path: str | None
 
 
-def connect(args: argparse.Namespace, environ: Mapping[str, str]) -> Connected:
-    """The source a one-shot command reads, from its options, environment and --config's [exporter] table."""
+def connect(args: argparse.Namespace, environ: Mapping[str, str], upgrade_facts: bool = False) -> Connected:
+    """The source a one-shot command reads, from its options, environment and --config's [exporter] table;
+    with `upgrade_facts`, its snapshots carry the policies and deprecated features in use."""
     path = args.config or environ.get("ACKSCOPE_CONFIG")
     document = config.load_toml(path)
     # The exporter's table also holds its listener and web settings: a one-shot takes what reaches the broker.
@@ -82,10 +79,11 @@ def connect(args: argparse.Namespace, environ: Mapping[str, str]) -> Connected:
     try:
         source = make_source(v["source"], v["management_url"], v["prometheus_url"], v["username"], password,
                              timeout=v["timeout"], deadline=v["timeout"] * 3, selection=selection, verify=verify,
-                             cli=v["cli"], announce=False)  # the report's header names the source: no log line
+                             cli=v["cli"], announce=False,  # the report's header names the source: no log line
+                             upgrade_facts=upgrade_facts)
     except ValueError as e:
         raise ConfigError(f"--management-url or --prometheus-url: {e}") from None
-    return Connected(source, v, password, verify, document, path)
+    return Connected(source, document, path)
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

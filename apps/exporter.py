@@ -23,6 +23,7 @@ from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.onset import Onset
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.diagnosis.upgrade import outlooks
 from ackscope.diagnosis.window import Recent
 from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.exposition import compressed, probe_metrics
@@ -181,7 +182,7 @@ class Exporter:
         try:
             source = make_source(cfg.source, cfg.management_url, cfg.prometheus_url, cfg.username, cfg.password,
                                  timeout=cfg.timeout, deadline=cfg.deadline, verify=cfg.verify,
-                                 selection=cfg.selection, cli=cfg.cli)
+                                 selection=cfg.selection, cli=cfg.cli, upgrade_facts=True)
         except ValueError as e:
             raise ConfigError(f"--management-url or --prometheus-url: {e}") from None
         self.cfg = cfg
@@ -213,7 +214,8 @@ class Exporter:
         verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds,
                                    window=self.recent.start(snapshot), breaks=breaks,
                                    held=self.holding.update(snapshot)))
-        return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)))
+        return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)),
+                       upgrades=outlooks(snapshot))
 
     def _probes_json(self) -> bytes:
         return compressed([self._probe_stats().json()])

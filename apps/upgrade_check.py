@@ -21,7 +21,6 @@ from ackscope.diagnosis.upgrade import Prediction, predict
 from ackscope.model.findings import Diagnosis
 from ackscope.model.snapshot import Snapshot
 from ackscope.model.source import SourceFailed
-from ackscope.sources import with_upgrade_facts
 
 from .diagnose import OK, OPTIONS, SOURCES, UNREACHABLE, connect, exit_code, print_report
 
@@ -47,8 +46,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"ackscope upgrade-check: no rules for RabbitMQ {args.to}: ackscope predicts for "
               f"{', '.join(TARGETS)} (newest: {NEWEST}), the releases it measures", file=sys.stderr)
         return UNKNOWN
-    connected = connect(args, environ)
-    source, v = connected.source, connected.settings
+    source = connect(args, environ, upgrade_facts=True).source
     try:
         snapshot = source.read()
     except SourceFailed as e:
@@ -56,8 +54,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return UNREACHABLE
     finally:
         source.close()
-    snapshot = with_upgrade_facts(snapshot, v["management_url"], v["username"], connected.password,
-                                  timeout=v["timeout"], verify=connected.verify)
     prediction = predict(snapshot, target)
     where = f"{source.base_url} ({SOURCES[source.name]})"
     if args.format == "json":

@@ -124,9 +124,13 @@ def _not_evaluated_section(data: Live) -> None:
     """The rules this source cannot feed: named, so their silence is not read as health."""
     if data.not_evaluated:
         st.info("Not evaluated, the source does not report what they need or they cannot apply to this "
-                "release: " + "; ".join(f"**{_md(n['rule'])}** ("
-                                        + (_md(n['why']) if n.get('why') else f"needs {_md(', '.join(n['needs']))}")
-                                        + ")" for n in data.not_evaluated))
+                "release: " + _not_evaluated(data.not_evaluated))
+
+
+def _not_evaluated(items: list[dict]) -> str:
+    """Each rule not evaluated, and why: what it needs, or why it cannot apply."""
+    return "; ".join(f"**{_md(n['rule'])}** (" + (_md(n['why']) if n.get('why') else
+                                                  f"needs {_md(', '.join(n['needs']))}") + ")" for n in items)
 
 
 def _prefetch_section(data: Live, search: str = "", top: int = 15, chart: bool = True) -> None:
@@ -393,6 +397,34 @@ def broker() -> None:
     _live_page(render)
 
 
+def upgrade() -> None:
+    st.title("Upgrade: what the next releases change, per client")
+
+    def render(data: Live) -> None:
+        if not data.snapshot:
+            st.info("No snapshot from the exporter yet.")
+            return
+        version = data.snapshot.get("overview", {}).get("rabbitmq_version") or "of an unknown version"
+        if not data.upgrades:
+            st.success(f"RabbitMQ {version} already runs the newest release ackscope knows: nothing to predict.")
+        st.caption(f"Predicted on today's RabbitMQ {version} from the table of release changes, each proven on its "
+                   "release by ackscope's suite (docs/upgrade.md); `ackscope upgrade-check --to RELEASE` prints the "
+                   "same.")
+        for outlook in data.upgrades:
+            items = views.upgrade(outlook["findings"])
+            critical = int((items["severity"] == "critical").sum())
+            st.subheader(f"To RabbitMQ {outlook['to']}: " + (
+                f"{len(items)} item(s), {critical} refused or losing messages" if len(items) else "nothing found"))
+            if items.empty and not outlook["not_evaluated"]:
+                st.success(f"Nothing RabbitMQ {outlook['to']} changes meets a client of this broker.")
+            elif not items.empty:
+                _table(items)
+            if outlook["not_evaluated"]:
+                st.warning("Not judged, so no item of theirs means nothing: "
+                           + _not_evaluated(outlook["not_evaluated"]))
+    _live_page(render)
+
+
 def _table_or_all_clear(title: str, df: pd.DataFrame, all_clear: str) -> None:
     st.subheader(title)
     if df.empty:
@@ -409,7 +441,8 @@ def _findings_by_rule(data: Live, rules: tuple[str, ...]) -> None:
 
 
 PAGES = {"overview": overview, "confirms": confirms, "consumers": consumers, "redeliveries": redelivery,
-         "breaks": breaks, "audit": probe_audit, "history": history, "broker": broker}
+         "breaks": breaks, "audit": probe_audit, "history": history, "broker": broker,
+         "upgrade": upgrade}
 
 
 def one(name: str) -> None:
@@ -426,5 +459,6 @@ def main() -> None:
              st.Page(breaks, title="Breaks", url_path="breaks"),
              st.Page(probe_audit, title="Probe audit", url_path="audit"),
              st.Page(history, title="History", url_path="history"),
-             st.Page(broker, title="Broker", url_path="broker")]
+             st.Page(broker, title="Broker", url_path="broker"),
+             st.Page(upgrade, title="Upgrade", url_path="upgrade")]
     st.navigation(pages).run()

@@ -30,6 +30,7 @@ class Live:
     source: str | None = None  # where the exporter reads the broker: management, prometheus
     not_evaluated: list[dict[str, Any]] = field(default_factory=list)  # rules the source cannot feed
     breaks: dict[str, Any] = field(default_factory=dict)  # /api/breaks: the event sources and the window's events
+    upgrades: list[dict[str, Any]] = field(default_factory=list)  # /api/findings' outlook for each later release
 
     @property
     def stale(self) -> bool:
@@ -75,7 +76,7 @@ class ExporterSource:
             self._last = Live(snapshot, previous, docs["findings"].get("findings", []),
                               docs["probes"].get("probes", []), time.time(), None, poll_error,
                               docs["snapshot"].get("source"), docs["findings"].get("not_evaluated", []),
-                              docs["breaks"])
+                              docs["breaks"], docs["findings"].get("upgrades", []))
             return self._last
 
     def _get(self, name: str) -> dict:

@@ -34,6 +34,19 @@ def findings(items: list[dict[str, Any]], min_severity: str = "info", now: float
     return df.sort_values("severity", key=lambda s: s.map(SEVERITY_ORDER), kind="stable").reset_index(drop=True)
 
 
+def upgrade(items: list[dict[str, Any]]) -> pd.DataFrame:
+    """What one release will change, worst first: severity, the change, the culprit (client first, then the
+    object), vhost, what will happen, what to do, and the evidence."""
+    rows = [{"severity": f["severity"], "change": f["rule"],
+             "culprit": f"{who} · {f['object']}" if (who := f.get("identity") or f.get("connection_name"))
+             else f["object"],
+             "vhost": f["vhost"], "what happens": f.get("explanation", ""), "remedy": f.get("remedy", ""),
+             "evidence": ", ".join(f"{k}={_short(v)}" for k, v in sorted(f.get("evidence", {}).items()))}
+            for f in items]
+    df = pd.DataFrame(rows, columns=["severity", "change", "culprit", "vhost", "what happens", "remedy", "evidence"])
+    return df.sort_values("severity", key=lambda s: s.map(SEVERITY_ORDER), kind="stable").reset_index(drop=True)
+
+
 SOURCES = {"management": "read from the management API",
            "prometheus": "read from the broker's Prometheus plugin (management statistics off): channels are "
                          "named by process id",

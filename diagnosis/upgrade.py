@@ -9,12 +9,12 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ackscope.model.findings import Finding, NotEvaluated, worst_first
+from ackscope.model.findings import Finding, NotEvaluated, Outlook, worst_first
 from ackscope.model.snapshot import CHANNELS, QUEUE_COUNTS, QUEUE_DURABILITY, Queue, Snapshot
 
 from .breaks import timeout_in_force
 from .context import Context, Rule, consumers_named, few, named, num, without_probes
-from .release_changes import CHANGES, PHASES, Change
+from .release_changes import CHANGES, PHASES, TARGETS, Change
 
 # Facts of the upgrade's own, beside the snapshot's (model.snapshot's constants).
 POLICIES = "the policies and operator policies"
@@ -63,6 +63,16 @@ def predict(snapshot: Snapshot, target: tuple[int, int]) -> Prediction:
             continue
         found.extend(check(ctx, change, change.rule, current, target))
     return Prediction(current, target, tuple(worst_first(found)), tuple(skipped), changes)
+
+
+def outlooks(snapshot: Snapshot) -> tuple[Outlook, ...]:
+    """The prediction for each release ackscope knows that is later than the broker's (each, where the broker
+    does not say its own), oldest first: what the exporter serves as ackscope_upgrade_blocker."""
+    current = snapshot.overview.release
+    return tuple(Outlook(name, p.findings, p.not_evaluated)
+                 for name, target in sorted(TARGETS.items(), key=lambda t: t[1])
+                 if current is None or current < target
+                 for p in (predict(snapshot, target),))
 
 
 def _evidence(change: Change, target: tuple[int, int], **facts) -> dict:

@@ -36,6 +36,7 @@ from .collectors.probes import ProbeCollector
 from .collectors.queues import QueueCollector
 from .collectors.self_metrics import SelfCollector
 from .collectors.streams import StreamCollector
+from .collectors.upgrades import UpgradeCollector
 from .status import PollStatus
 from .text_format import LabelSets, families, text
 
@@ -108,7 +109,8 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
     if shaped is not None:
         collectors += [OverviewCollector(snapshot), NodeCollector(snapshot), ConnectionCollector(snapshot),
                        ChannelCollector(shaped), ConsumerCollector(shaped), LinkCollector(snapshot),
-                       QueueCollector(shaped), StreamCollector(snapshot), FindingCollector(diagnosis)]
+                       QueueCollector(shaped), StreamCollector(snapshot), FindingCollector(diagnosis),
+                       UpgradeCollector(diagnosis)]
     return Exposition(
         metrics_gz=compressed(families(collectors, label_sets)),
         snapshot=Document(lambda: snapshot_json(snapshot, status)),
@@ -127,11 +129,12 @@ def probe_metrics(stats: ProbeStats, gzipped: bool = False) -> bytes:
 
 def findings_json(diagnosis: Diagnosis, snapshot: Snapshot | None, status: PollStatus) -> bytes:
     """/api/findings: the findings of the last good snapshot, worst first, marked stale when the last poll
-    failed; and the rules its source could not give what they need."""
+    failed; the rules its source could not give what they need; and what each later release would change."""
     return json.dumps({"up": status.up, "stale": not status.up,
                        "taken_at": None if snapshot is None else snapshot.taken_at,
                        "findings": [f.to_json() for f in diagnosis.findings],
-                       "not_evaluated": [n.to_json() for n in diagnosis.not_evaluated]},
+                       "not_evaluated": [n.to_json() for n in diagnosis.not_evaluated],
+                       "upgrades": [o.to_json() for o in diagnosis.upgrades]},
                       separators=(",", ":")).encode()
 
 

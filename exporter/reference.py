@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ackscope.model.events import (BROKER_LOG, CHANNEL_CLOSED, CHANNEL_ERROR, CHANNEL_OPENED, CONNECTION_CLOSED,
                                    CONNECTION_ERROR, CONNECTION_OPENED, CONSUMER_TIMEOUT, EVENT_EXCHANGE, Breaks)
-from ackscope.model.findings import Diagnosis, Finding, NotEvaluated
+from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, Outlook
 from ackscope.model.probes import Histogram, ProbeStats, TargetStats
 from ackscope.model.snapshot import (
     Channel,
@@ -91,7 +91,9 @@ def families() -> list[tuple[str, str, tuple[str, ...], str]]:
     status = PollStatus(up=True, last_duration=0.1, last_attempt_at=1000.0, last_success_at=1000.0,
                         errors={("queues", "timeout"): 1}, source="management")
     diagnosis = Diagnosis((Finding("prefetch-unlimited", "warning", "/", "channel", "billing"),),
-                          (NotEvaluated("heartbeat-disabled", ("the connection's heartbeat",)),))
+                          (NotEvaluated("heartbeat-disabled", ("the connection's heartbeat",)),),
+                          (Outlook("4.3", (Finding("global-qos-per-consumer", "warning", "/", "channel", "celery"),),
+                                   (NotEvaluated("classic-queue-mirroring-removed", ("the policies",)),)),))
     # Rendered twice: as is, and with every queue and channel folded into its vhost's totals.
     texts = [render(sample_snapshot(), status, limits, diagnosis, breaks=sample_breaks()).metrics_body(False).decode()
              for limits in (Limits(), Limits(max_queues=0, max_channels=0))]

@@ -59,11 +59,27 @@ class NotEvaluated:
 
 
 @dataclass(frozen=True)
+class Outlook:
+    """What moving the broker to one later release changes: a finding per client and object it meets (each
+    change's id its rule), worst first, and the changes that could not be judged."""
+
+    to: str  # the release, as "4.3"
+    findings: tuple[Finding, ...] = ()
+    not_evaluated: tuple[NotEvaluated, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"to": self.to, "findings": [f.to_json() for f in self.findings],
+                "not_evaluated": [n.to_json() for n in self.not_evaluated]}
+
+
+@dataclass(frozen=True)
 class Diagnosis:
-    """The rules' verdict on one snapshot: the findings, worst first, and the rules that could not run."""
+    """The rules' verdict on one snapshot: the findings, worst first, and the rules that could not run; beside
+    them, what each later release ackscope knows would change (none when the broker runs the newest)."""
 
     findings: tuple[Finding, ...] = ()
     not_evaluated: tuple[NotEvaluated, ...] = ()
+    upgrades: tuple[Outlook, ...] = ()
 
 
 def worst_first(findings: list[Finding]) -> list[Finding]:

@@ -5,7 +5,8 @@ management         the management HTTP API (/api/...): its client and what its a
 prometheus_plugin  the broker's Prometheus plugin (/metrics, /metrics/detailed): its reader and what it means
 management_source  statistics on: the API's lists, and each node's plugin for what only it counts
 plugin_source      statistics off (or a large broker): the plugin's counts, and the API's statistics-free lists
-choice             --source auto|management|prometheus: which of the two reads, poll by poll
+choice             --source auto|management|prometheus: which of the two reads, poll by poll; and what is read
+                   beside the polls (refresh): the node's settings, the facts an upgrade depends on
 broker_log         the node's log: what happened between polls (channels and connections the broker closed,
                    consumers it timed out), as ackscope.model.events' records
 break_ledger       those events held beside the snapshots: attributed to clients, the window's kept, all counted
@@ -21,10 +22,9 @@ from .break_ledger import BreakLedger
 from .broker_log.watch import BrokerLogWatch
 from .choice import KINDS, make_source
 from .event_exchange.watch import EventExchangeWatch
-from .management.upgrade import with_upgrade_facts
 from .management_source import ManagementSource
 from .plugin_source import PrometheusPluginSource
 from .selection import Selection
 
 __all__ = ["KINDS", "BreakLedger", "BrokerLogWatch", "EventExchangeWatch", "ManagementSource",
-           "PrometheusPluginSource", "Selection", "make_source", "with_upgrade_facts"]
+           "PrometheusPluginSource", "Selection", "make_source"]

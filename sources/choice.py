@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from ackscope.core.secret import Secret
 from ackscope.model.snapshot import Snapshot
@@ -19,8 +20,10 @@ from ackscope.model.source import FetchError, Source, SourceFailed
 from .cli import CliEnricher
 from .management import normalise as management_normalise
 from .management_source import ManagementSource
-from .node_settings import NodeSettingsReader
+from .management import upgrade
+from .node_settings import reader as node_settings
 from .plugin_source import PrometheusPluginSource
+from .refresh import Refreshed
 from .selection import Selection
 
 log = logging.getLogger("ackscope.sources")
@@ -35,13 +38,20 @@ LARGE_BROKER_QUEUES = 2_000
 def make_source(kind: str, management_url: str, prometheus_urls: Sequence[str] | None, username: str,
                 password: Secret, *,
                 timeout: float, deadline: float, verify: bool | str, selection: Selection,
-                cli: list[str] | None = None, announce: bool = True) -> Source:
+                cli: list[str] | None = None, announce: bool = True, upgrade_facts: bool = False) -> Source:
     """ValueError when a URL is not an http(s) URL without credentials. `prometheus_urls`: each node's plugin
     (default: where the broker's listeners say). `cli` (a rabbitmqctl command line) reads the node's settings
-    and enriches the Prometheus-plugin source; `announce` logs auto's choice (a one-shot report names it itself)."""
+    and enriches the Prometheus-plugin source; `announce` logs auto's choice (a one-shot report names it itself);
+    `upgrade_facts`: the policies and deprecated features in use, which an upgrade's prediction reads."""
     source = _source(kind, management_url, prometheus_urls, username, password, timeout=timeout, deadline=deadline,
                      verify=verify, selection=selection, cli=cli, announce=announce)
-    return WithNodeSettings(source, NodeSettingsReader(cli)) if cli else source
+    facts: list[tuple[Refreshed, Callable[[Snapshot, Any], Snapshot]]] = []
+    if cli:
+        facts.append((node_settings(cli), lambda s, settings: replace(s, settings=settings)))
+    if upgrade_facts:
+        facts.append((upgrade.reader(management_url, username, password, timeout=timeout, verify=verify),
+                      lambda s, read: read.onto(s)))
+    return WithFacts(source, facts) if facts else source
 
 
 def _source(kind: str, management_url: str, prometheus_urls: Sequence[str] | None, username: str, password: Secret,
@@ -62,11 +72,12 @@ def _source(kind: str, management_url: str, prometheus_urls: Sequence[str] | Non
     return AutoSource(management, plugin, large, announce)
 
 
-class WithNodeSettings:
-    """A source whose snapshots carry the node's settings as its CLI last read them (whichever source reads)."""
+class WithFacts:
+    """A source whose snapshots carry what is read beside its polls (refresh.py), as last read: each with the
+    function that puts it onto a snapshot."""
 
-    def __init__(self, source: Source, settings: NodeSettingsReader):
-        self.source, self.settings = source, settings
+    def __init__(self, source: Source, facts: list[tuple[Refreshed, Callable[[Snapshot, Any], Snapshot]]]):
+        self.source, self.facts = source, facts
 
     @property
     def name(self) -> str:
@@ -82,13 +93,18 @@ class WithNodeSettings:
 
     def read(self) -> Snapshot:
         deadline = time.monotonic() + self.source.deadline
-        self.settings.latest()  # a read due starts beside the source's
+        for refreshed, _ in self.facts:
+            refreshed.latest()  # a read due starts beside the source's
         snapshot = self.source.read()
-        settings = self.settings.latest(first_by=deadline)
-        return replace(snapshot, settings=settings) if settings is not None else snapshot
+        for refreshed, onto in self.facts:
+            value = refreshed.latest(first_by=deadline)
+            if value is not None:
+                snapshot = onto(snapshot, value)
+        return snapshot
 
     def close(self) -> None:
-        self.settings.close()
+        for refreshed, _ in self.facts:
+            refreshed.close()
         self.source.close()
 
 

@@ -165,3 +165,17 @@ def test_breaks_come_newest_first_named_by_their_client_and_drawn_per_client():
     assert list(views.breaks(document, "celery")["queue"]) == ["celery"]
     assert views.breaks({}).empty and list(views.breaks({}).columns) == views.BREAK_COLUMNS
     assert len(charts.breaks_timeline(df).data) == 3
+
+
+def test_an_upgrade_s_items_are_worst_first_each_with_its_client_what_happens_and_what_to_do():
+    items = [{"rule": "global-qos-per-consumer", "severity": "warning", "vhost": "/", "object": "channel c1",
+              "connection_name": "celery", "identity": "", "explanation": "applied per consumer",
+              "remedy": "basic.qos per consumer", "evidence": {"global_prefetch_count": 4}},
+             {"rule": "consumer-timeout-argument-on-classic-queue", "severity": "critical", "vhost": "/",
+              "object": "queue reports", "connection_name": "", "identity": "", "explanation": "refused",
+              "remedy": "a quorum queue", "evidence": {}}]
+    df = views.upgrade(items)
+    assert list(df["change"]) == ["consumer-timeout-argument-on-classic-queue", "global-qos-per-consumer"]
+    assert list(df["culprit"]) == ["queue reports", "celery · channel c1"]
+    assert df.iloc[1]["what happens"] == "applied per consumer" and df.iloc[1]["evidence"] == "global_prefetch_count=4"
+    assert views.upgrade([]).empty

@@ -21,7 +21,8 @@ import pytest
 import requests
 from ackscope_testkit.fault_proxy import FaultProxy
 from client_processes import Clients
-from helpers import matrix_release, private_broker, wait_for
+from dashboard_helpers import frames, page
+from helpers import matrix_release, parse, private_broker, wait_for
 
 from ackscope.diagnosis.release_changes import PHASES, PROOF, change
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
@@ -207,6 +208,36 @@ def test_on_3_10_upgrade_check_names_each_change_by_its_client_and_object(upgrad
     assert code == 2 and "Traceback" not in out + err
     assert out.splitlines()[0].endswith("RabbitMQ 3.10.8 → 4.3: 10 change(s) between them checked"), out[:300]
     assert out.index("CRITICAL") < out.index("WARNING")
+
+
+@pytest.mark.parametrize("release", ["3.10"], indirect=True)
+def test_the_exporter_and_the_dashboard_s_upgrade_page_list_what_upgrade_check_lists(upgrading, start_exporter,
+                                                                                     monkeypatch):
+    predicted = {}
+    for to in ("4.0", "4.3"):
+        _, out, _ = _check(upgrading.node, to)
+        predicted[to] = {(f["rule"], f["object"], f["severity"]) for f in json.loads(out)["findings"]}
+    exporter = start_exporter(upgrading.node.management_url)
+
+    def served() -> dict:
+        scrape = parse(requests.get(exporter.url + "/metrics", timeout=5).text)
+        blockers: dict[str, set] = {}
+        for labels, v in scrape.get("ackscope_upgrade_blocker", []):
+            assert v == 1
+            blockers.setdefault(labels["to"], set()).add((labels["kind"], labels["object"], labels["severity"]))
+        return blockers
+    # Consumers come and go (Celery's worker reconnects): the two reads agree once both saw the same broker.
+    wait_for(lambda: served() == predicted, timeout=30, what="the exporter's upgrade blockers to be upgrade-check's")
+    assert "ackscope_upgrade_not_evaluated" not in parse(requests.get(exporter.url + "/metrics", timeout=5).text)
+    app = page(monkeypatch, "upgrade", exporter.url)
+    assert [h.value for h in app.subheader] == [
+        f"To RabbitMQ {to}: {len(predicted[to])} item(s), "
+        f"{sum(1 for *_, severity in predicted[to] if severity == 'critical')} refused or losing messages"
+        for to in ("4.0", "4.3")]
+    tables = frames(app)
+    assert {(r["change"], r["culprit"].split(" · ")[-1]) for r in tables[1].to_dict("records")} == {
+        (rule, obj) for rule, obj, _ in predicted["4.3"]}
+    assert tables[0].iloc[0]["severity"] == "critical" and tables[0].iloc[0]["remedy"]
 
 
 @pytest.mark.parametrize("release", ["3.10"], indirect=True)

@@ -10,10 +10,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from snapshot_builders import OVERVIEW, channel, consumer, queue, snapshot, stats
 
 from ackscope.diagnosis.release_changes import CHANGES, PHASES, TARGETS
-from ackscope.diagnosis.upgrade import DEPRECATED_USED, GLOBAL_PREFETCH, POLICIES, PREDICTIONS, predict
+from ackscope.diagnosis.upgrade import DEPRECATED_USED, GLOBAL_PREFETCH, POLICIES, PREDICTIONS, outlooks, predict
+from ackscope.exporter.cardinality import Limits
+from ackscope.exporter.exposition import render
+from ackscope.exporter.status import PollStatus
+from ackscope.model.findings import Diagnosis
 from ackscope.model.snapshot import DeprecatedFeature, Overview, Policy
 from ackscope.sources.management import normalise
 
@@ -175,3 +180,30 @@ def test_a_one_shot_report_names_every_source_a_read_can_come_from(channels_list
         assert plugin.name in SOURCES and ManagementSource.name in SOURCES
     finally:
         plugin.close()
+
+
+def test_the_exporter_predicts_for_each_release_later_than_the_broker_s_and_none_at_the_newest():
+    assert [o.to for o in outlooks(_broker_3_10())] == ["4.0", "4.3"]
+    assert [o.to for o in outlooks(replace(_broker_3_10(), overview=_overview("4.0.5")))] == ["4.3"]
+    assert outlooks(replace(_broker_3_10(), overview=_overview("4.3.6"))) == ()
+    unknown = replace(_broker_3_10(), overview=_overview(None))
+    assert [o.to for o in outlooks(unknown)] == ["4.0", "4.3"]
+    (to_4_0, to_4_3) = outlooks(_broker_3_10())
+    assert to_4_0.findings == predict(_broker_3_10(), TARGETS["4.0"]).findings
+
+
+def test_each_prediction_is_an_upgrade_blocker_series_so_a_fleet_can_be_counted():
+    s = replace(_broker_3_10(), policies=None)  # the policies unread: mirroring not judged, and said
+    text = render(s, PollStatus(up=True, last_success_at=1.0, last_attempt_at=1.0), Limits(),
+                  Diagnosis(upgrades=outlooks(s))).metrics_body(False).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    blockers = {(x.labels["to"], x.labels["kind"], x.labels["object"]): x for x in
+                families["ackscope_upgrade_blocker"].samples}
+    refused = blockers[("4.3", "consumer-timeout-argument-on-classic-queue", "queue reports")]
+    assert refused.value == 1 and refused.labels["severity"] == "critical" and refused.labels["vhost"] == "/"
+    assert ("4.0", "consumer-timeout-argument-on-classic-queue", "queue reports") not in blockers
+    assert blockers[("4.3", "global-qos-per-consumer", "channel ch reports")].labels["client"] == "py-amqp 5.3"
+    unjudged = {(x.labels["to"], x.labels["kind"]): x.labels["needs"]
+                for x in families["ackscope_upgrade_not_evaluated"].samples}
+    assert unjudged == {("4.0", "classic-queue-mirroring-removed"): POLICIES,
+                        ("4.3", "classic-queue-mirroring-removed"): POLICIES}
