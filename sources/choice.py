@@ -78,6 +78,7 @@ class WithFacts:
 
     def __init__(self, source: Source, facts: list[tuple[Refreshed, Callable[[Snapshot, Any], Snapshot]]]):
         self.source, self.facts = source, facts
+        self._answers = False  # the last read of the source succeeded
 
     @property
     def name(self) -> str:
@@ -93,9 +94,15 @@ class WithFacts:
 
     def read(self) -> Snapshot:
         deadline = time.monotonic() + self.source.deadline
-        for refreshed, _ in self.facts:
-            refreshed.latest()  # a read due starts beside the source's
-        snapshot = self.source.read()
+        if self._answers:  # a broker that refuses the login or does not answer is not asked more than the poll
+            for refreshed, _ in self.facts:
+                refreshed.latest()  # a read due starts beside the source's
+        try:
+            snapshot = self.source.read()
+        except SourceFailed:
+            self._answers = False
+            raise
+        self._answers = True
         for refreshed, onto in self.facts:
             value = refreshed.latest(first_by=deadline)
             if value is not None:

@@ -16,6 +16,7 @@ from snapshot_builders import OVERVIEW, channel, consumer, queue, snapshot, stat
 from ackscope.diagnosis.release_changes import CHANGES, PHASES, TARGETS
 from ackscope.diagnosis.upgrade import DEPRECATED_USED, GLOBAL_PREFETCH, POLICIES, PREDICTIONS, outlooks, predict
 from ackscope.exporter.cardinality import Limits
+from ackscope.exporter.collectors.upgrades import ITEMS_PER_KIND
 from ackscope.exporter.exposition import render
 from ackscope.exporter.status import PollStatus
 from ackscope.model.findings import Diagnosis
@@ -207,3 +208,24 @@ def test_each_prediction_is_an_upgrade_blocker_series_so_a_fleet_can_be_counted(
                 for x in families["ackscope_upgrade_not_evaluated"].samples}
     assert unjudged == {("4.0", "classic-queue-mirroring-removed"): POLICIES,
                         ("4.3", "classic-queue-mirroring-removed"): POLICIES}
+    counted = {(x.labels["to"], x.labels["kind"], x.labels["severity"]): x.value
+               for x in families["ackscope_upgrade_blockers"].samples}
+    assert counted[("4.3", "queue-master-locator", "critical")] == 1
+    assert sum(counted.values()) == len(blockers)
+
+
+def test_a_change_that_meets_every_queue_of_a_large_broker_names_its_worst_and_counts_them_all():
+    queues = [queue(f"q{i:05d}") for i in range(ITEMS_PER_KIND + 50)]
+    consumers = [consumer(q.name, f"ch {q.name}") for q in queues]
+    s = snapshot(overview=_overview("4.0.5"), queues=queues, channels=[channel(f"ch {q.name}") for q in queues],
+                 consumers=consumers)
+    s = replace(s, policies=(), deprecated_used=())
+    text = render(s, PollStatus(up=True, last_success_at=1.0, last_attempt_at=1.0), Limits(),
+                  Diagnosis(upgrades=outlooks(s))).metrics_body(False).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    named = [x for x in families["ackscope_upgrade_blocker"].samples
+             if x.labels["kind"] == "classic-queue-consumer-timeout-ignored"]
+    assert len(named) == ITEMS_PER_KIND and named[0].labels["object"] == "queue q00000"
+    (counted,) = [x.value for x in families["ackscope_upgrade_blockers"].samples
+                  if x.labels["kind"] == "classic-queue-consumer-timeout-ignored"]
+    assert counted == len(queues)
