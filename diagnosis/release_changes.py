@@ -136,6 +136,14 @@ CHANGES: tuple[Change, ...] = (
            "past the timeout)",
            "tests/test_breaks.py::test_a_celery_acks_late_task_that_hangs_is_stalled_then_timed_out_but_not_on_4_3s_"
            "classic_queue"),
+    Change("ram-node-type", (4, 0), DEPRECATED,
+           "RAM nodes are deprecated from 4.0 and removed by 4.3 (ram_node_type): a node that keeps the cluster's "
+           "metadata in memory only cannot run there.",
+           "the nodes /api/nodes lists with type ram",
+           "Before the upgrade, make each ram node a disc node: rabbitmqctl stop_app; rabbitmqctl "
+           "change_cluster_node_type disc; rabbitmqctl start_app (one node at a time).",
+           "release notes 4.0.0 (deprecated); ram_node_type's phase measured on 4.0.5 (permitted_by_default) and "
+           "4.3.6 (removed)", PROOF, "ram_node_type"),
     Change("deprecated-feature-in-use", (4, 0), DEPRECATED,
            "A deprecated feature the broker says is in use (/api/deprecated-features/used, 3.13 and later) that no "
            "other change names: refused where the target release denies or removed it.",

@@ -20,6 +20,7 @@ from .release_changes import CHANGES, PHASES, TARGETS, Change
 POLICIES = "the policies and operator policies"
 DEPRECATED_USED = "the deprecated features in use (/api/deprecated-features/used)"
 GLOBAL_PREFETCH = "the channels' global prefetch (RabbitMQ 4.x's API does not show it)"
+NODE_TYPES = "the nodes' types, disc or ram (/api/nodes)"
 DECLARED_BY = "not reported by the broker: its consumers are named (an inference: they likely declare it)"
 
 
@@ -49,6 +50,7 @@ def predict(snapshot: Snapshot, target: tuple[int, int]) -> Prediction:
     ctx = Context(s)
     unknown = set(s.unreported) | ({POLICIES} if s.policies is None else set()) | (
         {GLOBAL_PREFETCH} if s.channels and all(c.global_prefetch_count is None for c in s.channels) else set()) | (
+        {NODE_TYPES} if all(n.node_type is None for n in s.nodes) else set()) | (
         # Before 3.13 the broker keeps no such list: the other changes are inferred from its objects, and said so.
         {DEPRECATED_USED} if s.deprecated_used is None and (current is None or current >= (3, 13)) else set())
     changes = tuple(c for c in CHANGES if c.release <= target and (
@@ -216,6 +218,20 @@ def _classic_timeout(ctx: Context, change: Change, rule: Rule, current, target) 
             manual_ack_consumers=len(acking), timeout_today_ms=timeout.ms, timeout_source=timeout.source)
 
 
+def _ram_nodes(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
+    phase = PHASES.get(target, {}).get(change.feature, "")
+    removed = phase in ("denied_by_default", "removed", "disconnected")
+    for n in ctx.snapshot.nodes:
+        if n.node_type == "ram":
+            yield rule.finding(
+                "critical" if removed else change.severity, "", f"node {n.name}", None,
+                _evidence(change, target, node=n.name, node_type=n.node_type, said_by="the broker (/api/nodes)",
+                          phase_on_target=phase or "not listed"),
+                f"node {n.name} is a ram node: on {target[0]}.{target[1]} ram_node_type is {phase or 'not listed'} "
+                "(measured)" + (": the node cannot run there as it is." if removed else
+                                ", and a later release removes it."))
+
+
 def _deprecated_used(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
     named = {c.feature for c in CHANGES if c.feature and c.id != change.id}
     for f in ctx.snapshot.deprecated_used or ():
@@ -251,5 +267,6 @@ PREDICTIONS: dict[str, tuple[Predict, tuple[str, ...]]] = {
                        "the connection is closed: 541 INTERNAL_ERROR - Feature `queue_master_locator` is "
                        "deprecated"), (QUEUE_COUNTS,)),
     "classic-queue-consumer-timeout-ignored": (_classic_timeout, (QUEUE_COUNTS, CHANNELS)),
+    "ram-node-type": (_ram_nodes, (NODE_TYPES,)),
     "deprecated-feature-in-use": (_deprecated_used, (DEPRECATED_USED,)),
 }

@@ -86,6 +86,8 @@ class Node:
     partitions: tuple[str, ...] | None = None
     # How long its quorum queues' log entries take to commit (Raft), from its Prometheus plugin; None unread.
     quorum_commit_latency_seconds: float | None = None
+    # "disc" or "ram", as /api/nodes says (a ram node keeps its metadata in memory only: 4.3 removed them); None unread
+    node_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

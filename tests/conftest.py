@@ -63,6 +63,13 @@ def cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
+def ram_node_cluster() -> Iterator[LocalCluster]:
+    """Two nodes, the second a ram node (a 3.x node type 4.3 removed), of their own: ram nodes are rare."""
+    with running_cluster(LocalCluster(2, name="ackscope-ramnode", ram=1)) as nodes:
+        yield nodes
+
+
+@pytest.fixture
 def cluster_whole(cluster: LocalCluster) -> Iterator[LocalCluster]:
     """The session's cluster, every node started again after the test if it left one killed."""
     yield cluster
@@ -239,7 +246,7 @@ def rabbitmq_server() -> str:
 SERVICE_OF_FIXTURE = {
     "broker": "broker", "spare_broker": "broker", "large_broker": "broker",
     "rabbitmq_server": "broker", "cluster": "broker", "statsoff_cluster": "broker",
-    "cluster_whole": "broker", "partition_pair": "broker", "newest_cluster": "broker",
+    "cluster_whole": "broker", "partition_pair": "broker", "ram_node_cluster": "broker", "newest_cluster": "broker",
     "newest_partition_pair": "broker", "newest_statsoff_cluster": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",
     "release": "broker", "release_broker": "broker", "release_statsoff": "broker", "release_plugin_only": "broker",

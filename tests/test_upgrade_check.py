@@ -206,7 +206,7 @@ def test_on_3_10_upgrade_check_names_each_change_by_its_client_and_object(upgrad
     # The text, as on call: one block a finding, the worst first, and the exit code the same.
     code, out, err = _check(upgrading.node, "newest", "text")
     assert code == 2 and "Traceback" not in out + err
-    assert out.splitlines()[0].endswith("RabbitMQ 3.10.8 → 4.3: 10 change(s) between them checked"), out[:300]
+    assert out.splitlines()[0].endswith("RabbitMQ 3.10.8 → 4.3: 11 change(s) between them checked"), out[:300]
     assert out.index("CRITICAL") < out.index("WARNING")
 
 
@@ -263,6 +263,16 @@ def test_what_cannot_be_read_is_said_and_never_taken_for_nothing_to_change(upgra
     code, out, err = _check(upgrading.node, "3.13")
     assert code == 3 and err.strip() == ("ackscope upgrade-check: no rules for RabbitMQ 3.13: ackscope predicts for "
                                          "4.0, 4.3 (newest: 4.3), the releases it measures"), err
+
+
+def test_on_3_10_a_ram_node_is_named_deprecated_for_4_0_and_unable_to_run_on_4_3(ram_node_cluster):
+    first, ram = ram_node_cluster.nodes
+    for to, severity in (("4.0", "warning"), ("4.3", "critical")):
+        code, out, err = _check(first, to)
+        found = _findings(json.loads(out)).get("ram-node-type", {})
+        assert list(found) == [f"node {ram.nodename}"], (to, found, err)
+        assert found[f"node {ram.nodename}"]["severity"] == severity
+        assert found[f"node {ram.nodename}"]["evidence"]["said_by"] == "the broker (/api/nodes)"
 
 
 @pytest.mark.parametrize("release", ["4.0"], indirect=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from snapshot_builders import OVERVIEW, channel, consumer, queue, snapshot, stats
+from snapshot_builders import OVERVIEW, channel, consumer, node, queue, snapshot, stats
 
 from ackscope.diagnosis.release_changes import CHANGES, PHASES, TARGETS
 from ackscope.diagnosis.upgrade import DEPRECATED_USED, GLOBAL_PREFETCH, POLICIES, PREDICTIONS, outlooks, predict
@@ -45,7 +45,8 @@ def _broker_3_10(**kw):
     channels = [channel(f"ch {q.name}", connection_name=f"{q.name}-app") for q in queues]
     channels[3] = replace(channels[3], global_prefetch_count=4, consumer_count=2, client="py-amqp 5.3")
     consumers = [consumer(q.name, f"ch {q.name}", connection_name=f"{q.name}-app") for q in queues]
-    s = snapshot(overview=_overview("3.10.8"), queues=queues, channels=channels, consumers=consumers)
+    s = snapshot(overview=_overview("3.10.8"), queues=queues, channels=channels, consumers=consumers,
+                 nodes=[node("rabbit@a", node_type="disc")])
     return replace(s, policies=(_mirroring_policy(),), deprecated_used=None, **kw)
 
 
@@ -229,3 +230,20 @@ def test_a_change_that_meets_every_queue_of_a_large_broker_names_its_worst_and_c
     (counted,) = [x.value for x in families["ackscope_upgrade_blockers"].samples
                   if x.labels["kind"] == "classic-queue-consumer-timeout-ignored"]
     assert counted == len(queues)
+
+
+def test_a_ram_node_is_deprecated_on_4_0_and_cannot_run_on_4_3_as_the_broker_lists_its_type():
+    nodes = (node("rabbit@a", node_type="disc"), node("rabbit@b", node_type="ram"))
+    s = replace(_broker_3_10(), nodes=nodes)
+    (on_4_0,) = _by_rule(predict(s, TARGETS["4.0"]))["ram-node-type"]
+    (on_4_3,) = _by_rule(predict(s, TARGETS["4.3"]))["ram-node-type"]
+    assert (on_4_0.object, on_4_0.severity, on_4_0.evidence["phase_on_target"]) == (
+        "node rabbit@b", "warning", "permitted_by_default")
+    assert (on_4_3.severity, on_4_3.evidence["phase_on_target"]) == ("critical", "removed")
+    # On 3.13 the broker's own list names ram_node_type too: one item, from the nodes, not two.
+    listed = replace(s, overview=_overview("3.13.7"), deprecated_used=(DeprecatedFeature(
+        "ram_node_type", "permitted_by_default", ""),))
+    p = predict(listed, TARGETS["4.3"])
+    assert [f.object for f in p.findings if "ram" in f.explanation] == ["node rabbit@b"]
+    unread = replace(s, nodes=(node("rabbit@a"),))  # a source that does not say the type
+    assert "ram-node-type" in {n.rule for n in predict(unread, TARGETS["4.3"]).not_evaluated}

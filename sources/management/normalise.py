@@ -56,7 +56,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
                  "message_stats", "object_totals.queues", "object_totals.channels", "object_totals.connections",
                  "node", "listeners", "churn_rates"),
     "nodes": ("name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit",
-              "disk_free_alarm", "fd_used", "fd_total", "io_sync_count", "io_sync_avg_time", "partitions"),
+              "disk_free_alarm", "fd_used", "fd_total", "io_sync_count", "io_sync_avg_time", "partitions", "type"),
     "vhosts": ("name",),
     "connections": ("name", "vhost", "user", "user_provided_name", "client_properties", "timeout", "state",
                     "node", "peer_host", "peer_port", "protocol", "container_id"),
@@ -171,6 +171,7 @@ def node(raw: dict, fsync_reported: bool = True) -> Node:
         io_sync_count=as_int(raw.get("io_sync_count")) if fsync_reported else None,
         io_sync_avg_seconds=None if avg_ms is None else avg_ms / 1000.0,
         partitions=as_names(raw.get("partitions")),
+        node_type=as_str(raw.get("type")),
     )
 
 

@@ -16,20 +16,23 @@ class LocalCluster:
     each with its own ports and data directory, all with one Erlang cookie."""
 
     def __init__(self, size: int = 3, name: str = "ackscope-cluster", stats_interval_ms: int = 500,
-                 statistics: bool = True, net_ticktime: int | None = None, release: Release | None = None):
+                 statistics: bool = True, net_ticktime: int | None = None, release: Release | None = None,
+                 ram: int = 0):
+        """`ram`: the last this many nodes join as ram nodes (a 3.x node type, which 4.3 removed)."""
+        self.ram = ram
         cookie = secrets.token_hex(16).upper()
         self.nodes = [LocalBroker(name=f"{name}{i + 1}", stats_interval_ms=stats_interval_ms,
                                   statistics=statistics, cookie=cookie, net_ticktime=net_ticktime, release=release)
                       for i in range(size)]
 
     def start(self, timeout: float = 180.0) -> None:
-        """Start every node; the second and later join the first as disc nodes."""
+        """Start every node; the second and later join the first, as disc nodes but the last `ram`."""
         first, *rest = self.nodes
         first.start(timeout)
-        for node in rest:
+        for i, node in enumerate(rest):
             node.start(timeout)
             node.ctl("stop_app")
-            node.ctl("join_cluster", first.nodename)
+            node.ctl("join_cluster", *(("--ram",) if i >= len(rest) - self.ram else ()), first.nodename)
             node.ctl("start_app")
         self.wait_running(len(self.nodes), timeout)
 
