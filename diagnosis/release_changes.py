@@ -136,6 +136,15 @@ CHANGES: tuple[Change, ...] = (
            "past the timeout)",
            "tests/test_breaks.py::test_a_celery_acks_late_task_that_hangs_is_stalled_then_timed_out_but_not_on_4_3s_"
            "classic_queue"),
+    Change("management-metrics-collection", (4, 0), DEPRECATED,
+           "The management plugin's statistics (the message rates and per-object counters of the HTTP API and the "
+           "UI) are deprecated from 4.0 (management_metrics_collection), to be removed by a later release: what "
+           "reads them, dashboards, scripts, monitoring, loses its numbers there.",
+           "the broker collects them today (/api/overview's disable_stats is false)",
+           "Read the broker's Prometheus plugin instead (rabbitmq_prometheus; ackscope reads it with --source "
+           "prometheus), then turn the statistics off: management_agent.disable_metrics_collector = true.",
+           "RabbitMQ's 4.0 deprecation announcements; its phase measured on 4.0.5 and 4.3.6 (permitted_by_default; "
+           "the broker never lists it as used)", PROOF, "management_metrics_collection"),
     Change("ram-node-type", (4, 0), DEPRECATED,
            "RAM nodes are deprecated from 4.0 and removed by 4.3 (ram_node_type): a node that keeps the cluster's "
            "metadata in memory only cannot run there.",

@@ -218,6 +218,18 @@ def _classic_timeout(ctx: Context, change: Change, rule: Rule, current, target) 
             manual_ack_consumers=len(acking), timeout_today_ms=timeout.ms, timeout_source=timeout.source)
 
 
+def _statistics(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
+    if ctx.snapshot.overview.statistics_disabled:
+        return
+    phase = PHASES.get(target, {}).get(change.feature, "")
+    yield rule.finding(
+        change.severity, "", "the management plugin's statistics", None,
+        _evidence(change, target, statistics_disabled=False, said_by="the broker (/api/overview's disable_stats)",
+                  phase_on_target=phase or "not listed"),
+        f"the broker collects the management plugin's statistics: {change.feature} is deprecated from 4.0 and "
+        f"{phase or 'not listed'} on {target[0]}.{target[1]} (measured); a later release removes them.")
+
+
 def _ram_nodes(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
     phase = PHASES.get(target, {}).get(change.feature, "")
     removed = phase in ("denied_by_default", "removed", "disconnected")
@@ -267,6 +279,7 @@ PREDICTIONS: dict[str, tuple[Predict, tuple[str, ...]]] = {
                        "the connection is closed: 541 INTERNAL_ERROR - Feature `queue_master_locator` is "
                        "deprecated"), (QUEUE_COUNTS,)),
     "classic-queue-consumer-timeout-ignored": (_classic_timeout, (QUEUE_COUNTS, CHANNELS)),
+    "management-metrics-collection": (_statistics, ()),
     "ram-node-type": (_ram_nodes, (NODE_TYPES,)),
     "deprecated-feature-in-use": (_deprecated_used, (DEPRECATED_USED,)),
 }

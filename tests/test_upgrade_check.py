@@ -182,7 +182,7 @@ def test_on_3_10_upgrade_check_names_each_change_by_its_client_and_object(upgrad
     assert code == 2, err
     found = _findings(json.loads(out))
     assert set(found) == {"classic-queue-mirroring-removed", "quorum-delivery-limit",
-                          "transient-nonexclusive-queue"}, found.keys()
+                          "transient-nonexclusive-queue", "management-metrics-collection"}, found.keys()
     mirroring = found["classic-queue-mirroring-removed"]["policy ha-all"]
     assert mirroring["severity"] == "critical" and mirroring["connection_name"] == "mirrored-consumer"
     limit = found["quorum-delivery-limit"]["queue poison.orders"]
@@ -206,7 +206,7 @@ def test_on_3_10_upgrade_check_names_each_change_by_its_client_and_object(upgrad
     # The text, as on call: one block a finding, the worst first, and the exit code the same.
     code, out, err = _check(upgrading.node, "newest", "text")
     assert code == 2 and "Traceback" not in out + err
-    assert out.splitlines()[0].endswith("RabbitMQ 3.10.8 → 4.3: 11 change(s) between them checked"), out[:300]
+    assert out.splitlines()[0].endswith("RabbitMQ 3.10.8 → 4.3: 12 change(s) between them checked"), out[:300]
     assert out.index("CRITICAL") < out.index("WARNING")
 
 

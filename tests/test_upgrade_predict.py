@@ -60,7 +60,8 @@ def _by_rule(prediction) -> dict[str, list]:
 def test_from_3_10_to_4_0_only_what_4_0_changes_is_named_each_with_its_client():
     p = predict(_broker_3_10(), TARGETS["4.0"])
     found = _by_rule(p)
-    assert set(found) == {"classic-queue-mirroring-removed", "quorum-delivery-limit", "transient-nonexclusive-queue"}
+    assert set(found) == {"classic-queue-mirroring-removed", "quorum-delivery-limit", "transient-nonexclusive-queue",
+                          "management-metrics-collection"}
     (mirroring,) = found["classic-queue-mirroring-removed"]
     assert mirroring.severity == "critical" and mirroring.object == "policy ha-all"
     assert mirroring.evidence["ha_keys"] == ["ha-mode", "ha-sync-mode"] and mirroring.evidence["queues_matched"] == 1
@@ -247,3 +248,12 @@ def test_a_ram_node_is_deprecated_on_4_0_and_cannot_run_on_4_3_as_the_broker_lis
     assert [f.object for f in p.findings if "ram" in f.explanation] == ["node rabbit@b"]
     unread = replace(s, nodes=(node("rabbit@a"),))  # a source that does not say the type
     assert "ram-node-type" in {n.rule for n in predict(unread, TARGETS["4.3"]).not_evaluated}
+
+
+def test_statistics_collected_today_are_deprecated_on_4_0_and_none_are_once_turned_off():
+    (on_4_0,) = _by_rule(predict(_broker_3_10(), TARGETS["4.0"]))["management-metrics-collection"]
+    assert on_4_0.severity == "warning" and on_4_0.evidence["phase_on_target"] == "permitted_by_default"
+    off = replace(_broker_3_10(), overview=replace(_overview("3.10.8"), statistics_disabled=True))
+    assert "management-metrics-collection" not in _by_rule(predict(off, TARGETS["4.3"]))
+    on_4_0_broker = replace(_broker_3_10(), overview=_overview("4.0.5"))
+    assert "management-metrics-collection" not in _by_rule(predict(on_4_0_broker, TARGETS["4.3"]))
