@@ -38,6 +38,14 @@ def statsoff_broker() -> Iterator[LocalBroker]:
 
 
 @pytest.fixture(scope="session")
+def spare_broker() -> Iterator[LocalBroker]:
+    """A node of its own that tests may stop, start or put in alarm without disturbing the others: an alarm on the
+    session's broker is a critical finding for every test reading it meanwhile."""
+    with private_broker("ackscope-spare") as node:
+        yield node
+
+
+@pytest.fixture(scope="session")
 def plugin_only_broker() -> Iterator[LocalBroker]:
     """A node with the Prometheus plugin and no management plugin at all: only port 15692 answers HTTP."""
     with private_broker("ackscope-pluginonly", plugins=("rabbitmq_prometheus",)) as node:

@@ -8,16 +8,9 @@ import time
 import pika
 import pytest
 import requests
-from helpers import only_vhost, private_broker, scrape, value, wait_for, wait_for_sample
+from helpers import only_vhost, scrape, value, wait_for, wait_for_sample
 
 from ackscope_testkit.fault_proxy import FaultProxy
-
-@pytest.fixture(scope="module")
-def spare_broker():
-    """A node of its own that tests may stop and start without disturbing the others."""
-    with private_broker("ackscope-spare") as node:
-        yield node
-
 
 @pytest.fixture
 def proxy(broker):

@@ -181,20 +181,22 @@ def test_node_overview_and_broker_info_are_exported(broker, vhost, exporter, cli
     assert 0 <= value(s, "ackscope_snapshot_age_seconds") < 5
 
 
-def test_memory_alarm_blocks_publisher_connection(broker, vhost, exporter, clients):
+def test_memory_alarm_blocks_publisher_connection(spare_broker, start_exporter, clients):
+    # On a node of its own: the alarm blocks every publisher of the node, and is critical to every rule reading it.
+    exporter = start_exporter(spare_broker.management_url)
     params_name = "blocked-publisher"
-    conn = clients(broker, vhost, params_name)
+    conn = clients(spare_broker, "/", params_name)
     ch = conn.channel()
     ch.queue_declare("held")
-    broker.ctl("set_vm_memory_high_watermark", "absolute", "1")
+    spare_broker.ctl("set_vm_memory_high_watermark", "absolute", "1")
     try:
         ch.basic_publish("", "held", b"x")  # the broker blocks a connection when it next publishes
-        wait_for_sample(exporter, "ackscope_connection_blocked", 1, vhost=vhost, connection_name=params_name)
+        wait_for_sample(exporter, "ackscope_connection_blocked", 1, vhost="/", connection_name=params_name)
         # The node's alarm comes in the node's own statistics, which may reach a poll after the connection's state.
-        wait_for_sample(exporter, "ackscope_node_memory_alarm", 1, node=broker.nodename)
+        wait_for_sample(exporter, "ackscope_node_memory_alarm", 1, node=spare_broker.nodename)
     finally:
-        broker.ctl("set_vm_memory_high_watermark", "0.4")
-    wait_for_sample(exporter, "ackscope_node_memory_alarm", 0, node=broker.nodename)
+        spare_broker.ctl("set_vm_memory_high_watermark", "0.4")
+    wait_for_sample(exporter, "ackscope_node_memory_alarm", 0, node=spare_broker.nodename)
 
 
 def test_every_channel_and_consumer_series_names_the_client_connection(broker, vhost, exporter, clients):
