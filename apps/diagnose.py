@@ -18,6 +18,7 @@ from ackscope.core.config import ConfigError
 from ackscope.core.durations import parse_duration
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
+from ackscope.diagnosis.waiting import Waiting
 from ackscope.model.findings import Diagnosis, Finding
 from ackscope.model.snapshot import CHANNELS, CONNECTIONS, QUEUE_COUNTS, Snapshot
 from ackscope.model.source import Source, SourceFailed
@@ -110,9 +111,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         if probes is not None:
             probes.stop()
         source.close()
-    holding = Holding()
+    holding, waiting = Holding(), Waiting()
     holding.update(first)
-    verdict = diagnose(Context(second, first, stats, thresholds, held=holding.update(second)))
+    waiting.update(first)
+    verdict = diagnose(Context(second, first, stats, thresholds, held=holding.update(second),
+                               oldest=waiting.update(second)))
     if args.format == "json":
         print(json.dumps({"findings": [f.to_json() for f in verdict.findings],
                           "not_evaluated": [n.to_json() for n in verdict.not_evaluated],

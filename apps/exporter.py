@@ -24,6 +24,7 @@ from ackscope.diagnosis.onset import Onset
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.diagnosis.upgrade import outlooks
+from ackscope.diagnosis.waiting import Waiting
 from ackscope.diagnosis.window import Recent
 from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.exposition import compressed, probe_metrics
@@ -189,6 +190,7 @@ class Exporter:
         self.onset = Onset()  # since when each finding holds: "since when" is the on-call's third question
         self.recent = Recent(cfg.thresholds.window_seconds)  # the window the rate-like rules judge
         self.holding = Holding()  # since when each channel has held deliveries without settling any
+        self.waiting = Waiting()  # how long each queue's oldest message has waited, at least
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
         self.ledger = BreakLedger(cfg.thresholds.window_seconds,
@@ -211,11 +213,12 @@ class Exporter:
         return self.probes.stats() if self.probes is not None else ProbeStats(time.time())
 
     def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None, breaks: Breaks | None) -> Diagnosis:
+        oldest = self.waiting.update(snapshot)
         verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds,
                                    window=self.recent.start(snapshot), breaks=breaks,
-                                   held=self.holding.update(snapshot)))
+                                   held=self.holding.update(snapshot), oldest=oldest))
         return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)),
-                       upgrades=outlooks(snapshot))
+                       upgrades=outlooks(snapshot), oldest=tuple(oldest.values()))
 
     def _probes_json(self) -> bytes:
         return compressed([self._probe_stats().json()])

@@ -4,17 +4,18 @@ rules of several concerns share."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from ackscope.model.events import Breaks
-from ackscope.model.findings import Finding
+from ackscope.model.findings import Finding, OldestMessage
 from ackscope.model.probes import NAMESPACE, TargetStats, is_probe_connection
 from ackscope.model.snapshot import (DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Exchange, Link, Queue,
                                      Snapshot)
 
 from .holding import Held
 from .thresholds import Thresholds
+from .waiting import stamped
 
 ACKS_GUIDE = "RabbitMQ guide 'Consumer Acknowledgements and Publisher Confirms'"
 RELIABILITY_GUIDE = "RabbitMQ guide 'Reliability Guide'"
@@ -44,6 +45,9 @@ class Context:
     breaks: Breaks | None = None
     # Since when each channel has held deliveries without settling any (diagnosis.holding); None: not tracked.
     held: Held | None = None
+    # Each queue's oldest message's age, per (vhost, queue), with the bound its history gives (diagnosis.waiting);
+    # None: not tracked, and only the publishers' timestamps say.
+    oldest: Mapping[tuple[str, str], OldestMessage] | None = None
 
     def __post_init__(self):
         s = self.snapshot
@@ -87,6 +91,12 @@ class Context:
 
     def channel(self, name: str) -> Channel | None:
         return self._channels.get(name)
+
+    def oldest_message(self, q: Queue) -> OldestMessage | None:
+        """How long the queue's oldest message has waited, where it is known (diagnosis.waiting)."""
+        if self.oldest is not None:
+            return self.oldest.get((q.vhost, q.name))
+        return stamped(q, self.snapshot.taken_at)
 
     def consumers_of(self, q: Queue) -> list[Consumer]:
         return self._consumers.get((q.vhost, q.name), [])

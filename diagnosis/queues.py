@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ackscope.model.findings import Finding
+from ackscope.core.durations import describe
+from ackscope.model.findings import STAMPED, Finding
 from ackscope.model.snapshot import DEAD_LETTER_COUNTS, QUEUE_COUNTS, QUEUE_DURABILITY, QUEUE_PERSISTENT_COUNTS, Queue
 
 from .context import RELIABILITY_GUIDE, Context, Rule, consumers_named, num, rounded
@@ -42,14 +43,40 @@ def _gets(ctx: Context, q: Queue) -> tuple[int | None, int | None]:
     return ctx.over_window(q, "get"), ctx.over_window(q, "get_no_ack")
 
 
+def _age(ctx: Context, q: Queue) -> dict:
+    """The evidence of how long the queue's oldest message has waited, and where that comes from."""
+    oldest = ctx.oldest_message(q)
+    if oldest is None:
+        return {}
+    return {"oldest_message_age_s": rounded(oldest.age_seconds),
+            "age_from": "the head message's timestamp property (its publisher's clock)" if oldest.source == STAMPED
+            else "inferred: a lower bound, ready messages no delivery has reached since (assumes messages leave "
+                 "only by delivery)"}
+
+
 def _no_consumers(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for q in ctx.snapshot.queues:
         # A stream's messages_ready is what it retains, read again by whoever subscribes: no backlog.
         if not q.stream and q.consumers == 0 and num(q.messages_ready) >= ctx.thresholds.no_consumers_backlog \
                 and not any(_gets(ctx, q)):  # a queue polled with basic.get is read: queue-polled judges it
             yield rule.finding("warning", q.vhost, f"queue {q.name}", None,
-                               {"ready": q.messages_ready, "consumers": 0},
+                               {"ready": q.messages_ready, "consumers": 0, **_age(ctx, q)},
                                f"{q.messages_ready} messages wait in {q.name} and nothing consumes from it.")
+
+
+def _waiting(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    limit = ctx.thresholds.oldest_message_seconds
+    for q in ctx.snapshot.queues:
+        oldest = ctx.oldest_message(q)
+        if q.stream or not num(q.consumers) or oldest is None or oldest.age_seconds < limit:
+            continue  # nobody consuming is no-consumers-backlog's
+        at_least = "" if oldest.source == STAMPED else "at least "
+        yield rule.finding(
+            "warning", q.vhost, f"queue {q.name}", consumers_named(ctx, q),
+            {"ready": q.messages_ready, "unacked": q.messages_unacked, "consumers": q.consumers,
+             "delivered_over_window": ctx.over_window(q, "deliver_get"), **_age(ctx, q)},
+            f"the oldest message of {q.name} has waited {at_least}{describe(oldest.age_seconds)} though "
+            f"{q.consumers} consumer(s) are attached: they take nothing from it, or less than arrives.")
 
 
 def _polled(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -182,6 +209,12 @@ RULES: tuple[Rule, ...] = (
     Rule("no-consumers-backlog", "Ready messages and no consumer.", "Start or fix the consumers, or set a TTL or "
          "length limit; see RabbitMQ guide 'Queues', 'Queue Length Limit' and 'TTL'.", _no_consumers,
          needs=(QUEUE_COUNTS,)),
+    Rule("messages-waiting", "A queue with consumers whose oldest message has waited longer than "
+         "oldest_message_seconds (300): from the head message's timestamp where publishers stamp it, else a lower "
+         "bound from the queue's history (inferred). The stuck queue a depth threshold misses.",
+         "Find why the consumers take nothing from it: stalled or at their prefetch (consumer-stalled, "
+         "unacked-at-prefetch), fewer or slower than the rate in (add consumers), or a single active consumer "
+         "holding it; see RabbitMQ guide 'Consumers'.", _waiting, needs=(QUEUE_COUNTS,)),
     Rule("queue-polled", "A queue without consumers read with basic.get; a warning when gets go without ack "
          "(a fetched message is lost with its reader) or messages pile up.", "Consume with basic.consume, "
          "manual acks and a prefetch limit instead of polling; see RabbitMQ guide 'Consumers', 'Fetching "

@@ -19,6 +19,7 @@ class Thresholds:
     unconfirmed_growth: int = 100  # ... or it grew by this many since the last sample
     non_durable_backlog: int = 100  # non-durable-queue-backlog: messages in a non-durable queue
     no_consumers_backlog: int = 100  # no-consumers-backlog: ready messages with no consumer
+    oldest_message_seconds: float = 300.0  # messages-waiting: the oldest message of a consumed queue waited this long
     probe_confirm_p99_seconds: float = 1.0  # probe-confirm-latency-high
     # The recent window the rate-like rules judge (unroutable, nacked, requeue-loop, deliveries, gets).
     window_seconds: float = 300.0

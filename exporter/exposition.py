@@ -31,6 +31,7 @@ from .collectors.consumers import ConsumerCollector
 from .collectors.findings import FindingCollector
 from .collectors.links import LinkCollector
 from .collectors.nodes import NodeCollector
+from .collectors.oldest import OldestMessageCollector
 from .collectors.overview import OverviewCollector
 from .collectors.probes import ProbeCollector
 from .collectors.queues import QueueCollector
@@ -109,7 +110,8 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
     if shaped is not None:
         collectors += [OverviewCollector(snapshot), NodeCollector(snapshot), ConnectionCollector(snapshot),
                        ChannelCollector(shaped), ConsumerCollector(shaped), LinkCollector(snapshot),
-                       QueueCollector(shaped), StreamCollector(snapshot), FindingCollector(diagnosis),
+                       QueueCollector(shaped), OldestMessageCollector(shaped, diagnosis), StreamCollector(snapshot),
+                       FindingCollector(diagnosis),
                        UpgradeCollector(diagnosis)]
     return Exposition(
         metrics_gz=compressed(families(collectors, label_sets)),

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ackscope.model.events import (BROKER_LOG, CHANNEL_CLOSED, CHANNEL_ERROR, CHANNEL_OPENED, CONNECTION_CLOSED,
                                    CONNECTION_ERROR, CONNECTION_OPENED, CONSUMER_TIMEOUT, EVENT_EXCHANGE, Breaks)
-from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, Outlook
+from ackscope.model.findings import STAMPED, Diagnosis, Finding, NotEvaluated, OldestMessage, Outlook
 from ackscope.model.probes import Histogram, ProbeStats, TargetStats
 from ackscope.model.snapshot import (
     Channel,
@@ -93,7 +93,8 @@ def families() -> list[tuple[str, str, tuple[str, ...], str]]:
     diagnosis = Diagnosis((Finding("prefetch-unlimited", "warning", "/", "channel", "billing"),),
                           (NotEvaluated("heartbeat-disabled", ("the connection's heartbeat",)),),
                           (Outlook("4.3", (Finding("global-qos-per-consumer", "warning", "/", "channel", "celery"),),
-                                   (NotEvaluated("classic-queue-mirroring-removed", ("the policies",)),)),))
+                                   (NotEvaluated("classic-queue-mirroring-removed", ("the policies",)),)),),
+                          (OldestMessage("/", "orders", 42.0, STAMPED),))
     # Rendered twice: as is, and with every queue and channel folded into its vhost's totals.
     texts = [render(sample_snapshot(), status, limits, diagnosis, breaks=sample_breaks()).metrics_body(False).decode()
              for limits in (Limits(), Limits(max_queues=0, max_channels=0))]

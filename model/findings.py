@@ -72,6 +72,22 @@ class Outlook:
                 "not_evaluated": [n.to_json() for n in self.not_evaluated]}
 
 
+# Where a queue's oldest message's age comes from.
+STAMPED = "timestamp"  # the head message's timestamp property, as its publisher set it (the broker's figure)
+INFERRED = "inferred"  # a lower bound from the queue's own history: messages no delivery has reached since then
+
+
+@dataclass(frozen=True)
+class OldestMessage:
+    """How long the oldest message of a queue has waited: its head message's age where its publisher stamped it,
+    else at least as long as the queue's history says (a lower bound)."""
+
+    vhost: str
+    queue: str
+    age_seconds: float
+    source: str  # STAMPED | INFERRED
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """The rules' verdict on one snapshot: the findings, worst first, and the rules that could not run; beside
@@ -80,6 +96,7 @@ class Diagnosis:
     findings: tuple[Finding, ...] = ()
     not_evaluated: tuple[NotEvaluated, ...] = ()
     upgrades: tuple[Outlook, ...] = ()
+    oldest: tuple[OldestMessage, ...] = ()  # each queue's oldest message's age, where it is known
 
 
 def worst_first(findings: list[Finding]) -> list[Finding]:

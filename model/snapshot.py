@@ -353,6 +353,9 @@ class Queue:
     # The optional arguments it was declared with, as (name, JSON value), sorted; x-queue-type left out (`type`
     # says it, and 4.x adds it to every queue). Empty where it has none or the source does not list them.
     arguments: tuple[tuple[str, str], ...] = ()
+    # The unix time in the timestamp property of the message at the head of the queue (classic queues, where the
+    # publisher sets it); None where it has none, the queue is empty, or the source does not say.
+    head_message_timestamp: float | None = None
 
     @property
     def stream(self) -> bool:

@@ -157,6 +157,24 @@ def test_amqplib_prefetch_10_with_two_consumers_on_one_channel_sees_the_full_one
     assert f["evidence"]["unacked"] == 10 and f["evidence"]["ready"] == 50
 
 
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_amqplib_consumer_that_stops_on_stamped_messages_is_messages_waiting_with_where_the_age_comes_from(
+        broker, vhost, start_exporter, processes, queue_type):
+    # A classic queue reports its head message's timestamp, which amqplib's publisher set; a quorum queue reports
+    # none (rabbitmq-server#6813): its age is the bound its history gives, said to be inferred.
+    watching = start_exporter(broker.management_url, interval=0.5, selection=only_vhost(vhost),
+                              thresholds=Thresholds(oldest_message_seconds=5))
+    broker.api("PUT", f"/queues/{vhost}/waiting", json={"durable": True, "arguments": {"x-queue-type": queue_type}})
+    processes.amqplib("stamped-stuck", "waiting")
+    f = fires(watching, processes, "messages-waiting", "queue waiting", "amqplib")
+    assert f["evidence"]["oldest_message_age_s"] >= 5 and f["evidence"]["consumers"] == 1
+    assert f["evidence"]["age_from"].startswith("the head message's timestamp" if queue_type == "classic"
+                                                else "inferred")
+    source = "timestamp" if queue_type == "classic" else "inferred"
+    assert value(scrape(watching), "ackscope_queue_oldest_message_age_seconds", vhost=vhost, queue="waiting",
+                 source=source) >= 5
+
+
 def test_amqplib_plain_channel_publishing_is_without_confirms_and_a_confirm_channel_is_not(broker, vhost,
                                                                                          watching, processes):
     processes.amqplib("confirm-publisher", "safe")

@@ -223,6 +223,19 @@ def _backlog(count: int, durable: bool = True, props=PERSISTENT):
     return scenario
 
 
+def messages_waiting(run: Run) -> None:
+    """Twenty persistent messages stamped an hour ago (a publisher that sets the timestamp property, as a queue fed
+    by a shovel from a backlog would hold them), behind a prefetch-1 consumer that never acks: consumed, stuck."""
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    an_hour_ago = pika.BasicProperties(delivery_mode=2, timestamp=int(time.time()) - 3600)
+    _publish(ch, q, 20, props=an_hour_ago)
+    ch.basic_qos(prefetch_count=1)
+    ch.basic_consume(q, lambda *a: None)
+    run.idle(conn)
+
+
 def queue_polled(run: Run) -> None:
     """A queue of 150 drained by basic.get with ack, two gets a second (as `amqp-get` in a loop does), and
     refilled as fast: polling that never catches up."""
@@ -315,6 +328,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              _backlog(150, durable=False, props=TRANSIENT)),
     Scenario("no-consumers-backlog", "no-consumers-backlog", "150 messages in a queue nobody consumes",
              _backlog(150)),
+    Scenario("messages-waiting", "messages-waiting", "20 messages stamped an hour ago behind a consumer that "
+             "holds one and never acks", messages_waiting),
     Scenario("queue-polled", "queue-polled", "150 messages in a queue read only with basic.get, twice a second",
              queue_polled),
     Scenario("heartbeat-disabled", "heartbeat-disabled", "a consumer whose connection negotiated heartbeat 0",

@@ -75,7 +75,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "deprecated-features/used": ("name", "deprecation_phase", "doc_url"),
     "queues": ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node", "messages_ready",
                "messages_unacknowledged", "messages_persistent", "consumers", "consumer_utilisation",
-               "consumer_capacity", *REPLICAS, *DEAD_LETTERING) + _stats_columns(
+               "consumer_capacity", "head_message_timestamp", *REPLICAS, *DEAD_LETTERING) + _stats_columns(
                    "publish", "deliver_get", "ack", "redeliver", "get", "get_no_ack", "deliver_no_ack"),
 }
 
@@ -335,6 +335,7 @@ def queue(raw: dict) -> Queue:
         messages_delayed=as_int(raw.get("messages_delayed")),
         consumer_timeout_ms=queue_consumer_timeout(raw),
         arguments=queue_arguments(raw),
+        head_message_timestamp=as_float(raw.get("head_message_timestamp")),
     )
 
 

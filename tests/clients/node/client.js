@@ -9,6 +9,9 @@
 //   confirm-publisher publishes 5 a second on a confirm channel, and a prefetch-50 consumer acks them
 //   nack-requeue     a prefetch-10 consumer that nacks every message with requeue
 //   connection-per-message  twice a second: connects, publishes one message, closes (churn)
+//   stamped-stuck    publishes 5 messages a second stamped with the time (the timestamp property) on a confirm
+//                    channel into <queue>, declared by the caller (of any type), and a prefetch-1 consumer of it
+//                    that never acks
 'use strict';
 const amqp = require('amqplib');
 
@@ -68,6 +71,16 @@ async function main() {
     await ch.assertQueue(queue, QUEUE_ARGS);
     await ch.prefetch(10);
     await ch.consume(queue, (msg) => ch.nack(msg, false, true), { noAck: false });
+  } else if (mode === 'stamped-stuck') {
+    const pub = await conn.createConfirmChannel();
+    await pub.checkQueue(queue);
+    const con = await conn.createChannel();
+    await con.prefetch(1);
+    await con.consume(queue, () => {}, { noAck: false });
+    every(200, async () => {
+      pub.sendToQueue(queue, Buffer.from('order'), { persistent: true, timestamp: Math.floor(Date.now() / 1000) });
+      await pub.waitForConfirms();
+    });
   } else {
     fail(new Error('unknown mode'));
   }
