@@ -185,6 +185,9 @@ def test_every_rule_fires_on_its_scenario(release, release_broker, release_vhost
     assert limit["severity"] == "critical" and limit["evidence"]["dropped_on_nodes"] > 0
     assert limit["evidence"]["attribution"].startswith("inferred:")
     assert by_rule["messages-dropped"]["evidence"]["reason"] == "maxlen"
+    # The head message's timestamp, in seconds, on every release: an hour-old stamp is an hour old.
+    waiting = by_rule["messages-waiting"]["evidence"]
+    assert waiting["age_from"].startswith("the head message's timestamp") and 3500 < waiting["oldest_message_age_s"] < 4000
     skipped = {n["rule"]: n for n in doc["not_evaluated"]}
     if release.major >= 4:
         assert skipped["mirrored-queue-unsynchronised"]["why"] == "classic queue mirroring is removed in RabbitMQ 4.0"
