@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from ackscope.core.durations import describe
 from ackscope.model.findings import STAMPED, Finding
-from ackscope.model.snapshot import DEAD_LETTER_COUNTS, QUEUE_COUNTS, QUEUE_DURABILITY, QUEUE_PERSISTENT_COUNTS, Queue
+from ackscope.model.snapshot import (DEAD_LETTER_COUNTS, QUEUE_COUNTS, QUEUE_DEAD_LETTERED_HELD, QUEUE_DURABILITY,
+                                     QUEUE_PERSISTENT_COUNTS, Queue)
 
 from .context import RELIABILITY_GUIDE, Context, Rule, consumers_named, num, rounded
 
@@ -77,6 +78,33 @@ def _waiting(ctx: Context, rule: Rule) -> Iterator[Finding]:
              "delivered_over_window": ctx.over_window(q, "deliver_get"), **_age(ctx, q)},
             f"the oldest message of {q.name} has waited {at_least}{describe(oldest.age_seconds)} though "
             f"{q.consumers} consumer(s) are attached: they take nothing from it, or less than arrives.")
+
+
+def _dead_lettering_stuck(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    previous = {(q.vhost, q.name): q for q in ctx.previous.queues} if ctx.previous else {}
+    for q in ctx.snapshot.queues:
+        # Held at the window's start (or the poll before, for a queue younger than the window) and no fewer now:
+        # the target has confirmed none of them since.
+        then = ctx.at_window_start(q) or previous.get((q.vhost, q.name))
+        held, before = q.messages_dlx, then.messages_dlx if then is not None else None
+        if not held or not before or held < before or then is q:
+            continue
+        limit = q.max_length
+        total = num(q.messages_ready) + num(q.messages_unacked) + held
+        full = limit is not None and total >= 0.9 * limit
+        exchange = q.dead_letter_exchange or "the default exchange"
+        route = f" with routing key {q.dead_letter_routing_key!r}" if q.dead_letter_routing_key else ""
+        yield rule.finding(
+            "critical" if full else "warning", q.vhost, f"queue {q.name}", consumers_named(ctx, q),
+            {"dead_lettered_held": held, "held_at_window_start": before, "dead_letter_strategy": q.dead_letter_strategy,
+             "dead_letter_exchange": q.dead_letter_exchange, "dead_letter_routing_key": q.dead_letter_routing_key,
+             "messages": total, "max_length": limit,
+             "why": "not reported by the broker: the exchange is missing, routes nowhere, or its queue refuses "
+                    "(reject-publish, its own length limit); the node's log says which once (\"Cannot forward any "
+                    "dead-letter messages\")"},
+            f"quorum queue {q.name} holds {held} dead-lettered messages that {exchange}{route} has not confirmed "
+            f"({before} at the window's start): at-least-once dead-lettering stopped, and they stay in the queue"
+            + (f", which is near its length limit of {limit}: publishers are refused next." if full else "."))
 
 
 def _polled(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -215,6 +243,12 @@ RULES: tuple[Rule, ...] = (
          "Find why the consumers take nothing from it: stalled or at their prefetch (consumer-stalled, "
          "unacked-at-prefetch), fewer or slower than the rate in (add consumers), or a single active consumer "
          "holding it; see RabbitMQ guide 'Consumers'.", _waiting, needs=(QUEUE_COUNTS,)),
+    Rule("dead-lettering-stuck", "A quorum queue dead-lettering at-least-once whose dead-lettered messages no "
+         "target confirms over the window (messages_dlx held, not falling); critical near its length limit.",
+         "Make the dead-letter target take them: create the dead-letter exchange, bind a queue for the routing "
+         "key, or free the target queue (its length limit with reject-publish); see RabbitMQ guide 'Dead "
+         "Lettering', 'At-Least-Once Dead Lettering'.", _dead_lettering_stuck,
+         needs=(QUEUE_COUNTS, QUEUE_DEAD_LETTERED_HELD)),
     Rule("queue-polled", "A queue without consumers read with basic.get; a warning when gets go without ack "
          "(a fetched message is lost with its reader) or messages pile up.", "Consume with basic.consume, "
          "manual acks and a prefetch limit instead of polling; see RabbitMQ guide 'Consumers', 'Fetching "

@@ -356,6 +356,13 @@ class Queue:
     # The unix time in the timestamp property of the message at the head of the queue (classic queues, where the
     # publisher sets it); None where it has none, the queue is empty, or the source does not say.
     head_message_timestamp: float | None = None
+    # A quorum queue dead-lettering at-least-once keeps each message it dead-letters until the target confirms it:
+    # how many it keeps so (None where the source does not say), its strategy ("at-least-once", "at-most-once",
+    # "" for none set; None unknown), where it routes them, and its length limit (x-max-length or a policy's).
+    messages_dlx: int | None = None
+    dead_letter_strategy: str | None = None
+    dead_letter_routing_key: str | None = None
+    max_length: int | None = None
 
     @property
     def stream(self) -> bool:
@@ -434,6 +441,7 @@ QUEUE_PERSISTENT_COUNTS = "the queue's count of persistent messages"
 CONNECTION_HEARTBEATS = "the connection's heartbeat"
 CONNECTION_STATES = "the connection's state (blocked, flow)"
 QUEUE_DURABILITY = "the queue's durability"
+QUEUE_DEAD_LETTERED_HELD = "a quorum queue's dead-lettered messages awaiting their target's confirm (messages_dlx)"
 # Facts a poll may miss when one of its source's endpoints fails while the others answer (Snapshot.unread).
 CHANNELS = "the channels and their consumers"
 QUEUE_COUNTS = "the queues' depths and counters"

@@ -39,7 +39,8 @@ MISSED_WITHOUT = {
     "connections": frozenset({facts.CONNECTIONS, facts.CONNECTION_HEARTBEATS, facts.CONNECTION_STATES}),
     "channels": frozenset({facts.CHANNELS, facts.CHANNEL_TRANSACTIONAL}),
     "consumers": frozenset({facts.CHANNELS}),
-    "queues": frozenset({facts.QUEUE_COUNTS, facts.QUEUE_DURABILITY, facts.QUEUE_PERSISTENT_COUNTS}),
+    "queues": frozenset({facts.QUEUE_COUNTS, facts.QUEUE_DURABILITY, facts.QUEUE_PERSISTENT_COUNTS,
+                         facts.QUEUE_DEAD_LETTERED_HELD}),
     "metrics": frozenset({facts.DEAD_LETTER_COUNTS}),
     # A vhost whose exchanges could not be read leaves what its unconfirmed publishers put at stake unknown: the
     # rule then judges them by their rate, and says so.

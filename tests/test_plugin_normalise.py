@@ -73,6 +73,7 @@ def test_rules_whose_facts_the_plugin_lacks_say_not_evaluated_instead_of_staying
     assert {n.rule: n.needs for n in verdict.not_evaluated} == {
         "transactional-publisher": ("the channel's transactional flag",),
         "transient-in-durable-queue": ("the queue's count of persistent messages",),
+        "dead-lettering-stuck": (facts.QUEUE_DEAD_LETTERED_HELD,),
         "heartbeat-disabled": ("the connection's heartbeat",),
         "connection-blocked": ("the connection's state (blocked, flow)",),
         # Whatever the source: without the broker's log, why the broker closed channels is not known.
@@ -106,8 +107,9 @@ def test_the_cli_names_each_channels_client_and_settles_its_transactional_flag(s
     assert all(c.heartbeat_seconds == 60 and c.state == "running" for c in enriched.connections)
     verdict = diagnose(Context(enriched))
     # The CLI cannot say that; nor, without the broker's log, why channels were closed.
-    assert {n.rule for n in verdict.not_evaluated} == {"transient-in-durable-queue", "consumer-timed-out",
-                                                       "closed-on-error", "consumer-cancelled-by-broker"}
+    assert {n.rule for n in verdict.not_evaluated} == {"transient-in-durable-queue", "dead-lettering-stuck",
+                                                       "consumer-timed-out", "closed-on-error",
+                                                       "consumer-cancelled-by-broker"}
     saturated = next(f for f in verdict.findings if f.rule == "prefetch-saturated")
     assert saturated.culprit == "channel <0.813.0> (invoice-worker)"
 
@@ -176,7 +178,8 @@ def test_on_a_large_broker_channels_stay_as_the_management_api_lists_them_and_qu
     assert large.channels == base.channels and large.consumers == base.consumers
     assert all(" -> " in c.name and c.connection_name for c in large.channels)  # named, attributed
     assert large.queues == recorded_plugin_snapshot().queues  # the plugin's depths and counters
-    assert large.unreported == {facts.QUEUE_PERSISTENT_COUNTS}  # what the management API no longer says
+    # What the management API no longer says.
+    assert large.unreported == {facts.QUEUE_PERSISTENT_COUNTS, facts.QUEUE_DEAD_LETTERED_HELD}
 
 
 def test_a_consumer_list_agrees_with_channels_counting_its_consumers_and_no_others():

@@ -290,7 +290,7 @@ def test_probe_rules_from_probe_statistics():
 
 def test_every_rule_id_is_unique_and_has_meaning_and_remedy():
     ids = [r.id for r in RULES]
-    assert len(ids) == len(set(ids)) == 44
+    assert len(ids) == len(set(ids)) == 45
     assert all(r.meaning and r.remedy for r in RULES)
 
 
@@ -369,3 +369,17 @@ def test_a_queue_finding_names_the_consumers_of_the_poll_before_when_this_one_li
                                           identity="aiormq 6.9.4 from 10.0.0.9:4242 as app")])
     [f] = _only(Context(snapshot(queues=[q]), before), "requeue-loop")
     assert f.identity == "aiormq 6.9.4 from 10.0.0.9:4242 as app"
+
+
+def test_dead_lettered_messages_no_target_confirms_are_dead_lettering_stuck_and_critical_near_the_length_limit():
+    def q(held, **kw):
+        return queue("orders", type="quorum", messages_dlx=held, dead_letter_exchange="dlx",
+                     dead_letter_strategy="at-least-once", dead_letter_routing_key="", messages_ready=2, **kw)
+    start = snapshot(taken_at=0.0, queues=[q(5)])
+    [f] = _only(Context(snapshot(taken_at=60.0, queues=[q(8)]), start), "dead-lettering-stuck")
+    assert (f.severity, f.evidence["dead_lettered_held"], f.evidence["held_at_window_start"]) == ("warning", 8, 5)
+    assert "dlx has not confirmed" in f.explanation
+    [full] = _only(Context(snapshot(taken_at=60.0, queues=[q(8, max_length=10)]), start), "dead-lettering-stuck")
+    assert full.severity == "critical" and "publishers are refused next" in full.explanation
+    assert not _only(Context(snapshot(taken_at=60.0, queues=[q(3)]), start), "dead-lettering-stuck"), "draining"
+    assert not _only(Context(snapshot(taken_at=60.0, queues=[q(8)])), "dead-lettering-stuck"), "one sample"

@@ -223,6 +223,19 @@ def _backlog(count: int, durable: bool = True, props=PERSISTENT):
     return scenario
 
 
+def dead_lettering_stuck(run: Run) -> None:
+    """A quorum queue dead-lettering at-least-once (overflow reject-publish, which that strategy needs) to an
+    exchange that does not exist, and a consumer that rejects every delivery without requeue: each message is
+    dead-lettered, and kept, unconfirmed. Five new messages every two seconds."""
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch, **{"x-queue-type": "quorum", "x-dead-letter-exchange": f"{PREFIX}missing-dlx",
+                         "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
+    ch.basic_qos(prefetch_count=5)
+    ch.basic_consume(q, lambda c, m, p, b: c.basic_reject(m.delivery_tag, requeue=False))
+    run.idle(conn, every=2.0, tick=lambda: _publish(ch, q, 5))
+
+
 def messages_waiting(run: Run) -> None:
     """Twenty persistent messages stamped an hour ago (a publisher that sets the timestamp property, as a queue fed
     by a shovel from a backlog would hold them), behind a prefetch-1 consumer that never acks: consumed, stuck."""
@@ -328,6 +341,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              _backlog(150, durable=False, props=TRANSIENT)),
     Scenario("no-consumers-backlog", "no-consumers-backlog", "150 messages in a queue nobody consumes",
              _backlog(150)),
+    Scenario("dead-lettering-stuck", "dead-lettering-stuck", "a quorum queue dead-lettering at-least-once to an "
+             "exchange that does not exist, its consumer rejecting everything", dead_lettering_stuck),
     Scenario("messages-waiting", "messages-waiting", "20 messages stamped an hour ago behind a consumer that "
              "holds one and never acks", messages_waiting),
     Scenario("queue-polled", "queue-polled", "150 messages in a queue read only with basic.get, twice a second",

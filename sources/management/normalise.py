@@ -75,7 +75,10 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "deprecated-features/used": ("name", "deprecation_phase", "doc_url"),
     "queues": ("name", "vhost", "type", "durable", "auto_delete", "exclusive", "state", "node", "messages_ready",
                "messages_unacknowledged", "messages_persistent", "consumers", "consumer_utilisation",
-               "consumer_capacity", "head_message_timestamp", *REPLICAS, *DEAD_LETTERING) + _stats_columns(
+               # The head message's timestamp and the dead-lettered messages held move: read with the statistics,
+               # never from the plugin source's cached list (no Prometheus family has them).
+               "consumer_capacity", "head_message_timestamp", "messages_dlx", *REPLICAS, *DEAD_LETTERING)
+               + _stats_columns(
                    "publish", "deliver_get", "ack", "redeliver", "get", "get_no_ack", "deliver_no_ack"),
 }
 
@@ -336,7 +339,29 @@ def queue(raw: dict) -> Queue:
         consumer_timeout_ms=queue_consumer_timeout(raw),
         arguments=queue_arguments(raw),
         head_message_timestamp=as_float(raw.get("head_message_timestamp")),
+        messages_dlx=as_int(raw.get("messages_dlx")),
+        dead_letter_strategy=_setting(raw, "dead-letter-strategy"),
+        dead_letter_routing_key=_setting(raw, "dead-letter-routing-key"),
+        max_length=max_length(raw),
     )
+
+
+def _setting(raw: dict, key: str) -> str | None:
+    """A queue's string setting as its x- argument or, where none, a policy's key (the argument wins, as the broker
+    has it); "" where neither sets it, None where the answer does not show the queue's arguments."""
+    if not isinstance(raw.get("arguments"), (dict, list)):
+        return None
+    value = as_dict(raw.get("arguments")).get(f"x-{key}", as_dict(raw.get("effective_policy_definition")).get(key))
+    return value if isinstance(value, str) else ""
+
+
+def max_length(raw: dict) -> int | None:
+    """A queue's length limit: the lower of its x-max-length and a policy's max-length, as the broker applies
+    them; None for none."""
+    limits = [v for v in (as_dict(raw.get("arguments")).get("x-max-length"),
+                          as_dict(raw.get("effective_policy_definition")).get("max-length"))
+              if is_number(v) and v >= 0]
+    return int(min(limits)) if limits else None
 
 
 def as_pairs(raw: Any, leave_out: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...]:

@@ -407,7 +407,8 @@ def snapshot(base: Snapshot, detailed: Samples | None, metrics: Sequence[Samples
                    protocol_counts=tuple(c for m in metrics or () for c in protocol_counts(m, node_name(m) or "")),
                    unreported=base.unreported | ({facts.DEAD_LETTER_COUNTS} if dead is None else set()))
     if channels_listed:
-        return replace(base, queues=queues, unreported=base.unreported | {facts.QUEUE_PERSISTENT_COUNTS},
+        return replace(base, queues=queues,
+                       unreported=base.unreported | {facts.QUEUE_PERSISTENT_COUNTS, facts.QUEUE_DEAD_LETTERED_HELD},
                        nodes=nodes,
                        notes=(*base.notes, "a large broker: the queues' depths and counters come from its "
                               "Prometheus plugin, which costs it far less than the management API's listing; "
@@ -424,7 +425,8 @@ def snapshot(base: Snapshot, detailed: Samples | None, metrics: Sequence[Samples
             "management statistics are disabled on the broker: counts come from its Prometheus plugin, where "
             "a channel is known by its process id (docs/polling.md)",),
         unreported=base.unreported | {facts.CHANNEL_TRANSACTIONAL, facts.QUEUE_PERSISTENT_COUNTS,
-                                      facts.CONNECTION_HEARTBEATS, facts.CONNECTION_STATES},
+                                      facts.QUEUE_DEAD_LETTERED_HELD, facts.CONNECTION_HEARTBEATS,
+                                      facts.CONNECTION_STATES},
     )
 
 
