@@ -101,6 +101,27 @@ def test_aio_pika_process_with_requeue_on_a_failing_handler_is_a_requeue_loop(br
     fires(watching, processes, "requeue-loop", "queue jobs", "aiormq")
 
 
+def test_aio_pika_rejecting_into_a_dead_letter_target_that_is_deleted_is_dead_lettering_stuck(broker, vhost, watching,
+                                                                                              processes):
+    # At-least-once dead-lettering (overflow reject-publish, which it needs) into a fanout exchange's queue: while
+    # the queue is there every message goes through; once it is deleted, nothing routes, and the quorum queue keeps
+    # each dead-lettered message unconfirmed.
+    broker.api("PUT", f"/exchanges/{vhost}/dlx", json={"type": "fanout", "durable": True})
+    broker.api("PUT", f"/queues/{vhost}/dead", json={"durable": True})
+    broker.api("POST", f"/bindings/{vhost}/e/dlx/q/dead", json={"routing_key": ""})
+    broker.api("PUT", f"/queues/{vhost}/orders", json={"durable": True, "arguments": {
+        "x-queue-type": "quorum", "x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish"}})
+    processes.start(sys.executable, "aio_pika_client.py", "process-reject", "orders")
+    wait_for(lambda: broker.api("GET", f"/queues/{vhost}/dead").json().get("messages", 0) >= 10, timeout=30,
+             what="the rejected messages dead-lettered into queue dead")
+    assert not [f for f in findings(watching) if f["rule"] == "dead-lettering-stuck"]
+    broker.api("DELETE", f"/queues/{vhost}/dead")
+    f = fires(watching, processes, "dead-lettering-stuck", "queue orders", "aiormq")
+    assert f["severity"] == "warning" and f["evidence"]["dead_letter_exchange"] == "dlx"
+    assert f["evidence"]["dead_lettered_held"] >= f["evidence"]["held_at_window_start"] > 0
+
+
 def test_a_named_and_an_unnamed_client_on_one_queue_keep_their_names_and_no_name_is_invented(broker, vhost, watching,
                                                                                             processes):
     # Two consumers failing every message on one queue: aio-pika named as its documentation names a connection,

@@ -5,6 +5,9 @@ With CONNECTION_NAME set, the connection is named as aio-pika's documentation na
       process-requeue      a prefetch-10 consumer whose handler fails inside message.process(requeue=True)
       confirming-publisher 5 a second through the default (confirming) channel, and a prefetch-50
                            consumer that processes them
+      process-reject       5 a second through the default channel into <queue>, declared by the caller (of any
+                           type), and a prefetch-10 consumer whose handler fails inside message.process()
+                           (rejected without requeue: dead-lettered)
 """
 
 from __future__ import annotations
@@ -28,6 +31,22 @@ async def main(mode: str, queue_name: str) -> None:
     async with connection:
         channel = await connection.channel()
         await channel.set_qos(prefetch_count=10 if mode == "process-requeue" else 50)
+        if mode == "process-reject":
+            queue = await channel.get_queue(queue_name)  # passive: the caller declared it
+
+            async def rejects(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                async with message.process():
+                    raise ValueError("the handler fails on every message")
+            await queue.consume(rejects)
+
+            async def publish_jobs() -> None:
+                while True:
+                    await channel.default_exchange.publish(aio_pika.Message(b"job"), routing_key=queue_name)
+                    await asyncio.sleep(0.2)
+            asyncio.get_running_loop().create_task(publish_jobs())
+            print("ready", flush=True)
+            await stop.wait()
+            return
         queue = await channel.declare_queue(queue_name, durable=True, arguments={"x-expires": 600_000})
         if mode == "process-requeue":
             async def fails(message: aio_pika.abc.AbstractIncomingMessage) -> None:
