@@ -4,7 +4,8 @@ records each poll, as a real poll makes them), judged against the previous poll 
 and against a 5-minute window kept by diagnosis.window.Recent (after), side by side in one run.
 
 Reports per-poll diagnosis time (p50, p99) and the memory the kept snapshots hold (tracemalloc, after a
-full collection). Targets: diagnosis p99 <= 100 ms at this size; the window's memory <= 100 MiB.
+full collection); a third row adds the oldest message's age per queue (diagnosis.waiting, issue 41): its
+tracker updated each poll and read by the rules. Targets: diagnosis p99 <= 100 ms at this size; the window's memory <= 100 MiB.
 
     python bench/diagnosis_window.py [--queues 5000] [--connections 200] [--polls 60]
 """
@@ -19,6 +20,7 @@ import tracemalloc
 from ackscope.core.quantile import sample_quantile
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.diagnosis.waiting import Waiting
 from ackscope.diagnosis.window import Recent
 from ackscope.model.snapshot import (
     Channel,
@@ -57,11 +59,13 @@ def broker(poll: int, queues: int, connections: int) -> Snapshot:
                                queues=tuple(qs)))
 
 
-def run(polls: int, queues: int, connections: int, windowed: bool, traced: bool) -> tuple[list[float], float]:
+def run(polls: int, queues: int, connections: int, windowed: bool, traced: bool,
+        aged: bool = False) -> tuple[list[float], float]:
     """Per-poll diagnosis times, and (when `traced`: tracemalloc slows allocation, so times are taken in
     a run of their own) the memory still held after the last poll: the previous poll and the window."""
     thresholds = Thresholds()
     recent = Recent(thresholds.window_seconds)
+    waiting = Waiting()
     previous, times = None, []
     gc.collect()
     if traced:
@@ -71,7 +75,8 @@ def run(polls: int, queues: int, connections: int, windowed: bool, traced: bool)
         snapshot = broker(poll, queues, connections)
         started = time.perf_counter()
         window = recent.start(snapshot) if windowed else None
-        diagnose(Context(snapshot, previous, (), thresholds, window=window))
+        oldest = waiting.update(snapshot) if aged else None
+        diagnose(Context(snapshot, previous, (), thresholds, window=window, oldest=oldest))
         times.append(time.perf_counter() - started)
         previous = snapshot
     del snapshot
@@ -91,9 +96,11 @@ def main() -> None:
     print(f"{args.queues} queues, {args.connections * 3} channels and consumers, {args.connections} connections; "
           f"{args.polls} polls {INTERVAL:g} s apart (window 300 s)")
     print(f"{'judged against':<28} {'p50 ms':>8} {'p99 ms':>8} {'held MiB':>9}")
-    for label, windowed in (("previous poll only (before)", False), ("5-minute window (after)", True)):
-        times, _ = run(args.polls, args.queues, args.connections, windowed, traced=False)
-        _, held = run(args.polls, args.queues, args.connections, windowed, traced=True)
+    for label, windowed, aged in (("previous poll only (before)", False, False),
+                                  ("5-minute window (after)", True, False),
+                                  ("window + oldest message (41)", True, True)):
+        times, _ = run(args.polls, args.queues, args.connections, windowed, traced=False, aged=aged)
+        _, held = run(args.polls, args.queues, args.connections, windowed, traced=True, aged=aged)
         p50, p99 = sample_quantile(times, 0.5), sample_quantile(times, 0.99)
         print(f"{label:<28} {p50 * 1000:8.1f} {p99 * 1000:8.1f} {held:9.1f}")
 

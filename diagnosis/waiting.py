@@ -39,14 +39,14 @@ class _History:
         self.delivered = 0
 
     def update(self, t: float, ready: int, delivered: int) -> float | None:
-        """The lower bound at `t` (None until a poll before this one says anything)."""
+        """The lower bound at `t`, `ready` above 0 (None until a poll before this one says anything)."""
         left_undelivered = ready < self.ready - (delivered - self.delivered)
-        if delivered < self.delivered or left_undelivered or not ready:
+        if delivered < self.delivered or left_undelivered:
             self.points.clear()  # a new queue of that name, or messages left without a delivery
         self.ready, self.delivered = ready, delivered
         while self.points and delivered >= self.points[0][1]:
             self.points.popleft()  # every message ready then has been delivered since
-        if ready and (not self.points or delivered + ready > self.points[-1][1]):
+        if not self.points or delivered + ready > self.points[-1][1]:
             self.points.append((t, delivered + ready))
             if len(self.points) > MAX_POINTS:
                 del self.points[len(self.points) // 2]
@@ -66,7 +66,8 @@ class Waiting:
                 continue  # a stream retains what it was sent: no backlog to age
             key = (q.vhost, q.name)
             bound = None
-            if q.messages_ready is not None and q.message_stats.deliver_get is not None:
+            # An empty queue keeps no history (most of a large broker's are empty): its next message starts one.
+            if q.messages_ready and q.message_stats.deliver_get is not None:
                 history = histories[key] = self._histories.get(key) or _History()
                 bound = history.update(s.taken_at, q.messages_ready, q.message_stats.deliver_get)
             found = stamped(q, s.taken_at)

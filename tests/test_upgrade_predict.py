@@ -257,3 +257,14 @@ def test_statistics_collected_today_are_deprecated_on_4_0_and_none_are_once_turn
     assert "management-metrics-collection" not in _by_rule(predict(off, TARGETS["4.3"]))
     on_4_0_broker = replace(_broker_3_10(), overview=_overview("4.0.5"))
     assert "management-metrics-collection" not in _by_rule(predict(on_4_0_broker, TARGETS["4.3"]))
+
+
+def test_changes_it_could_not_judge_with_nothing_found_exit_unknown_never_ok():
+    from ackscope.apps.upgrade_check import UNKNOWN, _exit
+    unjudged = replace(_broker_3_10(), policies=None, overview=replace(_overview("3.10.8"), statistics_disabled=True),
+                       queues=(), channels=(), consumers=())
+    p = predict(unjudged, TARGETS["4.0"])
+    assert not p.findings and [n.rule for n in p.not_evaluated] == ["classic-queue-mirroring-removed"]
+    assert _exit(p) == UNKNOWN
+    assert _exit(predict(replace(unjudged, policies=()), TARGETS["4.0"])) == 0
+    assert _exit(predict(_broker_3_10(), TARGETS["4.0"])) == 2

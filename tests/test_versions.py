@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import pika
 import pytest
+import requests
 from client_processes import Clients
 from helpers import (
     CHANNEL,
@@ -100,10 +101,17 @@ def test_the_exporters_families_agree_with_the_raw_api(release, release_broker, 
 
         def agree():
             s = scrape(exporter)
-            queues = {q["name"]: q for q in node.api("GET", f"/queues/{vhost}").json()}
-            channels = [c for c in node.api("GET", f"/vhosts/{vhost}/channels").json()]
-            consumers = node.api("GET", f"/consumers/{vhost}").json()
-            connections = node.api("GET", f"/vhosts/{vhost}/connections").json()
+            try:
+                queues = {q["name"]: q for q in node.api("GET", f"/queues/{vhost}").json()}
+                channels = [c for c in node.api("GET", f"/vhosts/{vhost}/channels").json()]
+                consumers = node.api("GET", f"/consumers/{vhost}").json()
+                connections = node.api("GET", f"/vhosts/{vhost}/connections").json()
+            except requests.HTTPError as e:
+                # 3.10 once answered this vhost's channel list with 500 (a clean-clone run): the broker's own
+                # listing failing is no answer to compare with; the next one is.
+                if e.response is not None and e.response.status_code == 500:
+                    return None
+                raise
             if saturated not in queues or not consumers or not channels:
                 return None
             pairs = [(value(s, "ackscope_queue_messages_ready", vhost=vhost, queue=name), q.get("messages_ready"))
