@@ -83,9 +83,11 @@ def _waiting(ctx: Context, rule: Rule) -> Iterator[Finding]:
 def _dead_lettering_stuck(ctx: Context, rule: Rule) -> Iterator[Finding]:
     previous = {(q.vhost, q.name): q for q in ctx.previous.queues} if ctx.previous else {}
     for q in ctx.snapshot.queues:
-        # Held at the window's start (or the poll before, for a queue younger than the window) and no fewer now:
-        # the target has confirmed none of them since.
-        then = ctx.at_window_start(q) or previous.get((q.vhost, q.name))
+        # Held at the window's start (or, where it held none yet then, at the poll before) and no fewer now: the
+        # target has confirmed none of them since.
+        then = ctx.at_window_start(q)
+        if then is None or not then.messages_dlx:
+            then = previous.get((q.vhost, q.name))
         held, before = q.messages_dlx, then.messages_dlx if then is not None else None
         if not held or not before or held < before or then is q:
             continue
@@ -96,14 +98,14 @@ def _dead_lettering_stuck(ctx: Context, rule: Rule) -> Iterator[Finding]:
         route = f" with routing key {q.dead_letter_routing_key!r}" if q.dead_letter_routing_key else ""
         yield rule.finding(
             "critical" if full else "warning", q.vhost, f"queue {q.name}", consumers_named(ctx, q),
-            {"dead_lettered_held": held, "held_at_window_start": before, "dead_letter_strategy": q.dead_letter_strategy,
+            {"dead_lettered_held": held, "held_earlier": before, "dead_letter_strategy": q.dead_letter_strategy,
              "dead_letter_exchange": q.dead_letter_exchange, "dead_letter_routing_key": q.dead_letter_routing_key,
              "messages": total, "max_length": limit,
              "why": "not reported by the broker: the exchange is missing, routes nowhere, or its queue refuses "
                     "(reject-publish, its own length limit); the node's log says which once (\"Cannot forward any "
                     "dead-letter messages\")"},
             f"quorum queue {q.name} holds {held} dead-lettered messages that {exchange}{route} has not confirmed "
-            f"({before} at the window's start): at-least-once dead-lettering stopped, and they stay in the queue"
+            f"({before} earlier in the window): at-least-once dead-lettering stopped, and they stay in the queue"
             + (f", which is near its length limit of {limit}: publishers are refused next." if full else "."))
 
 

@@ -377,9 +377,18 @@ def test_dead_lettered_messages_no_target_confirms_are_dead_lettering_stuck_and_
                      dead_letter_strategy="at-least-once", dead_letter_routing_key="", messages_ready=2, **kw)
     start = snapshot(taken_at=0.0, queues=[q(5)])
     [f] = _only(Context(snapshot(taken_at=60.0, queues=[q(8)]), start), "dead-lettering-stuck")
-    assert (f.severity, f.evidence["dead_lettered_held"], f.evidence["held_at_window_start"]) == ("warning", 8, 5)
+    assert (f.severity, f.evidence["dead_lettered_held"], f.evidence["held_earlier"]) == ("warning", 8, 5)
     assert "dlx has not confirmed" in f.explanation
     [full] = _only(Context(snapshot(taken_at=60.0, queues=[q(8, max_length=10)]), start), "dead-lettering-stuck")
     assert full.severity == "critical" and "publishers are refused next" in full.explanation
     assert not _only(Context(snapshot(taken_at=60.0, queues=[q(3)]), start), "dead-lettering-stuck"), "draining"
     assert not _only(Context(snapshot(taken_at=60.0, queues=[q(8)])), "dead-lettering-stuck"), "one sample"
+
+
+def test_dead_lettering_that_stopped_within_the_window_is_judged_against_the_poll_before():
+    def q(held):
+        return queue("orders", type="quorum", messages_dlx=held, dead_letter_exchange="dlx",
+                     dead_letter_strategy="at-least-once", dead_letter_routing_key="")
+    start, previous = snapshot(taken_at=0.0, queues=[q(0)]), snapshot(taken_at=50.0, queues=[q(6)])
+    [f] = _only(Context(snapshot(taken_at=60.0, queues=[q(9)]), previous, window=start), "dead-lettering-stuck")
+    assert f.evidence["held_earlier"] == 6
