@@ -4,6 +4,8 @@ RabbitMQ's confirms guide compares (ackscope.workloads.confirm_strategies)."""
 from __future__ import annotations
 
 import argparse
+import json
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pika.exceptions
 
 from ackscope.core import amqp
 from ackscope.core.config import ConfigError
+from ackscope.model.confirm_bench import ConfirmBench, StrategyRate
 from ackscope.workloads.confirm_strategies import QUEUE_TYPES, STRATEGIES, run_all, table_rows, write_chart
 
 
@@ -20,6 +23,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "[_FILE]) [env ACKSCOPE_AMQP_URL; default amqp://guest@localhost:5672/%%2F]")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per strategy and queue type [5]")
     parser.add_argument("--html", default="confirms.html", help="where to write the chart [confirms.html]")
+    parser.add_argument("--save", metavar="FILE", default=None, help="also write the figures as JSON, for the "
+                        "exporter's --confirm-bench: its findings on how publishers wait for confirms quote them")
+
+
+def saved(path: str) -> ConfirmBench:
+    """The figures `--save` wrote; ConfigError, in one line, where the file is unreadable or not such figures."""
+    try:
+        return ConfirmBench.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+    except OSError as e:
+        raise ConfigError(f"--confirm-bench {path}: {e.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--confirm-bench {path}: {e}") from None
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -54,6 +69,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     Console().print(table)
     write_chart(results, Path(args.html))
     console.print(f"chart written to {args.html}")
+    if args.save:
+        figures = ConfirmBench(display, time.time(), tuple(StrategyRate(r.strategy, r.queue_type, r.rate,
+                                                                        r.percentile(0.5)) for r in results))
+        Path(args.save).write_text(json.dumps(figures.to_json(), indent=2) + "\n", encoding="utf-8")
+        console.print(f"figures written to {args.save}")
     tx = {r.queue_type: r.rate for r in results if r.strategy == "transaction per message"}
     streaming = {r.queue_type: r.rate for r in results if r.strategy.startswith("streaming")}
     for queue_type in QUEUE_TYPES:

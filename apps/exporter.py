@@ -19,6 +19,7 @@ from ackscope.core.config import ConfigError, Option, choice
 from ackscope.core.http_server import Source, WebSecurity, loop_healthy, make_server, serve_in_background
 from ackscope.core.processes import wait_for_signal
 from ackscope.core.secret import Secret
+from ackscope.diagnosis.confirm_waits import ConfirmWaits
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.onset import Onset
 from ackscope.diagnosis.rules import Context, diagnose
@@ -30,6 +31,7 @@ from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.exposition import compressed, probe_metrics
 from ackscope.exporter.history import SnapshotHistory
 from ackscope.exporter.poller import Poller
+from ackscope.model.confirm_bench import ConfirmBench
 from ackscope.model.events import Breaks
 from ackscope.model.findings import Diagnosis
 from ackscope.model.probes import ProbeStats
@@ -38,6 +40,8 @@ from ackscope.probes import config as probe_config
 from ackscope.probes.config import ProbeConfig
 from ackscope.probes.service import Probes
 from ackscope.sources import KINDS, BreakLedger, BrokerLogWatch, EventExchangeWatch, Selection, make_source
+
+from . import bench
 
 log = logging.getLogger("ackscope.exporter")
 
@@ -81,6 +85,8 @@ OPTIONS = (
     Option("event_exchange", False, config.boolean, "read the broker's event exchange (the rabbitmq_event_exchange "
            "plugin) through the probes' user (--amqp-url; it needs read permission on amq.rabbitmq.event): "
            "connections and channels opened and closed, by client", switch=True),
+    Option("confirm_bench", None, config.existing_file, "what 'ackscope bench confirms --save FILE' measured on this "
+           "broker: publisher-waits-each-confirm quotes its figures"),
     probe_config.DATA_DIR,
     Option("snapshot_every", 1, config.positive_int, "with --data-dir, record every Nth poll's snapshot"),
 )
@@ -109,6 +115,7 @@ class ExporterConfig:
     snapshot_every: int = 1
     broker_log: str | None = None  # the node's log file, or "-" for standard input
     event_exchange: bool = False  # read amq.rabbitmq.event through the probes' user
+    confirm_bench: ConfirmBench | None = None  # what `ackscope bench confirms` measured on this broker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -144,6 +151,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         probes=probes, thresholds=load_thresholds(document, path),
         data_dir=v["data_dir"], snapshot_every=v["snapshot_every"], broker_log=v["broker_log"],
         event_exchange=v["event_exchange"],
+        confirm_bench=bench.saved(v["confirm_bench"]) if v["confirm_bench"] else None,
         source=v["source"], prometheus_url=v["prometheus_url"], cli=v["cli"],
     )
 
@@ -191,6 +199,7 @@ class Exporter:
         self.recent = Recent(cfg.thresholds.window_seconds)  # the window the rate-like rules judge
         self.holding = Holding()  # since when each channel has held deliveries without settling any
         self.waiting = Waiting()  # how long each queue's oldest message has waited, at least
+        self.confirm_waits = ConfirmWaits(cfg.thresholds.window_seconds)  # how many each publisher leaves in flight
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
         self.ledger = BreakLedger(cfg.thresholds.window_seconds,
@@ -216,7 +225,8 @@ class Exporter:
         oldest = self.waiting.update(snapshot)
         verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds,
                                    window=self.recent.start(snapshot), breaks=breaks,
-                                   held=self.holding.update(snapshot), oldest=oldest))
+                                   held=self.holding.update(snapshot), oldest=oldest,
+                                   in_flight=self.confirm_waits.update(snapshot), confirm_bench=self.cfg.confirm_bench))
         return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)),
                        upgrades=outlooks(snapshot), oldest=tuple(oldest.values()))
 

@@ -11,7 +11,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import pika
 import pika.exceptions
@@ -52,7 +52,8 @@ def resolve(flag: str | None, environ: Mapping[str, str], table: Mapping[str, An
     raw = flag or environ.get("ACKSCOPE_AMQP_URL") or table.get("amqp_url") or default
     if raw is None:
         return None
-    return with_password(str(raw), read_secret("amqp_password", environ, table, where))
+    return with_password(str(raw), read_secret("amqp_password", environ, table, where),
+                         environ.get("ACKSCOPE_AMQP_USERNAME") or table.get("amqp_username"))
 
 
 def refuse_password_on_command_line(flag: str | None) -> None:
@@ -61,11 +62,16 @@ def refuse_password_on_command_line(flag: str | None) -> None:
                           "ACKSCOPE_AMQP_PASSWORD or ACKSCOPE_AMQP_PASSWORD_FILE")
 
 
-def with_password(url: str, password: Secret | None) -> AmqpUrl:
-    """`url` with the password set (the given one wins over one in the URL); guest's default for guest."""
+def with_password(url: str, password: Secret | None, username: str | None = None) -> AmqpUrl:
+    """`url` with the password set (the given one wins over one in the URL), and the user where one is given (it
+    wins over the URL's: a Kubernetes Secret's username key, changed with its password); guest's default for
+    guest."""
     parts = urlsplit(url)
     if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
         raise ConfigError(f"--amqp-url must look like amqp(s)://user@host:port/vhost, not {_display(parts)!r}")
+    if username:
+        host = parts.netloc.rsplit("@", 1)[-1]
+        parts = parts._replace(netloc=f"{quote(username, safe='')}@{host}")
     user = unquote(parts.username or "guest")
     secret = password.reveal() if password is not None else unquote(parts.password or "")
     if not secret:
@@ -87,6 +93,24 @@ def _display(parts) -> str:
     host = parts.hostname or ""
     netloc = (f"{parts.username}@" if parts.username else "") + host + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def without_password(url: str) -> str:
+    """`url` as it may be shown: any password taken out of it (the user's part and query options such as a TLS key's
+    password), the rest as it was. For URIs the broker holds (a shovel's, a federation upstream's), which it may
+    give with their password."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}@{host}"
+    query = parts.query
+    if "password" in query.lower() or "secret" in query.lower():
+        query = urlencode([(k, "[redacted]" if "password" in k.lower() or "secret" in k.lower() else v)
+                           for k, v in parse_qsl(query, keep_blank_values=True)], safe="/[]")
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url  # as given: "amqp://" (this node) would lose its slashes in the round trip
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def ssl_options(url: str, ca_file: str | None, insecure: bool) -> pika.SSLOptions | None:

@@ -355,6 +355,7 @@ def _reports_history(root: str) -> None:
         st.plotly_chart(charts.over_time(shown, "window_start", ["p50_ms", "p99_ms"], "probe",
                                          "Confirm latency per window (pipeline)", "ms"), key="history-latency")
     for name, title in (("delivery_audit", "Delivery audit"), ("lost_messages", "Lost messages"),
+                        ("out_of_order_messages", "Messages first delivered out of publish order"),
                         ("prefetch_saturation", "Prefetch saturation"), ("redelivery_hotspots", "Redelivery hot spots"),
                         ("publisher_safety", "Publishers and how they protect messages")):
         df = loaded.tables.get(name)
@@ -376,12 +377,18 @@ def _prometheus_history(url: str) -> None:
                         key="prometheus-p99")
 
 
+def _no_snapshot_yet(data: Live) -> bool:
+    """Whether the exporter has no snapshot to show yet, said on the page."""
+    if not data.snapshot:
+        st.info("No snapshot from the exporter yet.")
+    return not data.snapshot
+
+
 def broker() -> None:
     st.title("Broker")
 
     def render(data: Live) -> None:
-        if not data.snapshot:
-            st.info("No snapshot from the exporter yet.")
+        if _no_snapshot_yet(data):
             return
         overview = data.snapshot.get("overview", {})
         st.caption(f"RabbitMQ {overview.get('rabbitmq_version')} · Erlang {overview.get('erlang_version')} · "
@@ -392,6 +399,10 @@ def broker() -> None:
                             "Every replicated queue has all its replicas (or the broker has none).")
         _table_or_all_clear("Blocked connections", views.blocked_connections(data.snapshot),
                             "No connection is blocked.")
+        moving = views.shovels(data.snapshot)
+        if not moving.empty:  # most brokers have none: no empty section for them
+            st.subheader("Shovels and federation links")
+            _table(moving)
         for note in data.snapshot.get("notes", []):
             st.caption(note)
     _live_page(render)
@@ -401,8 +412,7 @@ def upgrade() -> None:
     st.title("Upgrade: what the next releases change, per client")
 
     def render(data: Live) -> None:
-        if not data.snapshot:
-            st.info("No snapshot from the exporter yet.")
+        if _no_snapshot_yet(data):
             return
         version = data.snapshot.get("overview", {}).get("rabbitmq_version") or "of an unknown version"
         if not data.upgrades:

@@ -248,6 +248,32 @@ def blocked_connections(snapshot: dict[str, Any] | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["client", "connection", "vhost", "user", "state"])
 
 
+SHOVEL_COLUMNS = ["kind", "name", "vhost", "state", "ack mode", "from", "to", "node", "why"]
+
+
+def shovels(snapshot: dict[str, Any] | None) -> pd.DataFrame:
+    """The broker's own movers of messages: each shovel with its ack mode (what it loses on a failure, unless
+    on-confirm), where it moves from and to (URIs as the exporter has them, without their password) and its state;
+    each federation link with its upstream, state and the broker's error. Not running first."""
+    rows = []
+    for v in (snapshot or {}).get("shovels", []):
+        source = v.get("source_queue") or (f"exchange {v['source_exchange']}" if v.get("source_exchange") else "")
+        target = v.get("destination_queue") or (f"exchange {v['destination_exchange']}"
+                                                if v.get("destination_exchange") is not None else "")
+        rows.append({"kind": f"{v.get('type', '')} shovel", "name": v["name"], "vhost": v.get("vhost") or "",
+                     "state": v.get("state") or "unknown", "ack mode": v.get("ack_mode") or "unknown",
+                     "from": f"{source} at {v.get('source_uri') or '?'}",
+                     "to": f"{target} at {v.get('destination_uri') or '?'}", "node": v.get("node") or "",
+                     "why": v.get("reason") or ""})
+    for k in (snapshot or {}).get("federation_links", []):
+        rows.append({"kind": f"federation link ({k['type']})", "name": k["upstream"], "vhost": k["vhost"],
+                     "state": k["status"], "ack mode": "", "from": f"{k['upstream_name']} at {k.get('uri') or '?'}",
+                     "to": k["local"], "node": k.get("node") or "", "why": k.get("error") or ""})
+    df = pd.DataFrame(rows, columns=SHOVEL_COLUMNS)
+    moving = df["state"].isin(["running", "flow"])
+    return pd.concat([df[~moving], df[moving]], ignore_index=True)
+
+
 BREAK_COLUMNS = ["time", "kind", "reason", "client", "vhost", "channel", "queue", "broker said"]
 
 

@@ -18,25 +18,38 @@ def _prefetch_unlimited(ctx: Context, rule: Rule) -> Iterator[Finding]:
         if con.ack_required is not True or con.prefetch_count != 0 or ch is None or num(ch.global_prefetch_count):
             continue
         q = ctx.queue(con.vhost, con.queue)
-        hidden = ch.global_prefetch_count is None  # RabbitMQ 4 shows no channel-wide (global) prefetch anywhere
-        if hidden and q is not None and num(q.messages_ready) > 0:
+        unseen = _channel_limit_unseen(ctx, ch)
+        unacked = num(ch.messages_unacked)
+        if unseen and unacked < ctx.thresholds.unlimited_prefetch_unacked_critical \
+                and q is not None and num(q.messages_ready) > 0:
             # The broker pushes an unlimited consumer every ready message: messages left ready mean a limit
             # binds it, one this release does not show (Celery's global QoS on RabbitMQ 4.0-4.2).
             continue
-        unacked = num(ch.messages_unacked)
         # A latent risk with nothing at stake is info: no message is held (yet). Where a channel-wide limit may
-        # bind unseen, only what no sane limit allows is more than info.
+        # bind unseen, a few held may be that limit's; many are held against no limit anyone can see.
+        warns_from = ctx.thresholds.unlimited_prefetch_unacked_unseen if unseen else 1
         severity = ("critical" if unacked >= ctx.thresholds.unlimited_prefetch_unacked_critical
-                    else "warning" if unacked > 0 and not hidden else "info")
+                    else "warning" if unacked >= warns_from else "info")
+        version = ctx.snapshot.overview.rabbitmq_version or "this release"
         evidence = {"queue": con.queue, "prefetch": 0, "unacked": unacked}
-        if hidden:
-            evidence["channel_prefetch"] = "not reported by this release (inferred unlimited: nothing waits ready)"
+        if unseen:
+            evidence["channel_prefetch"] = (f"not reported by RabbitMQ {version}: a channel-wide (global) limit "
+                                            "may bind unseen (not known)")
+        elif ch.global_prefetch_count is None:
+            evidence["channel_prefetch"] = (f"applied per consumer by RabbitMQ {version}: the consumer's prefetch "
+                                            "is what binds")
         yield rule.finding(severity, con.vhost, f"channel {con.channel}", con, evidence,
                            f"consumer {con.consumer_tag} on queue {con.queue} acks manually with no prefetch "
                            f"limit: the broker pushes it every message it can; it holds {unacked} unacked." + (
-                               " RabbitMQ " + ctx.snapshot.overview.rabbitmq_version + " does not show a "
-                               "channel-wide (global) prefetch: if the client set one, it binds unseen."
-                               if hidden and ctx.snapshot.overview.rabbitmq_version else ""))
+                               f" RabbitMQ {version} does not show a channel-wide (global) prefetch: if the client "
+                               "set one, it binds unseen." if unseen else ""))
+
+
+def _channel_limit_unseen(ctx: Context, ch: Channel) -> bool:
+    """Whether a channel-wide (global) prefetch may bind this channel without the broker showing it: RabbitMQ
+    4.0-4.2 apply one and report none (None here); 3.x reports it; from 4.3 it is applied to each consumer, whose
+    prefetch then shows it (docs/versions.md)."""
+    return ch.global_prefetch_count is None and not (ctx.release is not None and ctx.release >= (4, 3))
 
 
 def _auto_ack(ctx: Context, rule: Rule) -> Iterator[Finding]:

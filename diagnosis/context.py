@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from ackscope.model.confirm_bench import ConfirmBench
 from ackscope.model.events import Breaks
 from ackscope.model.findings import Finding, OldestMessage
 from ackscope.model.probes import NAMESPACE, TargetStats, is_probe_connection
 from ackscope.model.snapshot import (DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Exchange, Link, Queue,
                                      Snapshot)
 
+from .confirm_waits import InFlight
 from .holding import Held
 from .thresholds import Thresholds
 from .waiting import stamped
@@ -48,6 +50,11 @@ class Context:
     # Each queue's oldest message's age, per (vhost, queue), with the bound its history gives (diagnosis.waiting);
     # None: not tracked, and only the publishers' timestamps say.
     oldest: Mapping[tuple[str, str], OldestMessage] | None = None
+    # Each confirm channel's unconfirmed count as sampled while it published over the window
+    # (diagnosis.confirm_waits); None: not tracked.
+    in_flight: Mapping[str, InFlight] | None = None
+    # What `ackscope bench confirms` measured on this broker, where it was given: remedies quote it.
+    confirm_bench: ConfirmBench | None = None
 
     def __post_init__(self):
         s = self.snapshot
@@ -115,6 +122,13 @@ class Context:
 
     def previous_channel(self, name: str) -> Channel | None:
         return self._prev_channels.get(name)
+
+    def previous_queue(self, q: Queue) -> Queue | None:
+        """The queue as the poll before saw it; None on the first poll or where it did not exist then."""
+        # Built on first use: most polls have no rule that asks.
+        before = self.once("previous-queues", lambda: {(p.vhost, p.name): p for p in self.previous.queues}
+                           if self.previous else {})
+        return before.get((q.vhost, q.name))
 
     def channel_at_window_start(self, name: str) -> Channel | None:
         return self._start_channels.get(name)

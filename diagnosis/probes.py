@@ -68,6 +68,22 @@ def _probe_duplicates(ctx: Context, rule: Rule) -> Iterator[Finding]:
                                "(a republish after a lost connection, or a redelivery of an ack that was lost).")
 
 
+def _probe_out_of_order(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    for p in ctx.probes:
+        first = p.counters.get("out_of_order_first", 0)
+        if first > 0:
+            consumers = p.gauges.get("consumers")
+            yield rule.finding("critical" if consumers == 1 else "warning", "", f"probe {p.target}", PROBES,
+                               {"out_of_order_first": first,
+                                "out_of_order_redelivered": p.counters.get("out_of_order_redelivered"),
+                                "delivered": p.counters.get("delivered"), "consumers": consumers,
+                                **_probe_labels(p)},
+                               f"{first:g} first deliveries (not flagged redelivered) reached a probe consumer "
+                               "after a message published later on the same channel: RabbitMQ keeps publish "
+                               f"order from one channel through one queue to each consumer, and ackscope.probe."
+                               f"{p.target} did not" + (", with a single consumer." if consumers == 1 else "."))
+
+
 def _probe_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for p in ctx.probes:
         if not p.up:
@@ -90,6 +106,12 @@ RULES: tuple[Rule, ...] = (
     Rule("probe-duplicates", "The probe received a message twice (at-least-once delivery at work).",
          f"Nothing to fix in the broker; consumers must be idempotent; see {RELIABILITY_GUIDE}, "
          "'At the Consumer'.", _probe_duplicates),
+    Rule("probe-out-of-order", "A probe consumer received a first delivery after a message published later "
+         "(critical for a queue with a single consumer). Redeliveries out of order are expected (a requeued "
+         "message goes back to its place): counted in ackscope_probe_out_of_order_redelivered_total, never a "
+         "finding.", "Look for anything else that publishes into or moves messages of the probe's queue (a shovel, "
+         "a policy, dead-lettering into it); without one, report it to the RabbitMQ team with the evidence and the "
+         f"probe event log; see {RELIABILITY_GUIDE}, 'Ordering'.", _probe_out_of_order),
     Rule("probe-down", "A probe target without open publisher and consumer channels.", "Read the exporter's log: "
          "connection refused, login refused, or a probe queue declared with other arguments.", _probe_down),
 )

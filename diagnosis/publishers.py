@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ackscope.core.quantile import histogram_quantile
 from ackscope.model.findings import Finding
 from ackscope.model.snapshot import CHANNEL_TRANSACTIONAL, CHANNELS, Channel
 
@@ -41,7 +42,8 @@ def _stakes_said(ctx: Context, stake: bool, stakes: Stakes) -> str:
         return f" It is at stake: {stakes.why}."
     if stakes.at_stake is False:
         return f" Nothing is at stake, so this is info: {stakes.why}."
-    return (f" {stakes.why[0].upper()}{stakes.why[1:]}; it publishes "
+    because = f" ({stakes.evidence['routing']})" if "routing" in stakes.evidence else ""
+    return (f" {stakes.why[0].upper()}{stakes.why[1:]}{because}; it publishes "
             + (f"{ctx.thresholds.publish_rate_at_stake:g}/s or more lately, so this is a warning." if stake else
                f"under {ctx.thresholds.publish_rate_at_stake:g}/s lately, so this is info."))
 
@@ -147,6 +149,72 @@ def _unconfirmed_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
                                "majority), and a crash now would leave the publisher to republish them.")
 
 
+def _waits_each_confirm(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    t = ctx.thresholds
+    if ctx.in_flight is None or ctx.window_seconds is None:
+        return
+    latency = _probe_confirm_p50(ctx)
+    for ch in ctx.snapshot.channels:
+        seen = ctx.in_flight.get(ch.name)
+        if (ch.confirm is not True or seen is None or seen.samples < t.confirm_wait_samples or seen.peak > 1
+                or seen.mean < t.confirm_wait_seen):
+            continue
+        rate = num(ctx.over_window(ch, "publish")) / ctx.window_seconds
+        if not rate:
+            continue
+        # The broker's average unconfirmed count is the share of time the publisher waits for the broker (Little's
+        # law); the probes' confirm latency, measured at a client, adds the round trip the broker does not see.
+        shares = {"the broker's unconfirmed count, averaged while it published": seen.mean}
+        if latency is not None:
+            shares["its rate times the probes' median confirm latency"] = min(1.0, rate * latency)
+        how, share = max(shares.items(), key=lambda kv: kv[1])
+        if share < t.confirm_wait_share:
+            continue
+        saturated = share >= t.confirm_wait_saturated
+        evidence = _touching(ch, publish_rate=rounded(rate), window_seconds=rounded(ctx.window_seconds),
+                             unconfirmed_samples=seen.samples, unconfirmed_peak=seen.peak,
+                             unconfirmed_mean=round(seen.mean, 3), waiting_share=round(share, 2),
+                             waiting_share_from=f"inferred: {how}",
+                             one_at_a_time_ceiling=rounded(rate / share))
+        if latency is not None:
+            evidence["probe_confirm_p50_seconds"] = round(latency, 6)
+        measured = _bench_said(ctx)
+        if measured:
+            evidence["bench"] = measured
+        yield rule.finding(
+            "warning" if saturated else "info", ch.vhost, f"channel {ch.name}", ch, evidence,
+            f"the channel waits for each confirm before its next publish: never more than {seen.peak} unconfirmed in "
+            f"{seen.samples} samples taken while it published {rate:.3g}/s, and it waits about {share:.0%} of its "
+            "time (inferred). One message per confirm round trip (and per fsync, for persistent messages) is its "
+            f"ceiling, about {rate / share:.3g}/s here"
+            + (": it publishes at it, and more demand cannot get through." if saturated else "."),
+            rule.remedy + (f" Measured on this broker by 'ackscope bench confirms': {'; '.join(measured)}."
+                           if measured else " 'ackscope bench confirms' measures each strategy on this broker."))
+
+
+def _probe_confirm_p50(ctx: Context) -> float | None:
+    """The probes' smallest median confirm latency: the shortest round trip a confirm takes here."""
+    found = [histogram_quantile(p.buckets("confirm_latency_seconds"), 0.5) for p in ctx.probes]
+    return min((v for v in found if v), default=None)
+
+
+# The bench's strategies a remedy quotes, by how their names begin: waiting per message, per batch, streaming.
+_QUOTED = ("confirm and wait, per message", "publish ", "streaming confirms")
+
+
+def _bench_said(ctx: Context) -> list[str]:
+    """What the bench measured here for waiting per message, per batch and streaming, per queue type."""
+    if ctx.confirm_bench is None:
+        return []
+    said = []
+    for queue_type in sorted({r.queue_type for r in ctx.confirm_bench.rates}):
+        rates = [f"{r.strategy} {r.rate:,.0f} msg/s" for r in ctx.confirm_bench.rates
+                 if r.queue_type == queue_type and r.strategy.startswith(_QUOTED)]
+        if rates:
+            said.append(f"{queue_type} queue: " + ", ".join(rates))
+    return said
+
+
 def _unroutable(stat: str, what: str):
     def check(ctx: Context, rule: Rule) -> Iterator[Finding]:
         for ch in ctx.snapshot.channels:
@@ -192,6 +260,16 @@ RULES: tuple[Rule, ...] = (
          "Check the disk, alarms and quorum queue health; bound the publisher's in-flight window; see "
          f"{ACKS_GUIDE}, 'Publisher Confirms and Guaranteed Delivery'.", _unconfirmed_backlog,
          needs=(CHANNELS,)),
+    Rule("publisher-waits-each-confirm", "A confirm channel never seen with more than one publish unconfirmed "
+         "(in confirm_wait_samples or more samples taken while it published over the window), and seen with one in "
+         "confirm_wait_seen of them at least, that waits for its "
+         "confirms confirm_wait_share of its time or more (inferred: the broker's unconfirmed count averaged, or its "
+         "rate times the probes' median confirm latency): it publishes one message per confirm round trip. Info; "
+         "a warning from confirm_wait_saturated, where it publishes at that ceiling.",
+         "Publish a batch, then wait for its confirms, or stream them: keep a bounded number of publishes "
+         "unconfirmed and handle confirms as they come (the Java client's ConfirmListener, pika's "
+         "SelectConnection, aio-pika's publishes awaited together); see the 'Publisher Confirms' tutorial and "
+         f"{ACKS_GUIDE}.", _waits_each_confirm, needs=(CHANNELS,)),
     Rule("unroutable-dropped", "A channel whose messages matched no queue and were dropped silently, over the "
          "window; info for fewer than unroutable_at_stake.",
          "Bind a queue for every routing key in use, publish with mandatory to get them back, or set an "

@@ -81,13 +81,12 @@ def _waiting(ctx: Context, rule: Rule) -> Iterator[Finding]:
 
 
 def _dead_lettering_stuck(ctx: Context, rule: Rule) -> Iterator[Finding]:
-    previous = {(q.vhost, q.name): q for q in ctx.previous.queues} if ctx.previous else {}
     for q in ctx.snapshot.queues:
         # Held at the window's start (or, where it held none yet then, at the poll before) and no fewer now: the
         # target has confirmed none of them since.
         then = ctx.at_window_start(q)
         if then is None or not then.messages_dlx:
-            then = previous.get((q.vhost, q.name))
+            then = ctx.previous_queue(q)
         held, before = q.messages_dlx, then.messages_dlx if then is not None else None
         if not held or not before or held < before or then is q:
             continue

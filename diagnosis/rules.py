@@ -11,13 +11,15 @@ from dataclasses import replace
 from ackscope.model.events import BROKER_LOG, EVENTS
 from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, worst_first
 
-from . import breaks, cluster, connections, consumers, links, probes, publishers, queues, streams
+from . import (breaks, cluster, connections, consumers, federation, links, probes, publishers, queues, shovels,
+               streams)
 from .context import Context, Rule, without_probes
 
 __all__ = ["RULES", "Context", "Rule", "diagnose", "evaluate"]
 
 RULES: tuple[Rule, ...] = (consumers.RULES + breaks.RULES + publishers.RULES + queues.RULES + connections.RULES
-                           + cluster.RULES + links.RULES + streams.RULES + probes.RULES)
+                           + cluster.RULES + links.RULES + streams.RULES + shovels.RULES + federation.RULES
+                           + probes.RULES)
 
 
 def evaluate(ctx: Context) -> list[Finding]:

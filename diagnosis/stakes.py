@@ -42,8 +42,32 @@ def _judged(ctx: Context, ch: Channel) -> Stakes:
                       {"published_in_window": 1})
     queues, how = _destinations(ctx, ch, published)
     evidence = {"published_in_window": published, "routing": how}
-    if queues is None:
-        return Stakes(None, "where its messages go is not known (" + how + ")", evidence)
+    if isinstance(queues, bool):  # decided whichever queues it reached; which those are is not known
+        return Stakes(queues, "every queue the vhost's publishes reached lately " + (
+            "keeps messages across a restart, whichever this channel's reached" if queues else
+            "keeps nothing across a restart (exclusive, auto-delete, non-durable, or holding transient messages)"),
+            evidence)
+    return _into(ctx, queues, evidence)
+
+
+def destination(ctx: Context, vhost: str, queue: str | None, exchange: str | None) -> Stakes:
+    """What messages sent into a queue, or an exchange, of this broker put at stake (a shovel's destination):
+    the queue's keeping, or that of the queues the exchange is bound to where the vhost's exchanges were read."""
+    if exchange:
+        exchanges = [x for x in ctx.snapshot.exchanges if x.vhost == vhost]
+        x = next((x for x in exchanges if x.name == exchange), None)
+        if x is None:
+            return _into(ctx, None, {"routing": f"the bindings of exchange {exchange} were not read"})
+        return _into(ctx, _reached(ctx, x, exchanges, []), {"routing": f"the bindings of exchange {exchange}"})
+    if queue is None:
+        return _into(ctx, None, {"routing": "its destination names neither a queue nor an exchange"})
+    return _into(ctx, [ctx.queue(vhost, queue) or queue], {"routing": f"its destination queue {queue}"})
+
+
+def _into(ctx: Context, queues: list[Queue | str] | None, evidence: dict) -> Stakes:
+    """The stakes of messages that go into `queues` (None: not known, `evidence`'s routing says why)."""
+    if queues is None:  # why is the evidence's `routing`, said once
+        return Stakes(None, "where its messages go is not known", evidence)
     if not queues:
         return Stakes(False, "its messages reached no queue (see unroutable-dropped)", evidence)
     kept = [q for q in queues if _keeps(ctx, q) is True]
@@ -91,11 +115,11 @@ def _described(ctx: Context, q: Queue | str) -> dict:
 @dataclass(frozen=True)
 class _Routes:
     """What a vhost's exchanges tell of where its publishes went lately: the exchanges that took publishes, the
-    queues each reaches, and whether each reaches a queue that keeps messages."""
+    queues each reaches, and what the queues each reaches keep (True, False, None: not known)."""
 
     took: tuple[Exchange, ...]
     reach: dict[str, list[Queue | str]]
-    at_stake: dict[str, bool]
+    keeps: dict[str, frozenset[bool | None]]
 
 
 def _routes(ctx: Context, vhost: str) -> _Routes | None:
@@ -107,35 +131,54 @@ def _routes(ctx: Context, vhost: str) -> _Routes | None:
         took = tuple(x for x in exchanges if lately(ctx, x))
         by_name = _by_name(ctx, vhost, exchanges) if any(x.name == "" for x in took) else []
         reach = {x.name: _reached(ctx, x, exchanges, by_name) for x in took}
-        return _Routes(took, reach, {x.name: any(_keeps(ctx, q) is True for q in reach[x.name]) for x in took})
+        return _Routes(took, reach, {x.name: frozenset(_keeps(ctx, q) for q in reach[x.name]) for x in took})
     return ctx.once(("routes", vhost), compute)
 
 
-def _destinations(ctx: Context, ch: Channel, published: int) -> tuple[list[Queue | str] | None, str]:
+def _destinations(ctx: Context, ch: Channel, published: int) -> tuple[list[Queue | str] | bool | None, str]:
     """The queues the channel's publishes reach (a name where the queue is not in the snapshot), and how that
-    is known; None where it is not."""
+    is known: exactly, where the source counts per channel and queue; else inferred from the management API's
+    counts, naming only queues the counts tie to this channel. True (or False) where every queue the vhost's
+    publishes reached lately keeps messages (or none does), so that which of them this channel reached does not
+    matter; None where it does and is not known."""
     if ch.routed_into is not None:
-        return [ctx.queue(ch.vhost, n) or n for n in ch.routed_into], "counted by the broker per channel and queue"
+        how = "counted by the broker per channel and queue" + (f" ({ch.routed_match})" if ch.routed_match else "")
+        return [ctx.queue(ch.vhost, n) or n for n in ch.routed_into], how
     routes = _routes(ctx, ch.vhost)
     if routes is None:
         return None, "the source does not say which exchange a channel publishes to"
     took = few(x.name or "(default)" for x in routes.took)
-    if routes.took and len(set(routes.at_stake.values())) == 1:
-        every = sorted({q.name if isinstance(q, Queue) else q: q for x in routes.took for q in routes.reach[x.name]
-                        }.items())
-        return [q for _, q in every], (
-            "inferred: the management API does not say which exchange a channel publishes to; every exchange of "
-            f"the vhost that took publishes lately ({took}) routes "
-            + ("into a queue that keeps messages" if next(iter(routes.at_stake.values())) else "only into queues "
-               "that keep nothing"))
-    matched = [x for x in routes.took if lately(ctx, x) == published]
-    if len(matched) == 1:
-        x = matched[0]
-        return routes.reach[x.name], (f"inferred: the channel's {published} publishes lately equal those exchange "
-                                      f"{x.name or '(default)'} took, the only exchange of the vhost that took as "
-                                      "many")
-    return None, ("the management API does not say which exchange a channel publishes to, and the exchanges "
-                  f"of the vhost that took publishes lately ({took}) differ in what they put at stake")
+    # The one exchange, or the one queue the default exchange fed by name, that took as many publishes lately as
+    # the channel published: the channel's, where nothing else took as many.
+    exchanges = [x for x in routes.took if x.name and _as_many(lately(ctx, x), published)]
+    by_name = [q for q in routes.reach.get("", []) if isinstance(q, Queue) and _as_many(lately(ctx, q), published)]
+    # And the only channel of the vhost that published as many (itself among them): two alike are told apart by
+    # nothing. The vhost's counts are gathered once, not per channel judged.
+    counts = ctx.once(("published lately", ch.vhost), lambda: [num(lately(ctx, c)) for c in ctx.snapshot.channels
+                                                               if c.vhost == ch.vhost])
+    if len(exchanges) + len(by_name) == 1 and sum(1 for n in counts if _as_many(published, n)) == 1:
+        if exchanges:
+            x = exchanges[0]
+            return routes.reach[x.name], (f"inferred: the channel's {published} publishes lately match the "
+                                          f"{lately(ctx, x)} exchange {x.name} took, the only exchange of the vhost "
+                                          "that took as many")
+        q = by_name[0]
+        return by_name, (f"inferred: the channel's {published} publishes lately match the {lately(ctx, q)} queue "
+                         f"{q.name} took through the default exchange, the only one that took as many")
+    kept = frozenset().union(*(routes.keeps[x.name] for x in routes.took))
+    if kept in ({True}, {False}):
+        return True in kept, ("inferred: the management API does not say which exchange a channel publishes to; "
+                              f"every queue the exchanges that took publishes lately ({took}) reach "
+                              + ("keeps messages" if True in kept else "keeps nothing"))
+    return None, ("the management API does not say which exchange a channel publishes to, and the queues the "
+                  f"exchanges that took publishes lately ({took}) reach differ in what they keep")
+
+
+def _as_many(taken: int | None, published: int) -> bool:
+    """Whether an exchange or queue took as many publishes lately as a channel made. The API's lists are read
+    moments apart and its counters move in steps of its statistics interval, so a publisher's count and its
+    destination's can stand a step apart: one message, or a twentieth of a busy channel's."""
+    return taken is not None and abs(taken - published) <= max(1, published // 20)
 
 
 def _by_name(ctx: Context, vhost: str, exchanges: list[Exchange]) -> list[Queue]:

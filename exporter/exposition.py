@@ -28,6 +28,7 @@ from .collectors.breaks import BreakCollector
 from .collectors.channels import ChannelCollector
 from .collectors.connections import ConnectionCollector
 from .collectors.consumers import ConsumerCollector
+from .collectors.federation import FederationCollector
 from .collectors.findings import FindingCollector
 from .collectors.links import LinkCollector
 from .collectors.nodes import NodeCollector
@@ -36,6 +37,7 @@ from .collectors.overview import OverviewCollector
 from .collectors.probes import ProbeCollector
 from .collectors.queues import QueueCollector
 from .collectors.self_metrics import SelfCollector
+from .collectors.shovels import ShovelCollector
 from .collectors.streams import StreamCollector
 from .collectors.upgrades import UpgradeCollector
 from .status import PollStatus
@@ -111,7 +113,7 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
         collectors += [OverviewCollector(snapshot), NodeCollector(snapshot), ConnectionCollector(snapshot),
                        ChannelCollector(shaped), ConsumerCollector(shaped), LinkCollector(snapshot),
                        QueueCollector(shaped), OldestMessageCollector(shaped, diagnosis), StreamCollector(snapshot),
-                       FindingCollector(diagnosis),
+                       ShovelCollector(snapshot), FederationCollector(snapshot), FindingCollector(diagnosis),
                        UpgradeCollector(diagnosis)]
     return Exposition(
         metrics_gz=compressed(families(collectors, label_sets)),
@@ -209,6 +211,8 @@ def _plain(snapshot: Snapshot) -> dict:
         "stream_consumers": [_record(c) for c in snapshot.stream_consumers],
         "stream_publishers": [_record(p) for p in snapshot.stream_publishers],
         "stored_offsets": [_record(o) for o in snapshot.stored_offsets],
+        "shovels": [_record(v) for v in snapshot.shovels],
+        "federation_links": [_record(k) for k in snapshot.federation_links],
         "settings": _record(snapshot.settings) if snapshot.settings is not None else None,
     }
     return document

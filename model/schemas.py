@@ -18,6 +18,7 @@ EVENTS = pa.schema([
     pa.field("latency_s", pa.float64()),
     pa.field("batch_size", pa.int64()),
     pa.field("redelivered", pa.bool_()),
+    pa.field("consumer", pa.string()),
 ])
 EVENT_KINDS = ("published", "confirmed", "nacked", "returned", "confirm_timeout", "republished", "delivered",
                "acked", "requeued")
@@ -54,8 +55,10 @@ SNAPSHOTS = {
 }
 # Columns a dataset gained after files were written without them: the pipeline reads such a file with the column
 # null, instead of skipping it as another dataset's. A new column is added here, never as a required one.
-ADDED_COLUMNS = {"channels": frozenset(("client", "identity")), "consumers": frozenset(("client", "identity"))}
+ADDED_COLUMNS = {"channels": frozenset(("client", "identity")), "consumers": frozenset(("client", "identity")),
+                 "events": frozenset(("consumer",))}
 
 # -- the pipeline's reports under --out, in the order it writes them ------------------------------------------
-REPORTS = ("delivery_audit", "lost_messages", "confirm_latency", "confirm_batches", "confirm_batch_interval",
-           "delivery_latency", "redelivery", "prefetch_saturation", "redelivery_hotspots", "publisher_safety")
+REPORTS = ("delivery_audit", "lost_messages", "out_of_order_messages", "confirm_latency", "confirm_batches",
+           "confirm_batch_interval", "delivery_latency", "redelivery", "prefetch_saturation", "redelivery_hotspots",
+           "publisher_safety")

@@ -49,6 +49,7 @@ class Overview:
     message_stats: MessageStats
     queue_total: int | None = None  # queues in the cluster, all vhosts: what listing them costs the broker
     churn: Churn | None = None  # None where the source does not count it (statistics off, no plugin)
+    node: str | None = None  # the node whose management API answered: the cluster as that node sees it
 
     @property
     def release(self) -> tuple[int, int] | None:
@@ -82,8 +83,13 @@ class Node:
     fd_total: int | None
     io_sync_count: int | None
     io_sync_avg_seconds: float | None
-    # The cluster members this node cannot reach (a network partition, as it sees it); None where unknown.
+    # The cluster members this node cannot reach (a network partition, as it sees it); None where unknown. Where the
+    # release lists none under a partition (4.x, Khepri: always []), inferred from which nodes answer themselves.
     partitions: tuple[str, ...] | None = None
+    partitions_inferred: bool = False
+    # The peers its own Prometheus plugin counts unreachable (rabbitmq_unreachable_cluster_peers_count, 3.13 and
+    # later); None where not read.
+    unreachable_peers: int | None = None
     # How long its quorum queues' log entries take to commit (Raft), from its Prometheus plugin; None unread.
     quorum_commit_latency_seconds: float | None = None
     # "disc" or "ram", as /api/nodes says (a ram node keeps its metadata in memory only: 4.3 removed them); None unread
@@ -165,6 +171,9 @@ class Channel:
     # plugin's channel_queue_exchange_metrics); None where the source does not count them (the management API
     # keeps no such breakdown unless rates_mode is detailed): then Snapshot.exchanges may tell.
     routed_into: tuple[str, ...] | None = None
+    # How routed_into was tied to this channel where the source names channels otherwise than the plugin (the
+    # management API: sources/routing.py), an inference; None where the plugin's own channel is this one.
+    routed_match: str | None = None
 
     @property
     def prefetch_limit(self) -> int | None:
@@ -435,6 +444,62 @@ class ProtocolCounts:
     redelivered: int
 
 
+@dataclass(frozen=True, slots=True)
+class Shovel:
+    """A shovel (rabbitmq_shovel): the broker's own consumer of a source and publisher to a destination, as
+    /api/shovels reports it running and /api/parameters/shovel defines it (a dynamic one). Its ack mode is its
+    guarantee: no-ack forgets a message once received, on-publish once published, on-confirm once the destination
+    confirms it. URIs are as the broker gives them, without any password."""
+
+    name: str
+    type: str  # dynamic | static
+    vhost: str | None  # a dynamic shovel's; None for a static one (configured on a node, in no vhost)
+    # As the broker says: starting | running | flow | blocked (4.x reports the destination's flow control here) |
+    # terminated; None where it is only defined (its status was not read)
+    state: str | None
+    node: str | None = None
+    ack_mode: str | None = None  # on-confirm | on-publish | no-ack; None where the definition is not read (static)
+    source_uri: str = ""
+    source_protocol: str | None = None  # amqp091 | amqp10 | local (4.x)
+    source_queue: str | None = None
+    source_exchange: str | None = None
+    destination_uri: str = ""
+    destination_protocol: str | None = None
+    destination_queue: str | None = None
+    destination_exchange: str | None = None
+    forwarded: int | None = None  # messages forwarded since it started (4.x); None where not reported
+    pending: int | None = None  # messages received and not yet forwarded (4.x)
+    reason: str | None = None  # why it terminated, as the broker gives it
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.vhost or "", self.name
+
+    @property
+    def moving(self) -> bool:
+        return self.state in RUNNING_SHOVEL
+
+
+RUNNING_SHOVEL = frozenset({"running", "flow", "blocked"})
+
+
+@dataclass(frozen=True, slots=True)
+class FederationLink:
+    """A federation link (rabbitmq_federation): a federated exchange or queue here consuming from one upstream,
+    as /api/federation-links reports it. The URI is as the broker gives it, without the password."""
+
+    vhost: str
+    upstream: str  # the upstream's name (its parameter)
+    type: str  # exchange | queue
+    local: str  # the federated exchange or queue on this broker
+    upstream_name: str  # the exchange or queue it consumes from upstream
+    status: str  # starting | running | error | shutdown ..., as the broker says
+    uri: str = ""
+    node: str | None = None
+    error: str | None = None  # as the broker gives it, where the status is an error
+    local_connection: str | None = None  # the link's connection here, while running
+
+
 # Facts a source may be unable to report (Snapshot.unreported); a rule that needs one is not evaluated.
 CHANNEL_TRANSACTIONAL = "the channel's transactional flag"
 QUEUE_PERSISTENT_COUNTS = "the queue's count of persistent messages"
@@ -450,6 +515,9 @@ CONNECTIONS = "the connections and their clients"  # a count of 0 is a count onl
 DEAD_LETTER_COUNTS = "the nodes' dead-letter counters (the Prometheus plugin's)"
 AMQP10_LINKS = "the AMQP 1.0 sessions and links"
 STREAM_CLIENTS = "the stream protocol's consumers, publishers and stored offsets (the stream plugin's management)"
+SHOVELS = "the shovels and their definitions"
+SHOVEL_STATES = "the shovels' state (rabbitmq_shovel_management)"
+FEDERATION_LINKS = "the federation links and their state (rabbitmq_federation_management)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,6 +551,8 @@ class Snapshot:
     stream_consumers: tuple[StreamConsumer, ...] = ()
     stream_publishers: tuple[StreamPublisher, ...] = ()
     stored_offsets: tuple[StoredOffset, ...] = ()
+    shovels: tuple[Shovel, ...] = ()
+    federation_links: tuple[FederationLink, ...] = ()
     notes: tuple[str, ...] = field(default=())  # what the broker did not report, said once for humans
     unreported: frozenset[str] = frozenset()  # facts this source cannot report at all (the constants above)
     unread: tuple[Unread, ...] = ()  # a partial poll: what failed (the facts it would give are in `unreported`)

@@ -1,14 +1,20 @@
-"""The delivery audit: for each probe run, what was published, confirmed, delivered — and what was lost.
+"""The delivery audit: for each probe run, what was published, confirmed, delivered — what was lost, and what
+came out of publish order.
 
 Pure DataFrame → DataFrame functions over the probe event log (docs/events.md). A message is one
 (run_id, probe, seq); sequence numbers restart with each run.
+
+Order is judged per consumer (the `consumer` column, its consumer tag), as the probe judges it live
+(probes/audit.py): a first delivery (not flagged redelivered) whose seq is below that of a message first delivered
+to the same consumer before it came out of order, a broken guarantee; a redelivery that does is expected. A
+delivery after its message was published again is not judged, nor does it count for those after it.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 PROBE = ["run_id", "probe", "queue_type", "persistent"]
@@ -20,22 +26,27 @@ def _count_kind(kind: str) -> F.Column:
 
 # How each of a message's columns combines across parts of its story (messages(a) with messages(b)).
 _MERGE = {"queue_type": F.max, "persistent": F.max, "first_seen": F.min, "published_at": F.min,
-          "confirmed_at": F.min, "nacks": F.sum, "returns": F.sum, "confirm_timeouts": F.sum, "republishes": F.sum,
-          "deliveries": F.sum, "redeliveries": F.sum, "requeues": F.sum}
+          "confirmed_at": F.min, "republished_at": F.min, "nacks": F.sum, "returns": F.sum, "confirm_timeouts": F.sum,
+          "republishes": F.sum, "deliveries": F.sum, "redeliveries": F.sum, "requeues": F.sum,
+          "out_of_order_first": F.sum, "out_of_order_redeliveries": F.sum}
 MESSAGE = ["run_id", "probe", "seq"]
+CONSUMER = ["run_id", "probe", "consumer"]
 
 
 def messages(events: DataFrame) -> DataFrame:
-    """One row per message: when it was published and confirmed, and how its story went."""
+    """One row per message: when it was published and confirmed, and how its story went. `events` as `ordered`
+    gives them, or raw (judged here as a whole log)."""
     kind, ts = F.col("kind"), F.col("ts")
+    judged = events if "out_of_order" in events.columns else ordered(events)
     # Acks say nothing the deliveries do not; a probe's queue type and persistence are fixed for its run,
     # so they ride along instead of widening the shuffle's key.
-    return events.where(kind != "acked").groupBy(*MESSAGE).agg(
+    return judged.where(kind != "acked").groupBy(*MESSAGE).agg(
         F.max("queue_type").alias("queue_type"),
         F.max("persistent").alias("persistent"),
         F.min("ts").alias("first_seen"),
         F.min(F.when(kind == "published", ts)).alias("published_at"),
         F.min(F.when(kind == "confirmed", ts)).alias("confirmed_at"),
+        F.min(F.when(kind == "republished", ts)).alias("republished_at"),
         _count_kind("nacked").alias("nacks"),
         _count_kind("returned").alias("returns"),
         _count_kind("confirm_timeout").alias("confirm_timeouts"),
@@ -43,7 +54,44 @@ def messages(events: DataFrame) -> DataFrame:
         _count_kind("delivered").alias("deliveries"),
         F.sum(F.when((kind == "delivered") & F.col("redelivered"), 1).otherwise(0)).alias("redeliveries"),
         _count_kind("requeued").alias("requeues"),
+        F.sum(F.when(F.col("out_of_order") & ~F.col("redelivered"), 1).otherwise(0)).alias("out_of_order_first"),
+        F.sum(F.when(F.col("out_of_order") & F.col("redelivered"), 1).otherwise(0)).alias("out_of_order_redeliveries"),
     )
+
+
+def ordered(events: DataFrame, marks: DataFrame | None = None, earlier: DataFrame | None = None) -> DataFrame:
+    """The events with `out_of_order` (null but for the deliveries judged) and `judged_seq` (the seq a judged first
+    delivery raises its consumer's mark to). `marks` and `earlier`, where these events follow others already read:
+    each consumer's mark (`order_marks`) and the `messages` of those others (their republishes)."""
+    kind, seq = F.col("kind"), F.col("seq")
+    republished = events.where(kind == "republished").groupBy(*MESSAGE).agg(F.min("ts").alias("again_at"))
+    if earlier is not None:
+        republished = republished.unionByName(earlier.where(F.col("republished_at").isNotNull())
+                                              .select(*MESSAGE, F.col("republished_at").alias("again_at"))) \
+            .groupBy(*MESSAGE).agg(F.min("again_at").alias("again_at"))
+    deliveries = events.where((kind == "delivered") & F.col("consumer").isNotNull()) \
+        .join(republished, MESSAGE, "left")
+    judged = F.col("again_at").isNull() | (F.col("again_at") > F.col("ts"))
+    before = Window.partitionBy(*CONSUMER).orderBy("ts", "seq").rowsBetween(Window.unboundedPreceding, -1)
+    mark = F.max(F.when(judged & ~F.col("redelivered"), seq)).over(before)
+    if marks is not None:
+        deliveries = deliveries.join(marks, CONSUMER, "left")
+        mark = F.greatest(mark, F.col("mark"))
+    flagged = deliveries.withColumn("out_of_order", judged & F.coalesce(seq < mark, F.lit(False))) \
+        .withColumn("judged_seq", F.when(judged & ~F.col("redelivered"), seq)) \
+        .select(*events.columns, "out_of_order", "judged_seq")
+    others = events.where((kind != "delivered") | F.col("consumer").isNull()) \
+        .withColumn("out_of_order", F.lit(None).cast("boolean")).withColumn("judged_seq", F.lit(None).cast("long"))
+    return flagged.unionByName(others)
+
+
+def order_marks(judged: DataFrame) -> DataFrame:
+    """Per run, probe and consumer: the highest seq first delivered to it and judged, from `ordered` events."""
+    return judged.where(F.col("judged_seq").isNotNull()).groupBy(*CONSUMER).agg(F.max("judged_seq").alias("mark"))
+
+
+def merge_order_marks(earlier: DataFrame, later: DataFrame) -> DataFrame:
+    return earlier.unionByName(later).groupBy(*CONSUMER).agg(F.max("mark").alias("mark"))
 
 
 def merge_messages(earlier: DataFrame, later: DataFrame) -> DataFrame:
@@ -86,13 +134,15 @@ def judge(msgs: DataFrame, runs: DataFrame, loss_deadline_s: float, since: datet
 def per_run(classified: DataFrame) -> DataFrame:
     """Per run and probe: published, confirmed, nacked, returned, confirm_timeouts, republished,
     delivered (distinct seq), duplicates (deliveries beyond the first, not counting the one redelivery each
-    of the probe's own requeues causes), redelivered, lost and awaiting; and `lost_messages`, the lost ones
-    themselves (seq, published_at, confirmed_at), gathered in the same pass: the per-message rows are
-    the expensive part, too large to keep and too costly to build twice."""
+    of the probe's own requeues causes), redelivered, out of order (first deliveries; redeliveries), lost and
+    awaiting; and `lost_messages` and `out_of_order_messages`, those messages themselves (seq and when), gathered
+    in the same pass: the per-message rows are the expensive part, too large to keep and too costly to build
+    twice."""
     def messages_with(condition: F.Column) -> F.Column:
         return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
 
     lost = F.when(F.col("lost"), F.struct("seq", "published_at", "confirmed_at"))
+    out_of_order = F.when(F.col("out_of_order_first") > 0, F.struct("seq", "published_at"))
     return classified.groupBy(*PROBE).agg(
         F.min("first_seen").alias("first_event"),
         F.max("first_seen").alias("last_event"),
@@ -105,17 +155,30 @@ def per_run(classified: DataFrame) -> DataFrame:
         messages_with(F.col("deliveries") > 0).alias("delivered"),
         F.sum(F.greatest(F.col("deliveries") - 1 - F.col("requeues"), F.lit(0))).cast("long").alias("duplicates"),
         F.sum("redeliveries").cast("long").alias("redelivered"),
+        F.sum("out_of_order_first").cast("long").alias("out_of_order_first"),
+        F.sum("out_of_order_redeliveries").cast("long").alias("out_of_order_redelivered"),
         messages_with(F.col("lost")).alias("lost"),
         messages_with(F.col("awaiting")).alias("awaiting"),
         F.array_sort(F.collect_list(lost)).alias("lost_messages"),
+        F.array_sort(F.collect_list(out_of_order)).alias("out_of_order_messages"),
     )
 
 
 def delivery_audit(runs: DataFrame) -> DataFrame:
     """The `delivery_audit` report from `per_run`."""
-    return runs.drop("lost_messages")
+    return runs.drop("lost_messages", "out_of_order_messages")
 
 
 def lost_messages(runs: DataFrame) -> DataFrame:
     """Every lost message, from `per_run`: run_id, probe, seq, when it was published and confirmed."""
-    return runs.select(*PROBE, F.explode("lost_messages").alias("m")).select(*PROBE, "m.*")
+    return _listed(runs, "lost_messages")
+
+
+def out_of_order_messages(runs: DataFrame) -> DataFrame:
+    """Every message first delivered out of publish order, from `per_run`: run_id, probe, seq, when it was
+    published."""
+    return _listed(runs, "out_of_order_messages")
+
+
+def _listed(runs: DataFrame, column: str) -> DataFrame:
+    return runs.select(*PROBE, F.explode(column).alias("m")).select(*PROBE, "m.*")

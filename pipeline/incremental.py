@@ -6,6 +6,8 @@ The state of run N, OUT/_state/gen-N/ (Parquet), each part combined exactly with
 - `messages`: the audit's per-message aggregates (earliest times, counts) of every event read so far. A message
   whose story spans files is judged whole; one confirmed and not yet delivered stays awaiting until its loss
   deadline passes within the log, then lost, as in a full run.
+- `order_marks`: per run, probe and consumer, the latest-published message first delivered to it: the new files'
+  deliveries are judged in order against it (their files come later: the log rotates by time).
 - `run_ends`: each run's last event, which moves its messages' deadlines.
 - `batch_counts`: messages confirmed per frame size; `frames`: each multi-message confirm frame (the interval
   between them is a percentile over all of them).
@@ -36,8 +38,8 @@ from pyspark.sql import functions as F
 from .inputs import DataFile, Input
 
 STATE = "_state"
-FORMAT = 1
-PARTS = ("messages", "run_ends", "batch_counts", "frames", "saturation", "consumer_queues", "hotspots", "safety",
+FORMAT = 2  # 2: the order audit (order_marks; messages with republished_at and out-of-order counts)
+PARTS = ("messages", "order_marks", "run_ends", "batch_counts", "frames", "saturation", "consumer_queues", "hotspots", "safety",
          "channels_last", "queues_last")
 WINDOWED = ("confirm_latency", "delivery_latency", "redelivery")
 _MANIFEST = re.compile(r"^manifest-(\d{6})\.json$")
@@ -114,8 +116,12 @@ class Store:
         where = f"{self.root}/manifest-{last:06d}.json"
         try:
             raw = json.loads(self._read(where))
+            if not isinstance(raw, dict):
+                raise ValueError("not a JSON object")
             if raw.get("format") != FORMAT:
-                raise ValueError(f"format {raw.get('format')!r}, this ackscope writes {FORMAT}")
+                raise StateRefused(f"the incremental state under {self.root} was written in format "
+                                   f"{raw.get('format')!r}, and this ackscope keeps format {FORMAT}: run with "
+                                   "--rebuild to start over")
             manifest = Manifest(int(raw["generation"]), str(raw["data_dir"]), int(raw["window_s"]),
                                 float(raw["loss_deadline_s"]), raw["files"], raw.get("summary", {}))
         except (ValueError, KeyError, TypeError, Py4JJavaError) as e:

@@ -83,7 +83,8 @@ def execute(cfg: PipelineConfig, progress: Progress) -> dict:
 def _scan(spark, data_dir: str, days=(None, None), seen: Callable[[str], Mapping[str, int] | None] = lambda _: None):
     from .inputs import scan
     root = data_dir.rstrip("/")
-    sources = {"events": scan(spark, "events", f"{root}/events", EVENTS, *days, seen=seen("events"))}
+    sources = {"events": scan(spark, "events", f"{root}/events", EVENTS, *days, added=ADDED_COLUMNS["events"],
+                              seen=seen("events"))}
     for kind, schema in SNAPSHOTS.items():
         name = f"snapshots/{kind}"
         sources[name] = scan(spark, kind, f"{root}/{name}", schema, *days, added=ADDED_COLUMNS.get(kind, frozenset()),
@@ -168,6 +169,7 @@ def _reports(spark, cfg: PipelineConfig, frames: Mapping[str, Any], progress: Pr
         written = _write_reports(cfg.out, progress, {
             "delivery_audit": audit.delivery_audit(runs),
             "lost_messages": audit.lost_messages(runs),
+            "out_of_order_messages": audit.out_of_order_messages(runs),
             "confirm_latency": latency.confirm_latency(in_range, w),
             "confirm_batches": batching.confirm_batches(in_range),
             "confirm_batch_interval": batching.confirm_batch_interval(in_range),
@@ -196,6 +198,7 @@ def _layout() -> dict[str, tuple[list[str], bool]]:
     """Each report's sort keys, and whether it is partitioned by date."""
     from .snapshots import CHANNEL
     return {"delivery_audit": (["run_id", "probe"], False), "lost_messages": (["run_id", "probe", "seq"], False),
+            "out_of_order_messages": (["run_id", "probe", "seq"], False),
             "confirm_latency": (["window_start", "probe"], True), "confirm_batches": (["probe", "batch_size"], False),
             "confirm_batch_interval": (["probe"], False), "delivery_latency": (["window_start", "probe"], True),
             "redelivery": (["window_start", "probe"], True), "prefetch_saturation": (CHANNEL, False),
@@ -274,6 +277,7 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
             written = _write_reports(cfg.out, progress, {
                 "delivery_audit": audit.delivery_audit(runs),
                 "lost_messages": audit.lost_messages(runs),
+                "out_of_order_messages": audit.out_of_order_messages(runs),
                 "confirm_batches": batching.with_frames(state["batch_counts"]),
                 "confirm_batch_interval": batching.interval_of(state["frames"]),
                 **{name: spark.read.parquet(f"{here}/windows/{name}") for name in incremental.WINDOWED},
@@ -308,7 +312,9 @@ def _state_parts(frames: Mapping[str, Any], before: Mapping[str, Any], window_s:
 
     events, channels = frames["events"], frames["snapshots/channels"]
     queues, consumers = frames["snapshots/queues"], frames["snapshots/consumers"]
-    new = {"messages": audit.messages(events), "run_ends": audit.run_ends(events),
+    judged = audit.ordered(events, before.get("order_marks"), before.get("messages"))
+    new = {"messages": audit.messages(judged), "order_marks": audit.order_marks(judged),
+           "run_ends": audit.run_ends(events),
            "batch_counts": batching.confirm_batch_counts(events), "frames": batching.multi_message_frames(events),
            "saturation": snapshots.saturation_parts(channels), "consumer_queues": snapshots.consumer_queues(consumers),
            # A counter's first new sample counts from its channel's or queue's last sample before.
@@ -318,7 +324,8 @@ def _state_parts(frames: Mapping[str, Any], before: Mapping[str, Any], window_s:
            "queues_last": snapshots.last_samples(queues, QUEUE, QUEUE_COUNTERS, before.get("queues_last"))}
     if not before:
         return new
-    merge = {"messages": audit.merge_messages, "run_ends": audit.merge_run_ends,
+    merge = {"messages": audit.merge_messages, "order_marks": audit.merge_order_marks,
+             "run_ends": audit.merge_run_ends,
              "batch_counts": batching.merge_batch_counts,
              "frames": lambda a, b: a.unionByName(b).distinct(),
              "saturation": snapshots.merge_saturation_parts, "consumer_queues": snapshots.merge_consumer_queues,

@@ -1,4 +1,11 @@
-"""The continuous delivery audit of one probe run: was every confirmed message delivered, and only once?
+"""The continuous delivery audit of one probe run: was every confirmed message delivered, only once, and in
+publish order?
+
+Order is judged per consumer, as RabbitMQ states it: one channel publishing into one queue, one consumer of
+it sees the messages in publish order. A first delivery (not flagged redelivered) that comes after a message
+published later was first delivered to the same consumer breaks that. A redelivery that does is expected: a
+requeued message goes back to its place while later ones were delivered, to this consumer or another. A message
+the probe published again (after its channel was lost) holds two places in the queue: it is not judged.
 
 Pure: the caller passes the clock. Memory is bounded by the publish rate times the retention: sequence
 numbers are forgotten once they are older than `retention_ns`, after which a very late duplicate of
@@ -18,6 +25,8 @@ class DeliveryAudit:
         self._delivered: set[int] = set()
         self._requeued: set[int] = set()  # nacked with requeue by the probe itself: the next delivery is due
         self._lost: set[int] = set()
+        self._republished: set[int] = set()  # published again: its place in the queue is not known
+        self._marks: dict[str, int] = {}  # per consumer: the latest-published message it was first delivered
         self._forget: deque[tuple[int, int]] = deque()  # (when seen, seq), oldest first
 
     def confirmed(self, seq: int, now_ns: int) -> None:
@@ -42,6 +51,23 @@ class DeliveryAudit:
         self._awaiting.pop(seq, None)
         return duplicate
 
+    def published_again(self, seq: int, now_ns: int) -> None:
+        self._remember(seq, now_ns)
+        self._republished.add(seq)
+
+    def in_order(self, consumer: str, seq: int, redelivered: bool) -> bool:
+        """Whether a delivery of `seq` to `consumer` comes in publish order: False when a message published
+        later was first delivered to that consumer before it."""
+        if seq in self._republished:
+            return True
+        mark = self._marks.get(consumer, 0)
+        if not redelivered and seq > mark:
+            self._marks[consumer] = seq
+        return seq >= mark
+
+    def consumer_gone(self, consumer: str) -> None:
+        self._marks.pop(consumer, None)
+
     def expire(self, now_ns: int) -> list[tuple[int, int]]:
         """Confirmed messages still undelivered after the loss deadline, as (seq, confirmed at): lost."""
         lost = [(seq, at) for seq, at in self._awaiting.items() if now_ns - at >= self.loss_deadline_ns]
@@ -54,6 +80,7 @@ class DeliveryAudit:
                 self._delivered.discard(seq)
                 self._requeued.discard(seq)
                 self._lost.discard(seq)
+                self._republished.discard(seq)
         return lost
 
     @property

@@ -19,6 +19,8 @@ OPTIONS = (
     Option("amqp_url", None, str, "AMQP URL the probes connect to, e.g. amqp://ackscope-probe@host:5672/%%2F "
            "(password from ACKSCOPE_AMQP_PASSWORD[_FILE]); in a cluster, one per node, comma-separated: the "
            "probes use the first that answers and move to the next when theirs is lost"),
+    Option("amqp_username", None, str, "the probes' AMQP user, instead of the URL's (a Secret's username, so that "
+           "changing the Secret changes both)"),
     Option("amqp_ca_file", None, config.existing_file, "CA bundle to verify the broker's AMQPS certificate"),
     Option("amqp_insecure_skip_verify", False, config.boolean, "do not verify the broker's AMQPS certificate",
            switch=True),
@@ -76,7 +78,8 @@ def load(args: argparse.Namespace, environ: Mapping[str, str], document: Mapping
         amqp.refuse_password_on_command_line(flag.strip())
     if v["amqp_ca_file"] and v["amqp_insecure_skip_verify"]:
         raise ConfigError("--amqp-ca-file and --amqp-insecure-skip-verify contradict each other")
-    urls = [amqp.with_password(u.strip(), v["amqp_password"]) for u in v["amqp_url"].split(",") if u.strip()]
+    urls = [amqp.with_password(u.strip(), v["amqp_password"], v["amqp_username"])
+            for u in v["amqp_url"].split(",") if u.strip()]
     if not urls:
         raise ConfigError(f"amqp_url: no URL in {v['amqp_url']!r}")
     try:

@@ -24,6 +24,7 @@ class Event:
     latency_s: float | None = None
     batch_size: int | None = None
     redelivered: bool | None = None
+    consumer: str | None = None  # a delivery's consumer tag: order is judged per consumer
 
 
 class EventLog(ParquetLog):
@@ -38,7 +39,7 @@ class EventLog(ParquetLog):
         super().append({"run_id": event.run_id, "probe": event.probe, "queue_type": event.queue_type,
                         "persistent": event.persistent, "seq": event.seq, "kind": event.kind, "ts": event.ts_us,
                         "latency_s": event.latency_s, "batch_size": event.batch_size,
-                        "redelivered": event.redelivered})
+                        "redelivered": event.redelivered, "consumer": event.consumer})
 
 
 def now_us() -> int:

@@ -50,6 +50,14 @@ class ProbeSettings:
     loss_deadline: float = 120.0
 
 
+@dataclass
+class _Consumer:
+    """One of a target's consumers: its consumer tag (pika's, unique to the run) and what it holds unacked."""
+
+    tag: str
+    unacked: int = 0
+
+
 class _TargetProbe:
     """One target's publisher and consumer state; every method runs on the I/O loop's thread."""
 
@@ -59,17 +67,17 @@ class _TargetProbe:
         self.audit = DeliveryAudit(int(runner.settings.loss_deadline * 1e9))
         self.next_seq = 1
         self.pub_channel = None
-        self.con_channel = None
+        self.consumers: dict[object, _Consumer] = {}  # by channel, each consuming
+        self.consumers_opened = 0
         self.republish: list[Outstanding] = []
         self.returned: set[int] = set()  # returned before their ack: routed nowhere, so nothing to deliver
         self.requeued_at: dict[int, int] = {}
         self.sent_at: dict[int, int] = {}  # seq -> when its publish left, until its first delivery
         self.pub_wire: WireClock | None = None
-        self.unacked = 0
         # A stream target's next offset to read: after the last delivered, so a consumer that attaches again
         # neither misses nor repeats; from the stream's first (its retention: an hour, a few MB) at the start.
         self.next_offset: int | None = None
-        self.ever_opened = {"publisher": False, "consumer": False}
+        self.publisher_opened = False
         self.last_error: str | None = None
         self._tick = None
         self.nacked_since: int | None = None  # monotonic ns of the first nack since the last ack
@@ -86,7 +94,7 @@ class _TargetProbe:
         self.r.stats.count(self.t, name, n)
 
     def update_up(self) -> None:
-        up = self.pub_channel is not None and self.con_channel is not None
+        up = self.pub_channel is not None and len(self.consumers) == self.t.consumers
         self.r.stats.set_up(self.t, up)
 
     def fail(self, role: str, reason: str) -> None:
@@ -127,9 +135,9 @@ class _TargetProbe:
             return
         self.pub_channel = channel
         self.pub_wire = channel.connection.wire
-        if self.ever_opened["publisher"]:
+        if self.publisher_opened:
             self.count("reconnects")
-        self.ever_opened["publisher"] = True
+        self.publisher_opened = True
         self.last_error = None
         self.update_up()
         pending, self.republish = self.republish, []
@@ -189,6 +197,7 @@ class _TargetProbe:
         self.count("published")
         if republish:
             self.count("republished")
+            self.audit.published_again(seq, time.monotonic_ns())
 
     def _left(self, tag: int, seq: int, at_ns: int, republish: bool) -> None:
         """The publish's last byte went to the kernel: its confirm and delivery clocks start now, and its
@@ -257,8 +266,10 @@ class _TargetProbe:
         self.event("returned", msg.seq)
 
     # -- consumer ---------------------------------------------------------------------------------------
-    def open_consumer(self, connection) -> None:
-        connection.channel(on_open_callback=self._consumer_opened)
+    def open_consumer(self, connection, channels: int | None = None) -> None:
+        """The target's consumers, each on a channel of its own (`channels` of them; all by default)."""
+        for _ in range(self.t.consumers if channels is None else channels):
+            connection.channel(on_open_callback=self._consumer_opened)
 
     def _consumer_opened(self, channel) -> None:
         channel.add_on_close_callback(lambda ch, reason: self._consumer_closed(ch, reason))
@@ -273,12 +284,11 @@ class _TargetProbe:
         # place a new stream) would never come: counted lost. Earlier runs' messages it reads are set aside.
         args = ({"x-stream-offset": "first" if self.next_offset is None else self.next_offset}
                 if self.t.queue_type == "stream" else None)
-        channel.basic_consume(self.t.queue, self._on_delivery, auto_ack=False, arguments=args)
-        self.con_channel = channel
-        if self.ever_opened["consumer"]:
+        tag = channel.basic_consume(self.t.queue, self._on_delivery, auto_ack=False, arguments=args)
+        self.consumers[channel] = _Consumer(tag)
+        self.consumers_opened += 1
+        if self.consumers_opened > self.t.consumers:
             self.count("reconnects")
-        self.ever_opened["consumer"] = True
-        self.unacked = 0
         self.update_up()
 
     def _consumer_cancelled(self, channel) -> None:
@@ -291,13 +301,13 @@ class _TargetProbe:
                      if channel.is_open else None)
 
     def _consumer_closed(self, channel, reason) -> None:
-        if self.con_channel is channel or self.con_channel is None:
-            self.con_channel = None
-            self.unacked = 0
+        gone = self.consumers.pop(channel, None)
+        if gone is not None:
+            self.audit.consumer_gone(gone.tag)
             self.update_up()
         if isinstance(reason, pika.exceptions.ChannelClosedByBroker) and not self.r.stopping:
             self.fail("consumer", describe_close(reason))
-            self.r.later(BACKOFF_MAX, lambda: self.r.reopen(self, "consumer", channel.connection))
+            self.r.later(BACKOFF_MAX, lambda: self.r.reopen(self, "consumer", channel.connection, 1))
 
     def _on_delivery(self, channel, method, props, body) -> None:
         now = channel.connection.wire.read_ns
@@ -326,24 +336,28 @@ class _TargetProbe:
             self.r.stats.observe(self.t, "redelivery_latency_seconds", (now - requeued_at) / 1e9)
         else:
             self.r.stats.observe(self.t, "delivery_latency_seconds", latency_s)
-        self.event("delivered", seq, latency_s=latency_s, redelivered=method.redelivered)
+        self.event("delivered", seq, latency_s=latency_s, redelivered=method.redelivered,
+                   consumer=method.consumer_tag)
+        if not self.audit.in_order(method.consumer_tag, seq, method.redelivered):
+            self.count("out_of_order_redelivered" if method.redelivered else "out_of_order_first")
         if requeue:
             channel.basic_nack(method.delivery_tag, requeue=True)
             channel.connection.wire.when_sent(lambda at_ns: self.requeued_at.__setitem__(seq, at_ns))
             self.count("requeued")
             self.event("requeued", seq)
             return
-        self.unacked += 1
+        if channel in self.consumers:
+            self.consumers[channel].unacked += 1
         if self.t.processing_delay:
             self.r.later(self.t.processing_delay, lambda: self._ack(channel, method.delivery_tag, seq))
         else:
             self._ack(channel, method.delivery_tag, seq)
 
     def _ack(self, channel, tag: int, seq: int) -> None:
-        if channel is not self.con_channel or not channel.is_open:
+        if channel not in self.consumers or not channel.is_open:
             return  # the channel died meanwhile: the broker requeues the delivery itself
         channel.basic_ack(tag)
-        self.unacked -= 1
+        self.consumers[channel].unacked -= 1
         self.event("acked", seq)
 
     # -- housekeeping -------------------------------------------------------------------------------------
@@ -362,7 +376,8 @@ class _TargetProbe:
             del self.requeued_at[seq]
         while self.sent_at and next(iter(self.sent_at.values())) < horizon:  # in the order they left
             del self.sent_at[next(iter(self.sent_at))]
-        self.r.stats.set_gauge(self.t, "consumer_unacked", self.unacked)
+        self.r.stats.set_gauge(self.t, "consumer_unacked", sum(c.unacked for c in self.consumers.values()))
+        self.r.stats.set_gauge(self.t, "consumers", len(self.consumers))
         self.r.stats.set_gauge(self.t, "awaiting_delivery", self.audit.awaiting)
         oldest = self.audit.oldest_awaiting_ns()
         self.r.stats.set_gauge(self.t, "oldest_awaiting_seconds", 0.0 if oldest is None else (now - oldest) / 1e9)
@@ -490,12 +505,12 @@ class ProbeRunner:
         self._backoff[role] = min(self._backoff[role] * 2, BACKOFF_MAX)
         self.later(delay, lambda: self._connect(role))
 
-    def reopen(self, probe: _TargetProbe, role: str, connection) -> None:
-        """Open a target's channel again on the connection it lost it on. If that connection has gone
-        since, reconnecting has opened every target's channels already."""
+    def reopen(self, probe: _TargetProbe, role: str, connection, channels: int = 1) -> None:
+        """Open a target's channel (or `channels` consumer channels) again on the connection it lost it on. If
+        that connection has gone since, reconnecting has opened every target's channels already."""
         conn = self._connections[role]
         if conn is connection and conn.is_open and not self.stopping:
-            probe.open_publisher(conn) if role == "publisher" else probe.open_consumer(conn)
+            probe.open_publisher(conn) if role == "publisher" else probe.open_consumer(conn, channels)
 
     def _on_blocked(self, _connection, _frame) -> None:
         self.blocked = True

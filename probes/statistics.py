@@ -26,8 +26,9 @@ BATCH_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
 HISTOGRAMS = {"confirm_latency_seconds": LATENCY_BUCKETS, "confirm_batch_size": BATCH_BUCKETS,
               "delivery_latency_seconds": LATENCY_BUCKETS, "redelivery_latency_seconds": LATENCY_BUCKETS}
 COUNTERS = ("published", "confirmed", "nacked", "returned", "confirm_timeouts", "republished", "held_back",
-            "delivered", "redelivered", "requeued", "duplicates", "lost", "reconnects", "consumer_cancels")
-GAUGES = ("consumer_unacked", "consumer_prefetch", "awaiting_delivery", "oldest_awaiting_seconds")
+            "delivered", "redelivered", "requeued", "duplicates", "out_of_order_first", "out_of_order_redelivered",
+            "lost", "reconnects", "consumer_cancels")
+GAUGES = ("consumer_unacked", "consumer_prefetch", "consumers", "awaiting_delivery", "oldest_awaiting_seconds")
 ROLES = ("publisher", "consumer")
 
 

@@ -26,6 +26,7 @@ class Target:
     burst_size: int = 200  # messages published at once every burst_interval (0: no bursts)
     burst_interval: float = 60.0
     prefetch: int = 20
+    consumers: int = 1  # consumers of the queue, each on a channel of its own
     processing_delay: float = 0.0  # seconds the consumer waits before acking
     requeue_share: float = 0.02  # deliveries nacked with requeue=true, once each
     max_length: int = 10_000  # x-max-length: the queue never holds more
@@ -63,6 +64,8 @@ class Target:
             raise ValueError(f"target {self.name}: burst_interval must be positive")
         if not 1 <= self.prefetch <= 10_000:
             raise ValueError(f"target {self.name}: prefetch must be 1 to 10000")
+        if not 1 <= self.consumers <= 10:
+            raise ValueError(f"target {self.name}: consumers must be 1 to 10")
         if not 0 <= self.requeue_share <= 0.5:
             raise ValueError(f"target {self.name}: requeue_share must be 0 to 0.5")
         if not 0 <= self.processing_delay <= 60:
@@ -71,8 +74,9 @@ class Target:
             raise ValueError(f"target {self.name}: max_length must be 1 to 1000000")
         if not 0 <= self.message_size <= 65_536:
             raise ValueError(f"target {self.name}: message_size must be 0 to 65536 bytes")
-        if self.queue_type == "stream" and self.requeue_share:
-            return replace(self, requeue_share=0.0)  # a stream keeps its messages: there is no requeue
+        if self.queue_type == "stream" and (self.requeue_share or self.consumers > 1):
+            # A stream keeps its messages: there is no requeue, and each consumer reads every message.
+            return replace(self, requeue_share=0.0, consumers=1)
         return self
 
 

@@ -1,15 +1,39 @@
 #!/usr/bin/env bash
 # Build container images with podman, nothing fetched from a registry of images (none is reachable here):
-#   (default)   localhost/ackscope:<version>: a Debian bookworm base made by debootstrap (with Python; built once
-#               and kept under ACKSCOPE_ROOTS, imported as localhost/ackscope-base:bookworm), the wheels of
-#               ackscope and its dependencies made here, and deploy/container/Containerfile, in Docker's format
-#               (HEALTHCHECK is a field of that format only).
-#   --rabbitmq  localhost/ackscope-rabbitmq:4.0: the release matrix's Debian 13 root (RabbitMQ 4.0, made by
-#               scripts/rabbitmq-roots.sh) imported as an image, for a broker in a container beside ackscope's.
-# Usage: scripts/container-image.sh [--rabbitmq]   (as root). Prints the image's name and size; on a failure,
-# one line naming the step, then the tail of its log.
+#   (default)    localhost/ackscope:<version>: the exporter's (also `probe` and `diagnose`): a Debian bookworm
+#                base made by debootstrap (with Python; built once and kept under ACKSCOPE_ROOTS, imported as
+#                localhost/ackscope-base:bookworm), the wheels of ackscope and its dependencies made here, and
+#                deploy/container/Containerfile, in Docker's format (HEALTHCHECK is a field of that format only).
+#   --dashboard  localhost/ackscope-dashboard:<version>: the same build's dashboard target, whose HEALTHCHECK is
+#                the dashboard's.
+#   --rabbitmq   localhost/ackscope-rabbitmq:4.0: the release matrix's Debian 13 root (RabbitMQ 4.0, made by
+#                scripts/rabbitmq-roots.sh) imported as an image, for a broker in a container beside ackscope's.
+# Usage: scripts/container-image.sh [--dashboard | --rabbitmq]   (as root). Works in a fresh clone: it installs
+# the Debian packages it needs (podman, runc, debootstrap, python3-venv) and makes the wheels in a venv of its
+# own where scripts/setup.sh made none. Prints the image's name and size; on a failure, one line naming the
+# step, then the tail of its log.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+case "${1:-}" in
+  "") target=exporter image_name=ackscope ;;
+  --dashboard) target=dashboard image_name=ackscope-dashboard ;;
+  --rabbitmq) target= ;;
+  *) echo "container-image: unknown option ${1} (usage: scripts/container-image.sh [--dashboard | --rabbitmq])" >&2
+     exit 2 ;;
+esac
+# What the build needs, asked for before anything runs: without podman, debootstrap would run for a minute first.
+need=()
+for tool in podman runc debootstrap; do command -v "$tool" >/dev/null || need+=("$tool"); done
+python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+if [ "$(id -u)" -ne 0 ]; then
+  echo "container-image: run it as root (podman builds as root here${need:+; it also needs ${need[*]}})" >&2
+  exit 1
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  echo "container-image: installing ${need[*]} ..." >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 \
+    || { echo "container-image: apt-get install ${need[*]} failed: install them, then run this again" >&2; exit 1; }
+fi
 roots=${ACKSCOPE_ROOTS:-/var/cache/ackscope/roots}
 mirror=${ACKSCOPE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 podman=("$here/scripts/podman.sh")
@@ -36,7 +60,7 @@ import_root() {  # import_root DIR IMAGE [--change ...]: a root directory as a s
     || fail "podman import of $dir"
 }
 
-if [ "${1:-}" = "--rabbitmq" ]; then
+if [ -z "$target" ]; then
   image=localhost/ackscope-rabbitmq:4.0
   if ! "${podman[@]}" image exists "$image"; then
     bash "$here/scripts/rabbitmq-roots.sh" trixie >>"$log" 2>&1 || fail "the Debian 13 RabbitMQ root"
@@ -61,16 +85,23 @@ if ! "${podman[@]}" image exists "$base"; then
   import_root "$root" "$base"
 fi
 
-version=$("$here/.venv/bin/python" -c 'import ackscope; print(ackscope.__version__)')
-image=localhost/ackscope:$version
-context=$(mktemp -d)
-trap 'rm -rf "$context"' EXIT
-# The project's wheel and its dependencies' (without the pipeline extra), made from the source tree here.
-"$here/.venv/bin/python" -m pip wheel --quiet --wheel-dir "$context/wheels" "$here" >>"$log" 2>&1 \
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$here/pyproject.toml" | head -n 1)
+image=localhost/$image_name:$version
+context=$(mktemp -d) build_venv=$(mktemp -d)
+trap 'rm -rf "$context" "$build_venv"' EXIT
+# The project's wheel and its dependencies' (without the pipeline extra), made from the source tree here, by the
+# project's venv, or in a fresh clone by one made for this build.
+python=$here/.venv/bin/python
+if [ ! -x "$python" ]; then
+  python3 -m venv "$build_venv" >>"$log" 2>&1 || fail "python3 -m venv (for the wheels)"
+  python=$build_venv/bin/python
+fi
+"$python" -m pip wheel --quiet --wheel-dir "$context/wheels" "$here" >>"$log" 2>&1 \
   || fail "pip wheel of ackscope and its dependencies"
 digest=$(cd "$context/wheels" && sha256sum -- * | sha256sum | cut -c1-16)
-"${podman[@]}" build --format docker --file "$here/deploy/container/Containerfile" --build-arg "BASE=$base" \
-  --build-arg "WHEELS_DIGEST=$digest" --tag "$image" "$context" >>"$log" 2>&1 || fail "podman build of $image"
+"${podman[@]}" build --format docker --file "$here/deploy/container/Containerfile" --target "$target" \
+  --build-arg "BASE=$base" --build-arg "WHEELS_DIGEST=$digest" --tag "$image" "$context" >>"$log" 2>&1 \
+  || fail "podman build of $image"
 # The image this build replaced, untagged now: not kept.
 "${podman[@]}" image prune --force >>"$log" 2>&1 || true
 echo "container-image: $image ($(size "$image") MiB)"

@@ -21,16 +21,19 @@ from ackscope.model import snapshot as facts
 from ackscope.model.snapshot import Snapshot
 from ackscope.model.source import FATAL, FetchError, SourceFailed, as_fetch_error, partial
 
+from . import routing
 from .http import Readers
-from .management import normalise, protocols
+from .management import normalise, protocols, transfers
 from .management.client import PAGES_UP_TO, ManagementClient
 from .prometheus_plugin import normalise as plugin_normalise
-from .prometheus_plugin.listeners import plugin_urls
+from .prometheus_plugin.listeners import MANAGEMENT, plugin_urls
+from .reachability import reconciled
 from .selection import Selection
 
 log = logging.getLogger("ackscope.sources")
 
 LISTS = ("nodes", "vhosts", "connections", "channels", "consumers", "queues")
+REMEMBERED_WITHIN = 1.0  # seconds a member the listeners no longer list has to answer from its plugin
 MISSING_FOR = 15.0  # seconds a field must be missing from every answer before it is said to be
 # What a poll misses when one list fails while the others answer: the rules that need it say "not evaluated".
 MISSED_WITHOUT = {
@@ -45,13 +48,16 @@ MISSED_WITHOUT = {
     # A vhost whose exchanges could not be read leaves what its unconfirmed publishers put at stake unknown: the
     # rule then judges them by their rate, and says so.
     "exchanges": frozenset(),
+    # Where the plugin's per-channel counts were not read, the exchanges' counts are what tells (inferred).
+    "routed": frozenset(),
     **protocols.MISSED_WITHOUT,
+    **transfers.MISSED_WITHOUT,
 }
 # What only each node's Prometheus plugin counts, read beside the lists where the broker lists the plugin's
 # listener: the messages dead-lettered or dropped, by reason (a quorum queue's delivery limit drops messages
 # silently from RabbitMQ 4.0, and the management API counts none of it), and its quorum commit latency.
 PLUGIN_SAMPLES = frozenset((*plugin_normalise.DEAD_LETTERED, *plugin_normalise.RAFT_COMMIT_LATENCY,
-                            *plugin_normalise.PROTOCOL_COUNTS))
+                            *plugin_normalise.PROTOCOL_COUNTS, plugin_normalise.UNREACHABLE_PEERS))
 
 
 class ManagementSource:
@@ -72,11 +78,17 @@ class ManagementSource:
         self._plugins = Readers(username, password, timeout=timeout, verify=verify, what="Prometheus plugin")
         self._missing_said: set[str] = set()
         self._missing_since: dict[str, float] = {}  # a field missing from every answer since (monotonic)
+        # Each member's plugin, as the listeners last listed it: a node lists only the listeners of the members it
+        # reaches, and under a partition the others' plugins still say whether they run.
+        self._known_urls: dict[str, str] = {}
+        self._known_apis: dict[str, str] = {}  # and each member's management API, to ask a cut-off node's own view
+        self._peers = Readers(username, password, timeout=timeout, verify=verify, what="management plugin")
 
     def read(self) -> Snapshot:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline
         raw, errors = self.fetch(deadline)
         per_node = raw.pop("metrics", None)
+        routed = raw.pop("routed", [])
         self._say_missing(raw)
         while True:
             try:
@@ -88,15 +100,22 @@ class ManagementSource:
                 if e.endpoint == "overview" or sum(1 for e in errors if e.endpoint in LISTS) == len(LISTS):
                     raise SourceFailed(errors) from None
                 raw[e.endpoint] = []
+        snapshot = routing.attribute(snapshot, routed)
         if per_node is None:  # no node lists its plugin: the counters are not known, and that is no error
             snapshot = replace(snapshot, unreported=snapshot.unreported | {facts.DEAD_LETTER_COUNTS})
         else:
-            counted, latency, deliveries = per_node
-            snapshot = replace(snapshot, dead_lettered=counted, protocol_counts=deliveries, nodes=tuple(
-                replace(n, quorum_commit_latency_seconds=latency[n.name]) if latency.get(n.name) is not None else n
-                for n in snapshot.nodes))
+            counted, latency, deliveries, answered = per_node
+            nodes = tuple(replace(n, quorum_commit_latency_seconds=latency[n.name])
+                          if latency.get(n.name) is not None else n for n in snapshot.nodes)
+            unseen = [n.name for n in nodes if n.running is False and n.name in answered]
+            snapshot = replace(snapshot, dead_lettered=counted, protocol_counts=deliveries,
+                               nodes=reconciled(nodes, snapshot.overview.node, answered, self._views(unseen)))
+        members = {n.name for n in snapshot.nodes}
+        self._known_urls = {node: url for node, url in self._known_urls.items() if node in members}
+        self._known_apis = {node: url for node, url in self._known_apis.items() if node in members}
         snapshot, failed = protocols.read(snapshot, self.client, deadline, self._pool)
-        errors = sorted([*errors, *failed], key=lambda e: e.endpoint)
+        snapshot, moved = transfers.read(snapshot, self.client, deadline, self._pool, self.selection)
+        errors = sorted([*errors, *failed, *moved], key=lambda e: e.endpoint)
         return partial(snapshot, errors, frozenset().union(*(MISSED_WITHOUT[e.endpoint] for e in errors)))
 
     def _say_missing(self, raw: dict[str, Any]) -> None:
@@ -116,12 +135,42 @@ class ManagementSource:
             log.warning("RabbitMQ %s sends no %s: what %s is not reported, the rest is", version or "(unknown)",
                         ", ".join(new), "they give" if len(new) > 1 else "it gives")
 
-    def _node_metrics(self, urls: dict[str, str], deadline: float) -> tuple[tuple, dict[str, float | None], tuple]:
+    def _views(self, unseen: list[str]) -> dict[str, tuple[str, ...]]:
+        """What each node cut off from the one asked lists as not running itself, from its own management API:
+        which side of a partition it is on. Asked side by side, each within a second of its own (only under a
+        partition, so a poll may outlast its deadline by that second); one that does not answer is left out."""
+        def view(node: str) -> tuple[str, ...] | None:
+            url = self._known_apis.get(node)
+            if url is None:
+                return None
+            try:
+                listed = self._peers.at(url).json("nodes", "/api/nodes", {"columns": "name,running"},
+                                                  time.monotonic() + REMEMBERED_WITHIN)
+            except FetchError:
+                return None
+            if not isinstance(listed, list):
+                return None
+            return tuple(sorted(str(n.get("name")) for n in listed if isinstance(n, dict) and n.get("running") is False))
+        found = dict(zip(unseen, self._pool.map(view, unseen)))
+        return {node: seen for node, seen in found.items() if seen is not None}
+
+    def _node_metrics(self, urls: dict[str, str], remembered: dict[str, str], deadline: float
+                      ) -> tuple[tuple, dict[str, float | None], tuple, dict[str, int | None]]:
         """Every listed node's dead-letter counters, quorum commit latency and deliveries per protocol, each from
-        the node's own plugin (they are per node)."""
-        found, latency, deliveries = [], {}, []
-        for node, url in sorted(urls.items()):
-            text = self._plugins.at(url).get("metrics", "/metrics", {}, deadline, "text/plain").decode("utf-8", "replace")
+        the node's own plugin (they are per node), and the peers each counts unreachable. A member the listeners
+        no longer list (`remembered`) is asked too: it may be running on the other side of a partition, or down,
+        which is no failed read."""
+        found, latency, deliveries, answered = [], {}, [], {}
+        for node, url in sorted({**remembered, **urls}.items()):
+            # A member nobody lists may be paused or hung: a second is its bound, not the poll's whole deadline.
+            bound = deadline if node in urls else min(deadline, time.monotonic() + REMEMBERED_WITHIN)
+            try:
+                body = self._plugins.at(url).get("metrics", "/metrics", {}, bound, "text/plain")
+            except FetchError:
+                if node in urls:
+                    raise
+                continue
+            text = body.decode("utf-8", "replace")
             samples = plugin_normalise.parse(text, "metrics", PLUGIN_SAMPLES)
             counted = plugin_normalise.dead_lettered(samples, node)
             if counted is None:
@@ -130,7 +179,8 @@ class ManagementSource:
             found.extend(counted)
             latency[node] = plugin_normalise.quorum_commit_latency(samples)
             deliveries.extend(plugin_normalise.protocol_counts(samples, node))
-        return tuple(found), latency, tuple(deliveries)
+            answered[node] = plugin_normalise.unreachable_peers(samples)
+        return tuple(found), latency, tuple(deliveries), answered
 
     def fetch(self, deadline: float | None = None) -> tuple[dict[str, Any], list[FetchError]]:
         """Every endpoint's JSON ([] for a list that failed), the nodes' dead-letter counters ("metrics", where
@@ -146,8 +196,11 @@ class ManagementSource:
         futures = {self._pool.submit(self.client.fetch, name, deadline,
                                      paginate=totals.get(name, 0) <= self.pages_up_to): name for name in LISTS}
         urls = plugin_urls(raw["overview"], self.base_url)
+        remembered = {node: url for node, url in self._known_urls.items() if node not in urls}
+        self._known_urls.update(urls)
+        self._known_apis.update(plugin_urls(raw["overview"], self.base_url, MANAGEMENT))
         if urls:
-            futures[self._pool.submit(self._node_metrics, urls, deadline)] = "metrics"
+            futures[self._pool.submit(self._node_metrics, urls, remembered, deadline)] = "metrics"
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
         errors = [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s "
                              "poll deadline") for f in pending]
@@ -162,13 +215,18 @@ class ManagementSource:
         for e in errors:
             if e.endpoint in LISTS:
                 raw[e.endpoint] = []
-        raw["exchanges"], raw["bindings"] = self._routes(raw["channels"], deadline, errors)
+        raw["exchanges"], raw["bindings"], raw["routed"] = self._routes(raw["channels"], urls, deadline, errors)
         return raw, sorted(errors, key=lambda e: e.endpoint)
 
-    def _routes(self, channels: Any, deadline: float, errors: list[FetchError]) -> tuple[list, list]:
+    def _routes(self, channels: Any, urls: dict[str, str], deadline: float, errors: list[FetchError]
+                ) -> tuple[list, list, list]:
         """The exchanges and bindings of each vhost where a channel publishes without confirms or in transactions
-        (a healthy broker has none: nothing is read); a vhost that fails is left out whole, its error added."""
+        (a healthy broker has none: nothing is read), and each node plugin's count of those vhosts' publishes per
+        channel and queue; a vhost that fails is left out whole, as is a plugin, its error added."""
         vhosts = [v for v in normalise.publishing_at_risk(channels) if self.selection.vhost(v)]
+        if not vhosts:
+            return [], [], []
+        counted = self._pool.submit(self._routed, vhosts, urls, deadline) if urls else None
 
         def both(vhost: str) -> tuple[Any, Any]:
             return (self.client.fetch("exchanges", deadline, vhost=vhost),
@@ -188,7 +246,28 @@ class ManagementSource:
             else:
                 errors.append(FetchError("exchanges", "malformed", f"the exchanges or bindings of vhost "
                                          f"{futures[future]!r} are not JSON lists of objects"))
-        return exchanges, bindings
+        routed = []
+        if counted is not None:
+            try:
+                routed = counted.result(timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                errors.append(FetchError("routed", "deadline", f"no complete answer within the {self.deadline:g}s "
+                                         "poll deadline"))
+            except Exception as e:  # a plugin that fails costs what it would tell, never the poll
+                errors.append(as_fetch_error("routed", e))
+        return exchanges, bindings, routed
+
+    def _routed(self, vhosts: list[str], urls: dict[str, str], deadline: float) -> list:
+        """Each node's count, from its own plugin, of the publishes per channel and queue in `vhosts` (a channel
+        lives on one node)."""
+        found = []
+        for _node, url in sorted(urls.items()):
+            body = self._plugins.at(url).get("routed", "/metrics/detailed",
+                                             {"family": list(plugin_normalise.ROUTE_FAMILIES), "vhost": vhosts},
+                                             deadline, "text/plain")
+            samples = plugin_normalise.parse(body.decode("utf-8", "replace"), "routed", plugin_normalise.ROUTE_SAMPLES)
+            found.extend(plugin_normalise.channel_routes(samples))
+        return found
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

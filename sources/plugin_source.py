@@ -22,11 +22,12 @@ from ackscope.model.source import FATAL, FetchError, SourceFailed, as_fetch_erro
 from .cli import CliEnricher
 from .http import Readers
 from .management import normalise as management_normalise
-from .management import protocols
+from .management import protocols, transfers
 from .management.client import PAGES_UP_TO, ManagementClient
 from .prometheus_plugin import normalise
 from .prometheus_plugin.exposition import Samples
 from .prometheus_plugin.listeners import default_url, plugin_urls
+from .reachability import reconciled
 from .selection import Selection
 
 log = logging.getLogger("ackscope.sources")
@@ -238,14 +239,20 @@ class PrometheusPluginSource:
         snapshot = normalise.snapshot(base, detailed, metrics, self.selection, plugin.absent + self._unasked,
                                       channels_listed=self.channels_listed and not alone,
                                       counted=counted is not None and not alone)
+        answered = {name: normalise.unreachable_peers(m) for m in metrics or () if (name := normalise.node_name(m))}
+        snapshot = replace(snapshot, nodes=reconciled(snapshot.nodes, snapshot.overview.node, answered))
         missed |= frozenset().union(*(MISSED_WITHOUT.get(e.endpoint, ()) for e in errors
                                       if e.reason != "incomplete" or e.endpoint == "metrics"))  # its alarms
         if alone:  # what AMQP 1.0 and stream clients hold is the management API's to list
-            snapshot = replace(snapshot, unreported=snapshot.unreported | {facts.AMQP10_LINKS, facts.STREAM_CLIENTS})
+            snapshot = replace(snapshot, unreported=snapshot.unreported | {facts.AMQP10_LINKS, facts.STREAM_CLIENTS,
+                                                                           facts.SHOVELS, facts.SHOVEL_STATES,
+                                                                           facts.FEDERATION_LINKS})
         else:
             snapshot, failed = protocols.read(snapshot, self.management, deadline, self._pool)
-            errors = [*errors, *failed]
-            missed |= frozenset().union(*(protocols.MISSED_WITHOUT[e.endpoint] for e in failed))
+            snapshot, moved = transfers.read(snapshot, self.management, deadline, self._pool, self.selection)
+            errors = [*errors, *failed, *moved]
+            missed |= frozenset().union(*({**protocols.MISSED_WITHOUT, **transfers.MISSED_WITHOUT}[e.endpoint]
+                                          for e in [*failed, *moved]))
         snapshot = partial(snapshot, errors, missed)
         unread = self._unread_nodes(snapshot)
         if unread:

@@ -23,6 +23,10 @@ from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalB
 from ackscope.workloads.rabbitmq_release import Release
 from ackscope_testkit.cluster import LocalCluster
 
+# Every JVM the suite's Spark starts (the session's, each `ackscope pipeline` process, a standalone cluster's
+# executors) takes its settings from tests/spark-conf: JVM options for short runs on a shared CPU.
+os.environ.setdefault("SPARK_CONF_DIR", os.path.join(os.path.dirname(__file__), "spark-conf"))
+
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[LocalBroker]:
@@ -255,9 +259,9 @@ SERVICE_OF_FIXTURE = {
     "broker": "broker", "spare_broker": "broker", "large_broker": "broker",
     "rabbitmq_server": "broker", "cluster": "broker", "statsoff_cluster": "broker",
     "cluster_whole": "broker", "partition_pair": "broker", "ram_node_cluster": "broker", "newest_cluster": "broker",
-    "newest_partition_pair": "broker", "newest_statsoff_cluster": "broker",
+    "newest_partition_pair": "broker", "newest_statsoff_cluster": "broker", "split_cluster": "broker",
     "statsoff_broker": "broker", "plugin_only_broker": "broker",
-    "release": "broker", "release_broker": "broker", "release_statsoff": "broker", "release_plugin_only": "broker",
+    "release": "broker", "release_broker": "broker", "pair": "broker", "release_statsoff": "broker", "release_plugin_only": "broker",
     "spark": "spark", "java": "spark", "spark_cluster": "spark",
     "chromium": "browser",
     "ackscope_image": "container", "rabbitmq_image": "container",
@@ -275,7 +279,7 @@ SERVICE_OF_FIXTURE = {
 EXCLUSIVE_GROUP_OF_FIXTURE = {
     "cluster": "clusters", "cluster_whole": "clusters", "statsoff_cluster": "clusters",
     "partition_pair": "clusters", "newest_cluster": "clusters", "newest_partition_pair": "clusters",
-    "newest_statsoff_cluster": "clusters",
+    "newest_statsoff_cluster": "clusters", "split_cluster": "clusters",
     "ackscope_image": "containers", "rabbitmq_image": "containers",
     "spark_cluster": "spark-cluster",
 }

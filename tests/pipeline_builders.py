@@ -23,14 +23,17 @@ class Log:
     """Events of one probe target, written in the order a probe would see them."""
 
     def __init__(self, run_id: str = "run1", probe: str = "classic-persistent", queue_type: str = "classic",
-                 persistent: bool = True):
+                 persistent: bool = True, consumer: str | None = None):
+        """`consumer`: the consumer tag its deliveries name (None: a log written before the probes named it)."""
         self.target = dict(run_id=run_id, probe=probe, queue_type=queue_type, persistent=persistent)
+        self.consumer = consumer
         self.rows: list[dict] = []
 
     def add(self, seq: int, kind: str, t: float, latency_s: float | None = None, batch_size: int | None = None,
-            redelivered: bool | None = None) -> Log:
+            redelivered: bool | None = None, consumer: str | None = None) -> Log:
         self.rows.append({**self.target, "seq": seq, "kind": kind, "ts": at(t), "latency_s": latency_s,
-                          "batch_size": batch_size, "redelivered": redelivered})
+                          "batch_size": batch_size, "redelivered": redelivered,
+                          "consumer": (consumer or self.consumer) if kind == "delivered" else None})
         return self
 
     def happy(self, seq: int, t: float) -> Log:

@@ -3,10 +3,13 @@ quorum, leaders piled on one node, a mirrored queue out of sync."""
 
 from __future__ import annotations
 
-from snapshot_builders import connection, consumer, node, queue, snapshot
+from dataclasses import replace
+
+from snapshot_builders import OVERVIEW, connection, consumer, node, queue, snapshot
 
 from ackscope.diagnosis.rules import Context, evaluate
 from ackscope.sources.prometheus_plugin.normalise import online_from_nodes
+from ackscope.sources.reachability import reconciled
 
 A, B, C = "rabbit@a", "rabbit@b", "rabbit@c"
 
@@ -86,3 +89,48 @@ def test_the_plugin_source_takes_a_members_online_from_the_nodes_running_at_each
     got = list(online_from_nodes([listed, plain], [node(A), node(B), node(C, running=False)]))
     assert got[0].online == (A, B) and got[1] == plain
     assert list(online_from_nodes([listed], [])) == [listed]  # no nodes listed: nothing to judge by
+
+
+# -- partitions, from what the nodes say themselves (sources/reachability.py) ------------------------------------
+def _members(*running: bool, partitions=()) -> tuple:
+    return tuple(node(f"rabbit@n{i + 1}", running=r, partitions=partitions) for i, r in enumerate(running))
+
+
+def test_a_two_against_one_split_under_khepri_is_named_on_both_sides_and_nobody_is_down():
+    # As measured on 4.3.6: n1 lists n3 not running and no partition; every plugin answers with its count.
+    nodes = reconciled(_members(True, True, False), "rabbit@n1", {"rabbit@n1": 1, "rabbit@n2": 1, "rabbit@n3": 2})
+    assert all(n.running for n in nodes)
+    assert {n.name: n.partitions for n in nodes} == {"rabbit@n1": ("rabbit@n3",), "rabbit@n2": ("rabbit@n3",),
+                                                     "rabbit@n3": ("rabbit@n1", "rabbit@n2")}
+    assert all(n.partitions_inferred for n in nodes)
+
+
+def test_a_full_split_leaves_each_node_alone_and_a_node_that_does_not_answer_is_still_down():
+    alone = reconciled(_members(True, False, False), "rabbit@n1", {"rabbit@n1": 2, "rabbit@n2": 2, "rabbit@n3": 2})
+    assert [len(n.partitions) for n in alone] == [2, 2, 2]
+    down = reconciled(_members(True, True, False), "rabbit@n1", {"rabbit@n1": 0, "rabbit@n2": 0})
+    assert [n.running for n in down] == [True, True, False] and not any(n.partitions for n in down)
+
+
+def test_3_10_lists_its_partitions_itself_and_they_are_kept():
+    nodes = reconciled(_members(True, True, partitions=("rabbit@n2",)), "rabbit@n1", {"rabbit@n1": None})
+    assert nodes[0].partitions == ("rabbit@n2",) and not nodes[0].partitions_inferred
+
+
+def test_under_khepri_the_minority_side_is_told_it_cannot_change_definitions_and_no_node_is_called_down():
+    nodes = reconciled(_members(True, True, False), "rabbit@n1", {"rabbit@n1": 1, "rabbit@n2": 1, "rabbit@n3": 2})
+    on_4 = replace(OVERVIEW, rabbitmq_version="4.3.6")
+    found = {f.object: f for f in evaluate(Context(snapshot(overview=on_4, nodes=nodes)))
+             if f.rule in ("network-partition", "node-down")}
+    assert set(found) == {"node rabbit@n1", "node rabbit@n2", "node rabbit@n3"}
+    assert all(f.rule == "network-partition" for f in found.values())
+    minority = found["node rabbit@n3"]
+    assert minority.evidence["majority"] is False and "cannot change definitions" in minority.explanation
+    assert "inferred" in minority.explanation and found["node rabbit@n1"].evidence["majority"] is True
+
+
+def test_a_node_resuming_after_a_pause_answers_before_it_is_seen_again_and_is_no_partition():
+    # n2 answers itself and sees n1 running; n1 still lists it not running for a moment.
+    nodes = reconciled(_members(True, False), "rabbit@n1", {"rabbit@n1": 0, "rabbit@n2": 0},
+                       {"rabbit@n2": ()})
+    assert [n.running for n in nodes] == [True, True] and not any(n.partitions for n in nodes)

@@ -9,7 +9,9 @@ import pytest
 from helpers import cli_args
 
 from ackscope.apps.exporter import load
+from ackscope.core import amqp
 from ackscope.core.config import ConfigError
+from ackscope.core.secret import Secret
 
 
 def _toml(tmp_path, text: str) -> str:
@@ -190,3 +192,24 @@ def test_output_into_a_closed_pipe_ends_quietly():
     listing.stdout.close()  # like `| head -0`: the reader is gone before the first line
     _, err = listing.communicate(timeout=30)
     assert b"Traceback" not in err and b"BrokenPipe" not in err
+
+
+def test_the_probe_user_from_its_own_setting_wins_over_the_urls_and_is_shown_without_its_password():
+    url = amqp.with_password("amqp://old-user@rabbitmq:5672/%2F", Secret("s3cret"), "ackscope-probe")
+    assert url.url.reveal() == "amqp://ackscope-probe:s3cret@rabbitmq:5672/%2F"
+    assert url.display == "amqp://ackscope-probe@rabbitmq:5672/%2F"
+    bare = amqp.with_password("amqp://rabbitmq:5672/%2F", Secret("s3cret"), "ackscope-probe")
+    assert bare.url.reveal() == "amqp://ackscope-probe:s3cret@rabbitmq:5672/%2F"
+    assert amqp.with_password("amqp://app@rabbitmq/%2F", Secret("x")).display == "amqp://app@rabbitmq/%2F"
+
+
+def test_confirm_bench_figures_are_read_at_the_start_and_a_malformed_file_is_one_line(tmp_path, capsys):
+    from ackscope.apps.cli import main
+    figures = tmp_path / "confirms.json"
+    figures.write_text('{"broker": "amqp://rabbit/%2F", "measured_at": 1.7e9, "rates": [{"strategy": '
+                       '"confirm and wait, per message", "queue_type": "classic", "rate": 812.5, "p50_seconds": null}]}')
+    assert load(cli_args(confirm_bench=str(figures)), {}).confirm_bench.rates[0].rate == 812.5
+    figures.write_text('{"rates": [{"strategy": "x", "queue_type": "classic", "rate": "fast"}]}')
+    assert main(["exporter", "--confirm-bench", str(figures)]) == 2
+    assert capsys.readouterr().err == (f"ackscope exporter: --confirm-bench {figures}: rate 1 is not a strategy, a "
+                                       "queue type and a number of messages per second\n")

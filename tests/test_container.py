@@ -10,12 +10,13 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import time
 
 import pyarrow.parquet as pq
 import pytest
 import requests
-from container_helpers import USER_ID, container, data_volume, exit_code, image_size_mib, logs, podman, secret_file
+from container_helpers import REPO, USER_ID, container, data_volume, exit_code, image_size_mib, logs, podman, secret_file
 from helpers import parse, scenarios_running, value, wait_for
 
 from ackscope.workloads.ports import free_port
@@ -234,16 +235,41 @@ def test_rabbitmq_4_in_a_container_with_statistics_off_is_read_through_its_plugi
         podman("rm", "--force", "--time", "0", rabbit, check=False)
 
 
-def test_the_dashboard_from_the_image_serves_on_a_read_only_root_and_calls_nowhere(ackscope_image):
+def test_the_dashboard_image_built_in_a_fresh_clone_as_the_docs_say_is_healthy_and_calls_nowhere(
+        ackscope_image, tmp_path):
+    """docs/containers.md's two commands in a clone with no .venv (the script makes the wheels in a venv of its
+    own), then the dashboard as a user runs it: read-only, its port from ACKSCOPE_PORT, healthy by its image's
+    HEALTHCHECK (the exporter image's asks /healthz, which the dashboard does not serve)."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=120)
+    done = subprocess.run(["bash", "scripts/container-image.sh", "--dashboard"], cwd=clone, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert not (clone / ".venv").exists()
+    image = done.stdout.strip().splitlines()[-1].split()[1]
+    assert image.startswith("localhost/ackscope-dashboard:"), done.stdout
     port = free_port()
-    with container(ackscope_image, "dashboard", "--port", str(port), "--exporter-url", "http://127.0.0.1:9",
+    with container(image, env={"ACKSCOPE_PORT": str(port), "ACKSCOPE_EXPORTER_URL": "http://127.0.0.1:9"},
                    options=("--network", "host")) as name:
         wait_for(lambda: status_of(f"http://127.0.0.1:{port}/_stcore/health") == 200, 60,
                  lambda: f"the dashboard's health (logs: {logs(name)[-5:]})")
         assert status_of(f"http://127.0.0.1:{port}/") == 200
+        checked = podman("healthcheck", "run", name, check=False)
+        assert checked.returncode == 0, checked.stdout + checked.stderr  # the dashboard image's HEALTHCHECK
         said = logs(name)
     # Streamlit, left to itself, asks a public service for the external address (dashboard/server.py).
     assert not [line for line in said if "external IP" in line or "External URL" in line], said
+
+
+def test_the_image_script_says_in_one_line_what_it_needs_before_it_runs_anything():
+    script = str(REPO / "scripts" / "container-image.sh")
+    done = subprocess.run(["runuser", "-u", "nobody", "--", "bash", script], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 1 and done.stderr.strip().startswith("container-image: run it as root"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    done = subprocess.run(["bash", script, "--dashbaord"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "container-image: unknown option --dashbaord (usage: scripts/container-image.sh [--dashboard | --rabbitmq])")
 
 
 def status_of(url: str) -> int | None:

@@ -179,3 +179,21 @@ def test_an_upgrade_s_items_are_worst_first_each_with_its_client_what_happens_an
     assert list(df["culprit"]) == ["queue reports", "celery · channel c1"]
     assert df.iloc[1]["what happens"] == "applied per consumer" and df.iloc[1]["evidence"] == "global_prefetch_count=4"
     assert views.upgrade([]).empty
+
+
+def test_shovels_and_federation_links_are_listed_stopped_first_with_the_brokers_words():
+    snapshot = {"shovels": [
+        {"name": "to-archive", "type": "dynamic", "vhost": "/", "state": "running", "ack_mode": "no-ack",
+         "source_queue": "orders", "source_uri": "amqp://", "destination_queue": "archive",
+         "destination_uri": "amqp://app@archive.example:5672/%2F", "node": "rabbit@a"},
+        {"name": "to-nowhere", "type": "dynamic", "vhost": "/", "state": "terminated", "ack_mode": "on-confirm",
+         "source_queue": "stuck", "source_uri": "amqp://", "destination_queue": "dst",
+         "destination_uri": "amqp://app@no-such-host.invalid:5672", "reason": '"failed to connect to destination"'}],
+        "federation_links": [{"vhost": "/", "upstream": "nowhere", "type": "exchange", "local": "events",
+                              "upstream_name": "events", "status": "error", "uri": "amqp://no-such-host.invalid",
+                              "error": "unknown_host"}]}
+    df = views.shovels(snapshot)
+    assert list(df["name"]) == ["to-nowhere", "nowhere", "to-archive"]
+    assert df.iloc[0]["why"] == '"failed to connect to destination"' and df.iloc[1]["why"] == "unknown_host"
+    assert df.iloc[2]["ack mode"] == "no-ack" and df.iloc[2]["to"] == "archive at amqp://app@archive.example:5672/%2F"
+    assert views.shovels({}).empty

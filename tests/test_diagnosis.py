@@ -26,6 +26,11 @@ NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm", "node-down", "network-partit
                       "receiver-unsettled-unbounded", "receiver-presettled", "sender-presettled",
                       "receiver-requeue-loop", "receiver-rejects",
                       "stream-consumer-lagging",
+                      # Shovels and federation need their plugins and a second broker: tests/test_shovels.py.
+                      "shovel-without-confirms", "shovel-not-running", "shovel-blocked", "federation-link-not-running",
+                      # A publisher busy on purpose (scenarios publish a few a second): real clients on every
+                      # release in tests/test_confirm_waits.py.
+                      "publisher-waits-each-confirm",
                       # Events the broker's log tells, on real clients and every release: tests/test_breaks.py.
                       "consumer-timed-out", "consumer-cancelled-by-broker", "closed-on-error", "connection-churn"}
 

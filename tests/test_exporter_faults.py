@@ -125,10 +125,11 @@ def test_a_bad_list_costs_only_its_part_is_counted_said_once_and_recovered_from(
              what="the all-clear once the list answers")
 
 
-def test_exchanges_that_cannot_be_read_leave_the_stakes_unknown_and_cost_nothing_else(broker, vhost, clients, proxy,
-                                                                                        start_exporter, caplog):
-    # A slow publisher without confirms, of persistent messages into a durable queue: at stake once the vhost's
-    # exchanges are read; while their read answers 500, the poll is partial and the finding says it cannot tell.
+def test_exchanges_that_cannot_be_read_cost_only_themselves_and_the_plugins_counts_still_tell_the_stakes(
+        broker, vhost, clients, proxy, start_exporter, caplog):
+    # A slow publisher without confirms, of persistent messages into a durable queue. While the vhost's exchanges
+    # answer 500 the poll is partial, and the node's plugin (read directly, where the listeners say) still ties the
+    # channel to the queue its publishes reached. (Where neither tells, the finding says so: tests/test_stakes.py.)
     caplog.set_level(logging.INFO, logger="ackscope")
     unsafe = clients(broker, vhost, "slow-unsafe").channel()
     unsafe.queue_declare("kept", durable=True)
@@ -143,17 +144,15 @@ def test_exchanges_that_cannot_be_read_leave_the_stakes_unknown_and_cost_nothing
             last[0] = time.monotonic()
         return next((f for f in requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]
                      if f["rule"] == "publisher-without-confirms" and f["connection_name"] == "slow-unsafe"), None)
-    f = wait_for(lambda: (g := unsafe_finding()) and "is not known" in g["explanation"] and g,
-                 what="the publisher without confirms, its stakes not known")
-    assert f["severity"] == "info" and (f["evidence"]["publish_rate"] or 0) < 1  # None on the first poll
+    f = wait_for(lambda: (g := unsafe_finding()) and g["severity"] == "warning" and g,
+                 what="the publisher without confirms, its stakes from the plugin's counts")
+    [kept] = f["evidence"]["at_stake"]
+    assert (kept["queue"], kept["durable"]) == ("kept", True)
+    assert f["evidence"]["routing"].startswith("counted by the broker per channel and queue (inferred: ")
     s = wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 2, endpoint="exchanges",
                         reason="server_error")
     assert value(s, "ackscope_up") == 1
     assert not any(r.exc_info for r in caplog.records), "no traceback in the log"
-    del proxy.faults[f"exchanges/{vhost}"]
-    f = wait_for(lambda: (g := unsafe_finding()) and g["severity"] == "warning" and g, what="the stakes, once read")
-    [kept] = f["evidence"]["at_stake"]
-    assert (kept["queue"], kept["durable"]) == ("kept", True) and f["evidence"]["routing"].startswith("inferred")
 
 
 def test_every_list_failing_is_a_failed_poll(broker, proxy, start_exporter):
@@ -171,3 +170,27 @@ def test_healthz_stays_ok_while_the_broker_is_unreachable(start_exporter):
     assert requests.get(exporter.url + "/healthz", timeout=5).status_code == 200
     wait_for(lambda: value(scrape(exporter), "ackscope_poll_errors_total", endpoint="overview",
                            reason="connection"), what="a connection error counted")
+
+
+@pytest.mark.parametrize("fault,reason", [("500", "server_error"), ("malformed", "malformed")])
+def test_a_plugin_that_cannot_count_a_vhosts_routes_costs_only_the_routes(broker, vhost, fault, reason):
+    """Where a channel publishes without confirms, each node's plugin is asked which queues each channel's publishes
+    reached: one that answers 500, or no exposition, leaves the exchanges read and the poll whole."""
+    from ackscope.core.secret import Secret
+    from ackscope.sources.management_source import ManagementSource
+    from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER
+
+    plugin = FaultProxy(broker.prometheus_url)
+    plugin.faults["/metrics/detailed"] = fault
+    source = ManagementSource(broker.management_url, ADMIN_USER, Secret(ADMIN_PASSWORD))
+    try:
+        errors = []
+        at_risk = [{"vhost": vhost, "confirm": False, "message_stats": {"publish": 5}}]
+        exchanges, _bindings, routed = source._routes(at_risk, {broker.nodename: plugin.url}, time.monotonic() + 5,
+                                                     errors)
+        assert routed == [] and {x["name"] for x in exchanges} >= {"", "amq.direct"}
+        assert [(e.endpoint, e.reason) for e in errors] == [("routed", reason)]
+        assert plugin.requests == ["/metrics/detailed"]
+    finally:
+        source.close()
+        plugin.close()

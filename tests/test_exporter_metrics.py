@@ -23,14 +23,16 @@ def test_manual_ack_consumer_with_prefetch_zero_holds_everything_unacked(broker,
     hoarder.channel().basic_consume("work", on_message_callback=lambda *a: None)  # manual ack, no basic.qos
 
     wait_for_sample(exporter, "ackscope_channel_messages_unacked", 25, vhost=vhost, connection_name="hoarder")
-    # The consumer list comes a moment after the channels' statistics on a loaded machine: wait for it too.
-    s = wait_for_sample(exporter, "ackscope_consumer_prefetch_count", 0, vhost=vhost, queue="work",
-                        connection_name="hoarder")
+    # The consumer list, and the queue's own counts, come a moment after the channels' statistics on a loaded
+    # machine (a clean-clone run once scraped the queue without its unacked count yet): wait for them too.
+    wait_for_sample(exporter, "ackscope_consumer_prefetch_count", 0, vhost=vhost, queue="work",
+                    connection_name="hoarder")
+    s = wait_for_sample(exporter, "ackscope_queue_messages_unacked", 25, vhost=vhost, queue="work")
+    assert value(s, "ackscope_consumer_prefetch_count", vhost=vhost, queue="work", connection_name="hoarder") == 0
     assert value(s, "ackscope_channel_messages_unacked", vhost=vhost, connection_name="hoarder") == 25
     assert value(s, "ackscope_channel_prefetch_count", vhost=vhost, connection_name="hoarder") == 0
     assert value(s, "ackscope_channel_prefetch_utilisation", vhost=vhost, connection_name="hoarder") is None
     assert value(s, "ackscope_consumer_ack_required", vhost=vhost, queue="work", connection_name="hoarder") == 1
-    assert value(s, "ackscope_queue_messages_unacked", vhost=vhost, queue="work") == 25
     assert value(s, "ackscope_channel_delivered_total", vhost=vhost, connection_name="hoarder") == 25
     assert value(s, "ackscope_channel_acked_total", vhost=vhost, connection_name="hoarder") == 0
 
@@ -85,8 +87,11 @@ def test_confirm_mode_and_transactional_publishers_are_told_apart(broker, vhost,
     plain = clients(broker, vhost, "fire-and-forget-publisher").channel()
     plain.basic_publish("", "ledger", b"x")
 
-    s = wait_for_sample(exporter, "ackscope_channel_confirmed_total", 20, vhost=vhost,
+    wait_for_sample(exporter, "ackscope_channel_confirmed_total", 20, vhost=vhost, connection_name="confirming-publisher")
+    # A channel's modes can come a poll after its counters on a loaded machine (a clean-clone run saw none).
+    s = wait_for_sample(exporter, "ackscope_channel_transactional", 0, vhost=vhost,
                         connection_name="confirming-publisher")
+    assert value(s, "ackscope_channel_confirmed_total", vhost=vhost, connection_name="confirming-publisher") == 20
     assert value(s, "ackscope_channel_confirm_mode", vhost=vhost, connection_name="confirming-publisher") == 1
     assert value(s, "ackscope_channel_transactional", vhost=vhost, connection_name="confirming-publisher") == 0
     assert value(s, "ackscope_channel_published_total", vhost=vhost, connection_name="confirming-publisher") == 20
@@ -132,8 +137,10 @@ def test_heartbeat_is_exported_and_zero_when_disabled(broker, vhost, exporter, c
     clients(broker, vhost, "no-heartbeat", heartbeat=0)
     clients(broker, vhost, "with-heartbeat", heartbeat=30)
 
-    s = wait_for_sample(exporter, "ackscope_connection_heartbeat_seconds", 0, vhost=vhost,
-                        connection_name="no-heartbeat")
+    wait_for_sample(exporter, "ackscope_connection_heartbeat_seconds", 0, vhost=vhost, connection_name="no-heartbeat")
+    # A connection's state can come a poll after its heartbeat on a loaded machine (a clean-clone run saw none).
+    wait_for_sample(exporter, "ackscope_connection_blocked", 0, vhost=vhost, connection_name="no-heartbeat")
+    s = wait_for_sample(exporter, "ackscope_connection_blocked", 0, vhost=vhost, connection_name="with-heartbeat")
     assert value(s, "ackscope_connection_heartbeat_seconds", vhost=vhost, connection_name="with-heartbeat") == 30
     assert value(s, "ackscope_connection_blocked", vhost=vhost, connection_name="no-heartbeat") == 0
     assert value(s, "ackscope_connection_blocked", vhost=vhost, connection_name="with-heartbeat") == 0

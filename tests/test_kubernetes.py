@@ -97,7 +97,9 @@ def test_the_deployments_run_the_image_as_it_is_built_non_root_on_a_read_only_ro
             pod = d["spec"]["template"]["spec"]
             assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == USER_ID
             for c in pod["containers"]:
-                assert c["image"] == f"localhost/ackscope:{ackscope.__version__}"
+                # Each command's image: the dashboard's own target, whose HEALTHCHECK is the dashboard's.
+                image = "ackscope-dashboard" if c["args"][0] == "dashboard" else "ackscope"
+                assert c["image"] == f"localhost/{image}:{ackscope.__version__}"
                 assert c["securityContext"]["readOnlyRootFilesystem"] is True
 
 

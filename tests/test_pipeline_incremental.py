@@ -32,7 +32,7 @@ def _channel(t: float, unacked: int, published: int) -> dict:
 
 def _batch(data: Path, n: int) -> None:
     """Part n (1–3) of one history, each part in files of its own, written as the probes and exporter would."""
-    run1 = Log(run_id="run1")
+    run1 = Log(run_id="run1", consumer="ctag1")
     if n == 1:
         for seq in range(1, 41):
             run1.happy(seq, seq)
@@ -98,6 +98,10 @@ def test_each_incremental_run_reads_only_new_files_and_writes_what_a_full_run_wr
     # What the parts were built to hold: a story across files, a loss decided two runs later, a duplicate.
     assert (audit["run1"]["lost"], audit["run1"]["awaiting"], audit["run1"]["duplicates"]) == (1, 0, 1)
     assert audit["run1"]["delivered"] == 83 - 1 and audit["run2"]["published"] == 20
+    # Order, judged against the consumer's mark of the parts before: 42 to 45 came after later messages (46 and
+    # on, in part 2), first deliveries; 7 and 8 were redelivered after 80.
+    assert (audit["run1"]["out_of_order_first"], audit["run1"]["out_of_order_redelivered"]) == (4, 2)
+    assert [r["seq"] for r in read_reports(full)["out_of_order_messages"]] == [42, 43, 44, 45]
     saturation, = read_reports(full)["prefetch_saturation"]
     assert saturation["queues"] == ["a", "b"] and saturation["auto_ack"] and saturation["samples"] == 12
     hotspot, = read_reports(full)["redelivery_hotspots"]
@@ -184,6 +188,11 @@ def test_a_damaged_state_or_one_of_other_input_is_refused_in_one_line_and_rebuil
     manifest.write_text(good[:40])
     assert refused().startswith(f"the incremental state under {out}/_state is damaged "
                                 f"({out}/_state/manifest-000001.json: ")
+    # A state an earlier ackscope kept in another format (its checksum gone, as a copy without it would be).
+    (manifest.parent / f".{manifest.name}.crc").unlink(missing_ok=True)
+    manifest.write_text(json.dumps({**json.loads(good), "format": 1}))
+    assert refused() == (f"the incremental state under {out}/_state was written in format 1, and this ackscope "
+                         "keeps format 2: run with --rebuild to start over")
     manifest.write_text(good)
     part = next((out / "_state" / "gen-000001" / "messages").glob("*.parquet"))
     part.write_bytes(part.read_bytes()[:100])

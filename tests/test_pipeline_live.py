@@ -41,7 +41,8 @@ def test_pipeline_audits_the_event_log_the_probes_wrote_against_a_real_broker(sp
         wait_probe(probes, "ackscope_probe_redelivered_total", "quorum", 5)
     counted = {t.name: {name: probe_value(probes, f"ackscope_probe_{name}_total", t.name)
                         for name in ("published", "confirmed", "delivered", "redelivered", "requeued", "lost",
-                                     "duplicates", "nacked", "returned")} for t in targets}
+                                     "duplicates", "nacked", "returned", "out_of_order_first",
+                                     "out_of_order_redelivered")} for t in targets}
 
     summary = execute(PipelineConfig(str(tmp_path / "data"), str(tmp_path / "out"), loss_deadline_s=15.0),
                       Progress(io.StringIO()))
@@ -55,9 +56,13 @@ def test_pipeline_audits_the_event_log_the_probes_wrote_against_a_real_broker(sp
         assert (row["published"], row["confirmed"], row["redelivered"]) == \
             (metric["published"], metric["confirmed"], metric["redelivered"]), name
         assert row["lost"] == metric["lost"] == 0 and row["duplicates"] == metric["duplicates"] == 0
+        # Order, judged per consumer from the log as the probe judged it live.
+        assert row["out_of_order_first"] == metric["out_of_order_first"] == 0, name
+        assert row["out_of_order_redelivered"] == metric["out_of_order_redelivered"], name
         assert row["nacked"] == row["returned"] == row["confirm_timeouts"] == row["republished"] == 0
         # What was confirmed and not delivered when the probes stopped is awaiting, not lost.
         assert row["confirmed"] - row["delivered"] <= row["awaiting"] <= 200
+    assert audit["quorum"]["out_of_order_redelivered"] > 0  # requeued: back to its place, behind later deliveries
     assert not _report(tmp_path / "out", "lost_messages")
 
     latency = _report(tmp_path / "out", "confirm_latency")

@@ -46,10 +46,31 @@ def test_audit_counts_every_outcome_exactly_to_the_message(spark):
     assert first == {"run_id": "run1", "probe": "classic-persistent", "queue_type": "classic", "persistent": True,
                      "published": 11, "confirmed": 10, "nacked": 1, "returned": 1, "confirm_timeouts": 1,
                      "republished": 1, "delivered": 7, "duplicates": 1, "redelivered": 2, "lost": 1,
-                     "awaiting": 1}
+                     "awaiting": 1, "out_of_order_first": 0, "out_of_order_redelivered": 0}
     assert rows[1]["run_id"] == "run2" and rows[1]["lost"] == 0 and rows[1]["delivered"] == 1
     assert [(r["run_id"], r["seq"], r["published_at"], r["confirmed_at"]) for r in lost] == \
         [("run1", 4, at(4).replace(tzinfo=None), at(4.01).replace(tzinfo=None))]
+
+
+def test_order_is_judged_per_consumer_and_only_a_first_delivery_out_of_order_breaks_it(spark):
+    log = Log(consumer="ctag-a")
+    for seq, t in ((1, 1), (2, 2), (4, 4), (3, 5)):  # 3 after 4, first time: broken
+        log.add(seq, "published", t - 0.5).add(seq, "delivered", t, 0.5, redelivered=False)
+    log.add(2, "requeued", 5.5).add(2, "delivered", 6, 5.5, redelivered=True)  # 2 again after 4: expected
+    # Another consumer has a mark of its own: 5 and 6 in order though the first consumer saw more before.
+    for seq, t in ((5, 7), (6, 8)):
+        log.add(seq, "published", t - 0.5).add(seq, "delivered", t, 0.5, redelivered=False, consumer="ctag-b")
+    # 9 delivered, then 8 published again (its channel lost) and delivered: not judged, and it does not raise
+    # the mark: 10 is in order. 7 delivered to no known consumer (a log before consumers were named): not judged.
+    log.add(9, "published", 9).add(9, "delivered", 9.1, 0.1, redelivered=False)
+    log.add(8, "published", 8.9).add(8, "republished", 9.2).add(8, "delivered", 9.3, 0.1, redelivered=False)
+    log.add(10, "published", 9.4).add(10, "delivered", 9.5, 0.1, redelivered=False)
+    log.rows.append({**log.rows[-1], "seq": 7, "consumer": None})
+    runs = audit.per_run(audit.classify(events_df(spark, log), 60.0))
+    [row] = rows_of(audit.delivery_audit(runs), ["run_id", "probe"])
+    assert (row["out_of_order_first"], row["out_of_order_redelivered"]) == (1, 1)
+    assert [(r["seq"], r["published_at"]) for r in rows_of(audit.out_of_order_messages(runs), ["seq"])] == \
+        [(3, at(4.5).replace(tzinfo=None))]
 
 
 def test_a_delivery_that_overtakes_its_confirm_is_not_a_loss(spark):

@@ -152,3 +152,16 @@ def test_a_publish_confirm_clock_restarts_when_its_frame_leaves():
     assert settled.latency_s == pytest.approx(0.002)
     tracker.sent(tag, 9 * MS)  # settled already: nothing to restart
     assert len(tracker) == 0
+
+
+def test_order_is_judged_per_consumer_and_a_redelivery_or_a_republished_message_never_breaks_it():
+    audit = DeliveryAudit(loss_deadline_ns=100 * MS)
+    assert [audit.in_order("a", seq, False) for seq in (1, 2, 4)] == [True, True, True]
+    assert audit.in_order("a", 3, False) is False  # a first delivery after a message published later
+    assert audit.in_order("a", 2, True) is False  # a redelivery so: expected, counted apart by the caller
+    assert audit.in_order("b", 3, False) is True  # another consumer has its own mark
+    audit.published_again(9, 0)
+    assert audit.in_order("a", 9, False) is True and audit.in_order("a", 5, False) is True  # 9 raised nothing
+    audit.consumer_gone("a")
+    assert audit.in_order("a", 1, False) is True  # a new consumer under the same name starts again
+    assert audit.in_order("a", 1, False) is True  # the same message twice is a duplicate, not out of order

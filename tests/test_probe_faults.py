@@ -137,9 +137,11 @@ def test_unreachable_amqp_port_is_one_clear_line_and_probes_down(broker, vhost):
 
 
 def test_unconfirmed_messages_are_republished_when_the_connection_is_closed_under_them(broker, vhost):
-    target = quick("classic-persistent", burst_size=2000, burst_interval=1.0)
-    with running_probes(probe_config(broker, vhost, (target,), loss_deadline=10)) as probes:
-        wait_probe(probes, "ackscope_probe_confirmed_total", target.name, 2000)
+    # Bursts of 300 a second put hundreds in flight at the close; 2,000 a second outran the consumer on a CPU shared
+    # with the suite's other workers (the queue's length limit dropped what waited, counted as lost).
+    target = quick("classic-persistent", burst_size=300, burst_interval=1.0)
+    with running_probes(probe_config(broker, vhost, (target,), loss_deadline=30)) as probes:
+        wait_probe(probes, "ackscope_probe_confirmed_total", target.name, 300)
 
         def publisher_name():
             conns = broker.api("GET", f"/vhosts/{vhost}/connections").json()
@@ -154,6 +156,6 @@ def test_unconfirmed_messages_are_republished_when_the_connection_is_closed_unde
             closed = time.monotonic()
         republished = wait_probe(probes, "ackscope_probe_republished_total", target.name, 1)
         wait_probe(probes, "ackscope_probe_reconnects_total", target.name, 1)
-        wait_for(lambda: settled_since(probes, closed), timeout=30, what="every confirm before the close to be settled")
+        wait_for(lambda: settled_since(probes, closed), timeout=60, what="every confirm before the close to be settled")
         assert probe_value(probes, "ackscope_probe_lost_total", target.name) == 0
     assert republished >= 1

@@ -13,7 +13,9 @@ import pytest
 import requests
 from helpers import value, wait_for
 from probe_helpers import probe_config, probe_samples, probe_value, quick, running_probes, settled_since, wait_probe
+from snapshot_builders import snapshot
 
+from ackscope.diagnosis.rules import Context, evaluate
 from ackscope.model.schemas import EVENT_KINDS as KINDS
 from ackscope.model.schemas import EVENTS as SCHEMA
 from ackscope.probes.message import ProbeMessage
@@ -129,15 +131,22 @@ def test_requeued_deliveries_come_back_redelivered_and_are_not_duplicates(broker
         assert probe_value(probes, "ackscope_probe_duplicates_total", target.name) == 0
 
 
-def test_a_second_copy_of_a_delivered_message_is_counted_as_a_duplicate(broker, vhost):
+def test_a_second_copy_of_a_delivered_message_is_a_duplicate_and_out_of_order_critical_with_one_consumer(broker,
+                                                                                                         vhost):
     target = quick("classic-persistent")
     with running_probes(probe_config(broker, vhost, (target,))) as probes:
-        wait_probe(probes, "ackscope_probe_delivered_total", target.name, 5)
-        copy = ProbeMessage(probes.runner.run_id, target.name, 1, time.monotonic_ns()).encode()
+        wait_probe(probes, "ackscope_probe_delivered_total", target.name, 20)
+        # Message 2 published again, after 20 and more were delivered: its copy is not flagged redelivered.
+        copy = ProbeMessage(probes.runner.run_id, target.name, 2, time.monotonic_ns()).encode()
         conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url(vhost)))
         conn.channel().basic_publish(EXCHANGE, target.queue, copy, pika.BasicProperties(delivery_mode=2))
         conn.close()
         assert wait_probe(probes, "ackscope_probe_duplicates_total", target.name, 1) == 1
+        assert wait_probe(probes, "ackscope_probe_out_of_order_first_total", target.name, 1) == 1
+        stats = probes.stats().targets
+    [f] = [f for f in evaluate(Context(snapshot(), probes=stats)) if f.rule == "probe-out-of-order"]
+    assert f.severity == "critical" and f.object == f"probe {target.name}"
+    assert f.evidence["out_of_order_first"] == 1 and f.evidence["consumers"] == 1
 
 
 def test_event_log_is_parquet_with_the_documented_schema(broker, vhost, tmp_path):

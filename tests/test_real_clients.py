@@ -253,8 +253,11 @@ def test_java_qos_after_consume_is_unlimited_and_exports_no_utilisation(broker, 
     declare(broker, vhost, "late")
     publish(broker, vhost, "late", 25)
     processes.java_client("qos-after-consume", "late")
-    f = fires(watching, processes, "prefetch-unlimited", CHANNEL, "RabbitMQ")
-    assert f["evidence"]["unacked"] == 25
+    first = fires(watching, processes, "prefetch-unlimited", CHANNEL, "RabbitMQ")
+    # The finding may come a poll before the broker's statistics count the deliveries (seen under load: 0).
+    f = wait_for(lambda: next((g for g in findings(watching) if g["rule"] == "prefetch-unlimited"
+                               and g["object"] == first["object"] and g["evidence"]["unacked"] == 25), None), 30,
+                 lambda: f"the 25 deliveries counted unacked (last: {first['evidence']})")
     samples = scrape(watching)
     channel = f["object"].removeprefix("channel ")
     assert value(samples, "ackscope_channel_prefetch_count", channel=channel, client="RabbitMQ 5.0.0") == 10

@@ -9,6 +9,7 @@ from dataclasses import replace
 from snapshot_builders import OVERVIEW, channel, consumer, queue, snapshot, stats
 
 from ackscope.diagnosis.rules import Context, diagnose, evaluate
+from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.model.snapshot import DEAD_LETTER_COUNTS, DeadLettered
 
 
@@ -101,11 +102,38 @@ def test_a_channel_wide_prefetch_the_release_does_not_show_is_inferred_from_mess
     assert _only(Context(_on("4.0.5", bound)), "prefetch-unlimited") == []
     drained = snapshot(queues=[queue(messages_ready=0)], channels=[hidden], consumers=[consumer(prefetch_count=0)])
     [f] = _only(Context(_on("4.0.5", drained)), "prefetch-unlimited")
-    assert f.severity == "info" and "not reported" in f.evidence["channel_prefetch"]
+    assert f.severity == "info", "five held with nothing ready may be a hidden limit's (Celery's is 4 a process)"
+    [f] = _only(Context(_on("4.0.5", replace(drained, channels=[replace(hidden, messages_unacked=300)]))),
+                "prefetch-unlimited")
+    assert f.severity == "warning" and f.evidence["channel_prefetch"] == (
+        "not reported by RabbitMQ 4.0.5: a channel-wide (global) limit may bind unseen (not known)")
     shown = replace(hidden, global_prefetch_count=0)
     [f] = _only(Context(snapshot(queues=[queue(messages_ready=15)], channels=[shown],
                                  consumers=[consumer(prefetch_count=0)])), "prefetch-unlimited")
     assert f.severity == "warning", "where the release shows no channel-wide prefetch is set, it is unlimited"
+
+
+def test_a_consumer_without_prefetch_holding_many_is_critical_where_the_release_shows_what_binds_it():
+    """3.x shows a channel-wide prefetch, 4.3 applies it per consumer (its prefetch shows it): a consumer's 0 is
+    what binds, and holding past the threshold is critical. 4.0-4.2 may hide one: critical only past what no
+    sane limit allows, and a warning below, with messages ready or not, saying what is not known."""
+    def held(release: str, unacked: int, ready: int, global_prefetch: int | None = None) -> list:
+        ch = channel(prefetch_count=0, global_prefetch_count=global_prefetch, messages_unacked=unacked)
+        s = snapshot(queues=[queue(messages_ready=ready)], channels=[ch], consumers=[consumer(prefetch_count=0)])
+        return _only(Context(_on(release, s), thresholds=Thresholds(unlimited_prefetch_unacked_critical=200)),
+                     "prefetch-unlimited")
+    [f] = held("3.10.8", 300, 0, global_prefetch=0)
+    assert f.severity == "critical" and "channel_prefetch" not in f.evidence
+    [f] = held("4.3.6", 300, 50)  # 4.x gives no channel-wide prefetch, from either source
+    assert f.severity == "critical" and "applied per consumer by RabbitMQ 4.3.6" in f.evidence["channel_prefetch"]
+    [f] = held("4.0.5", 300, 50)
+    assert f.severity == "critical" and "may bind unseen (not known)" in f.evidence["channel_prefetch"]
+    [f] = held("4.0.5", 150, 0)
+    assert f.severity == "warning"
+    [f] = held("4.3.6", 5, 0)
+    assert f.severity == "warning", "no limit hides on 4.3: anything held is held without one"
+    [f] = held("4.3.6", 0, 0)
+    assert f.severity == "info", "nothing held yet: a latent risk"
 
 
 def test_mirroring_rules_stay_silent_on_rabbitmq_4_and_say_why():

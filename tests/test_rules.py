@@ -265,9 +265,11 @@ def test_a_queue_read_with_basic_get_is_read_and_polling_has_its_own_finding():
     assert _only(Context(snapshot(queues=[unread]), start, thresholds=t), "no-consumers-backlog")
 
 
-def _probe(target="classic-persistent", persistent=True, up=True, buckets=None, **counters) -> TargetStats:
+def _probe(target="classic-persistent", persistent=True, up=True, buckets=None, consumers=1, **counters
+           ) -> TargetStats:
     return TargetStats(target, "classic", persistent, up, counters,
-                       {"confirm_latency_seconds": Histogram(buckets or ((0.01, 10.0), (1.0, 10.0), (math.inf, 10.0)))})
+                       {"confirm_latency_seconds": Histogram(buckets or ((0.01, 10.0), (1.0, 10.0), (math.inf, 10.0)))},
+                       {"consumers": consumers})
 
 
 def test_probe_rules_from_probe_statistics():
@@ -275,14 +277,18 @@ def test_probe_rules_from_probe_statistics():
     beyond = ((1.0, 50.0), (30.0, 90.0), (math.inf, 100.0))
     probes = (_probe("lost-p", lost=2), _probe("lost-t", persistent=False, lost=1), _probe("slow", buckets=slow),
               _probe("beyond", buckets=beyond), _probe("reject-publish", nacked=5), _probe("nacks", nacked=1),
-              _probe("dups", duplicates=3), _probe("down", up=False))
+              _probe("dups", duplicates=3), _probe("down", up=False), _probe("order-one", out_of_order_first=1),
+              _probe("order-two", consumers=2, out_of_order_first=1, out_of_order_redelivered=4),
+              _probe("requeued", consumers=2, out_of_order_redelivered=40))  # expected: no finding
     found = {(f.rule, f.severity, f.object) for f in evaluate(Context(snapshot(), probes=probes))}
     assert found == {("probe-message-lost", "critical", "probe lost-p"),
                      ("probe-message-lost", "warning", "probe lost-t"),
                      ("probe-confirm-latency-high", "warning", "probe slow"),
                      ("probe-confirm-latency-high", "warning", "probe beyond"),
                      ("probe-nacked", "info", "probe reject-publish"), ("probe-nacked", "warning", "probe nacks"),
-                     ("probe-duplicates", "info", "probe dups"), ("probe-down", "warning", "probe down")}
+                     ("probe-duplicates", "info", "probe dups"), ("probe-down", "warning", "probe down"),
+                     ("probe-out-of-order", "critical", "probe order-one"),
+                     ("probe-out-of-order", "warning", "probe order-two")}
     beyond_finding = next(f for f in evaluate(Context(snapshot(), probes=probes)) if f.object == "probe beyond")
     assert beyond_finding.evidence["confirm_p99_seconds_above"] == 30.0
     json.dumps([f.to_json() for f in evaluate(Context(snapshot(), probes=probes))], allow_nan=False)
@@ -290,7 +296,7 @@ def test_probe_rules_from_probe_statistics():
 
 def test_every_rule_id_is_unique_and_has_meaning_and_remedy():
     ids = [r.id for r in RULES]
-    assert len(ids) == len(set(ids)) == 45
+    assert len(ids) == len(set(ids)) == 51
     assert all(r.meaning and r.remedy for r in RULES)
 
 

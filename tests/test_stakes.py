@@ -3,6 +3,8 @@ queues its messages reach, their durability and the persistent share, as the sou
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from snapshot_builders import channel, connection, queue, snapshot, stats
 
 from ackscope.diagnosis.rules import Context, evaluate
@@ -82,11 +84,13 @@ def test_management_api_where_every_exchange_that_took_publishes_agrees_decides_
     gossip = queue("celeryev.1", auto_delete=True)
     start = snapshot(700.0, channels=[_unsafe("events", 0)], exchanges=[_exchange("celeryev", 0, "celeryev.1")])
     now = snapshot(1000.0, channels=[_unsafe("events", 150)], queues=[gossip],
-                   exchanges=[_exchange("celeryev", 150, "celeryev.1"), _exchange("celery", 0, "celery"),
-                              _exchange("", 0)])
+                   exchanges=[_exchange("celeryev", 160, "celeryev.1"), _exchange("celery", 0, "celery"),
+                              _exchange("", 0)])  # 160: another channel published there too
     f = _judged(start, now)["events"]
     assert f.severity == "info" and f.evidence["routing"].startswith("inferred: ")
-    assert "(celeryev) routes only into queues that keep nothing" in f.evidence["routing"]
+    assert f.evidence["routing"].endswith("every queue the exchanges that took publishes lately (celeryev) reach "
+                                          "keeps nothing")
+    assert "at_stake" not in f.evidence and "queues" not in f.evidence  # none is named: it may never have touched one
 
 
 def test_management_api_attributes_a_channel_to_the_one_exchange_that_took_as_many_publishes():
@@ -98,13 +102,48 @@ def test_management_api_attributes_a_channel_to_the_one_exchange_that_took_as_ma
                    exchanges=[_exchange("celeryev", 150, "celeryev.1"), _exchange("celery", 90, "celery")])
     found = _judged(start, now)
     assert (found["producer"].severity, found["events"].severity) == ("warning", "info")
-    assert "equal those exchange celery took" in found["producer"].evidence["routing"]
+    assert "publishes lately match the 90 exchange celery took" in found["producer"].evidence["routing"]
     # Where the counts do not tell them apart, neither is attributed: the rate decides, and the doubt is said.
     now = snapshot(1000.0, channels=[_unsafe("producer", 90), _unsafe("events", 150)], queues=[gossip, tasks],
                    exchanges=[_exchange("celeryev", 120, "celeryev.1"), _exchange("celery", 120, "celery")])
     found = _judged(start, now)
     assert (found["producer"].severity, found["events"].severity) == ("info", "info")
-    assert "differ in what they put at stake" in found["producer"].explanation
+    assert "differ in what they keep" in found["producer"].explanation
+    assert found["producer"].evidence["stakes"] == "where its messages go is not known"  # the why, said once in routing
+
+
+def test_a_reply_publisher_beside_durable_publishers_on_the_default_exchange_is_never_blamed_for_their_queues():
+    """Measured: a publisher of replies into an auto-delete queue was a warning naming bars.ledger, bars.orders
+    and celery, durable queues it never published to, because the default exchange reached all of them lately.
+    The counts tie it to its reply queue (info); where they tie it to nothing, no queue is named and the rate
+    decides."""
+    replies = queue("amq.gen-replies", auto_delete=True, message_stats=stats(publish=400))
+    ledger = queue("bars.ledger", messages_ready=5, messages_persistent=5, message_stats=stats(publish=900))
+    orders = queue("bars.orders", messages_ready=5, messages_persistent=5, message_stats=stats(publish=600))
+    start = snapshot(700.0, channels=[_unsafe("replier", 0), _unsafe("ledger", 0), _unsafe("orders", 0)],
+                     queues=[replace(q, message_stats=stats(publish=0)) for q in (replies, ledger, orders)],
+                     exchanges=[_exchange("", 0)])
+    now = snapshot(1000.0, channels=[_unsafe("replier", 400), _unsafe("ledger", 900), _unsafe("orders", 600)],
+                   queues=[replies, ledger, orders], exchanges=[_exchange("", 1900)])
+    found = _judged(start, now)
+    assert {n: f.severity for n, f in found.items()} == {"replier": "info", "ledger": "warning", "orders": "warning"}
+    assert found["replier"].evidence["queues"] == [{"queue": "amq.gen-replies", "durable": True,
+                                                    "auto_delete": True, "persistent": "unknown: it holds no message now"}]
+    assert "queue amq.gen-replies took through the default exchange" in found["replier"].evidence["routing"]
+    assert [q["queue"] for q in found["ledger"].evidence["at_stake"]] == ["bars.ledger"]
+    # Another replier into the same queue: the counts tie the first to no queue, nothing is named and the rate
+    # (1.3/s) decides. The orders publisher's queue counted one publish more than it (the lists are read moments
+    # apart): still its queue.
+    now = snapshot(1000.0, channels=[_unsafe("replier", 400), _unsafe("ledger", 900), _unsafe("orders", 600)],
+                   queues=[replace(replies, message_stats=stats(publish=520)), ledger,
+                           replace(orders, message_stats=stats(publish=601))], exchanges=[_exchange("", 2021)])
+    found = _judged(start, now)
+    f = found["replier"]
+    assert f.severity == "warning" and "at_stake" not in f.evidence and "queues" not in f.evidence
+    assert f.evidence["stakes"] == "where its messages go is not known"
+    assert "match the 601 queue bars.orders took" in found["orders"].evidence["routing"]
+    assert [q["queue"] for q in found["orders"].evidence["at_stake"]] == ["bars.orders"]
+    assert "differ in what they keep" in f.evidence["routing"] and "differ in what they keep" in f.explanation
 
 
 def test_the_default_exchange_reaches_the_queues_that_took_publishes_and_exchange_bindings_are_followed():
@@ -162,3 +201,20 @@ def test_replies_through_the_default_exchange_are_not_tied_to_a_durable_queue_a_
                    exchanges=[_exchange("", 300), _exchange("orders", 500, "orders")])
     f = _judged(start, now)["rpc"]
     assert f.severity == "info" and f.evidence["queues"][0]["queue"] == "amq.gen-1"
+
+
+def test_two_publishers_alike_are_tied_to_no_queue_though_one_queue_took_as_many():
+    """Measured live: pika publishing into Celery's queue `celery` and pika replying into an exclusive queue, each
+    once a second from the same moment. The replies' queue took as many as each published, and both were tied to
+    it: the publisher into `celery` was info, "reaches only queues that keep nothing"."""
+    replies = queue("amq.gen-replies", exclusive=True, message_stats=stats(publish=25))
+    tasks = queue("celery", messages_ready=5, messages_persistent=5, message_stats=stats(publish=33))
+    start = snapshot(700.0, channels=[_unsafe(n, 0) for n in ("plain", "replier", "producer")],
+                     queues=[replace(q, message_stats=stats(publish=0)) for q in (replies, tasks)],
+                     exchanges=[_exchange("", 0)])
+    now = snapshot(1000.0, channels=[_unsafe("plain", 25), _unsafe("replier", 25), _unsafe("producer", 8)],
+                   queues=[replies, tasks], exchanges=[_exchange("", 58)])
+    found = _judged(start, now)
+    for name in ("plain", "replier"):
+        assert found[name].evidence["stakes"] == "where its messages go is not known", found[name].evidence
+        assert "at_stake" not in found[name].evidence and "queues" not in found[name].evidence

@@ -27,9 +27,14 @@ class Release:
     root: Path | None = None
 
     @property
+    def upstream(self) -> str:
+        """The broker's own version, as it reports itself (4.0.5 of the package's 4.0.5-6+deb13u2)."""
+        return self.version.split(":")[-1].split("-")[0]
+
+    @property
     def name(self) -> str:
         """major.minor: what a behaviour that differs by release is looked up by."""
-        return ".".join(self.version.split(":")[-1].split(".")[:2])
+        return ".".join(self.upstream.split(".")[:2])
 
     @property
     def major(self) -> int:

@@ -21,8 +21,11 @@ GAUGES = (
     ("disk_free_alarm", "1 while the free-disk alarm is on (publishers blocked).", lambda n: flag(n.disk_free_alarm)),
     ("file_descriptors_used", "File descriptors the node has open.", lambda n: n.fd_used),
     ("file_descriptors_limit", "File descriptors the node may open.", lambda n: n.fd_total),
-    ("partitions", "Cluster members this node cannot reach (a network partition as it sees it); 0 when whole.",
+    ("partitions", "Cluster members this node cannot reach (a network partition as it sees it); 0 when whole. "
+     "Where the release lists none (4.x under Khepri), inferred from which nodes answer themselves.",
      lambda n: None if n.partitions is None else len(n.partitions)),
+    ("unreachable_peers", "Cluster peers the node cannot reach, as its own Prometheus plugin counts them "
+     "(rabbitmq_unreachable_cluster_peers_count, 3.13 and later).", lambda n: n.unreachable_peers),
     ("io_sync_average_seconds", "Average duration of the node's recent fsyncs (absent on RabbitMQ 4, which "
      "reports zeros).", lambda n: n.io_sync_avg_seconds),
     ("quorum_commit_latency_seconds", "How long the node's quorum queues take to commit a log entry (Raft), as "

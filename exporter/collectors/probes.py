@@ -29,6 +29,10 @@ COUNTERS = {
     "redelivered": "Deliveries flagged redelivered by the broker.",
     "requeued": "Deliveries the probe nacked with requeue=true (once per message, on purpose).",
     "duplicates": "Deliveries of a sequence number already delivered and not requeued by the probe.",
+    "out_of_order_first": "First deliveries (not flagged redelivered) that came after a message published later was "
+                          "first delivered to the same probe consumer: RabbitMQ's ordering guarantee broken.",
+    "out_of_order_redelivered": "Redeliveries that came after messages published later were delivered to the same "
+                                "probe consumer: expected (a requeued message goes back to its place).",
     "lost": "Confirmed messages not delivered within the loss deadline.",
     "reconnects": "Times the probe's connection was re-established after it was lost.",
     "consumer_cancels": "Times the broker cancelled the probe's consumer (basic.cancel: its queue deleted, its "
@@ -37,6 +41,7 @@ COUNTERS = {
 GAUGES = {
     "consumer_unacked": "Deliveries the probe's consumer holds unacknowledged (client side).",
     "consumer_prefetch": "The probe consumer's prefetch.",
+    "consumers": "The probe's consumers of the target's queue, each on a channel of its own.",
     "awaiting_delivery": "Confirmed messages not yet delivered to the probe's consumer (within the loss deadline).",
     "oldest_awaiting_seconds": "Age of the oldest confirmed message not yet delivered (0 when none): it nears the "
                                "loss deadline before a message counts as lost.",

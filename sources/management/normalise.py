@@ -134,6 +134,7 @@ def overview(raw: Any) -> Overview:
         message_stats=message_stats(raw.get("message_stats")),
         queue_total=object_totals(raw).get("queues"),
         churn=churn(raw.get("churn_rates")),
+        node=as_str(raw.get("node")),
     )
 
 

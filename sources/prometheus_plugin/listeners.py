@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_PORT = 15692
 PROTOCOLS = {"http/prometheus": "http", "https/prometheus": "https"}
+MANAGEMENT = {"http": "http", "https": "https"}  # each node's management API, where a node's own view is asked
 
 
 def default_url(management_url: str) -> str:
@@ -18,17 +19,18 @@ def default_url(management_url: str) -> str:
     return urlunsplit((parts.scheme or "http", _netloc(parts.hostname or "localhost", DEFAULT_PORT), "", "", ""))
 
 
-def plugin_urls(overview: Any, management_url: str) -> dict[str, str]:
-    """{node name: its plugin's URL} for every node whose plugin listener the overview lists. The node that
-    answered the management API is reached at the management URL's host; another at the address its listener
-    is bound to, or, bound to every address, at its node name's host (rabbit@host)."""
+def plugin_urls(overview: Any, management_url: str, protocols: dict[str, str] = PROTOCOLS) -> dict[str, str]:
+    """{node name: its plugin's URL} for every node whose plugin listener the overview lists (or, given
+    `protocols` MANAGEMENT, its management API's). The node that answered the management API is reached at the
+    management URL's host; another at the address its listener is bound to, or, bound to every address, at its node
+    name's host (rabbit@host)."""
     if not isinstance(overview, dict) or not isinstance(overview.get("listeners"), list):
         return {}
     answering = overview.get("node")
     management_host = urlsplit(management_url).hostname or "localhost"
     urls = {}
     for listener in overview["listeners"]:
-        if not isinstance(listener, dict) or listener.get("protocol") not in PROTOCOLS:
+        if not isinstance(listener, dict) or listener.get("protocol") not in protocols:
             continue
         node, port = listener.get("node"), listener.get("port")
         if not isinstance(node, str) or not isinstance(port, int) or isinstance(port, bool):
@@ -41,7 +43,7 @@ def plugin_urls(overview: Any, management_url: str) -> dict[str, str]:
             host = bound[0]
         else:
             host = node.partition("@")[2] or management_host
-        urls[node] = urlunsplit((PROTOCOLS[listener["protocol"]], _netloc(host, port), "", "", ""))
+        urls[node] = urlunsplit((protocols[listener["protocol"]], _netloc(host, port), "", "", ""))
     return urls
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ackscope.model import snapshot as facts
 from ackscope.model.snapshot import (
@@ -80,12 +80,13 @@ CHURN = ("rabbitmq_connections_opened_total", "rabbitmq_connections_closed_total
          "rabbitmq_channels_closed_total")
 
 
+UNREACHABLE_PEERS = "rabbitmq_unreachable_cluster_peers_count"
 NODE_SAMPLES = frozenset({
     "rabbitmq_build_info", "rabbitmq_identity_info", "rabbitmq_process_resident_memory_bytes",
     "rabbitmq_resident_memory_limit_bytes", "rabbitmq_alarms_memory_used_watermark",
     "rabbitmq_disk_space_available_bytes", "rabbitmq_disk_space_available_limit_bytes",
     "rabbitmq_alarms_free_disk_space_watermark", "rabbitmq_process_open_fds", "rabbitmq_process_max_fds",
-    *DEAD_LETTERED, *RAFT_COMMIT_LATENCY, *PROTOCOL_COUNTS, *CHURN})
+    *DEAD_LETTERED, *RAFT_COMMIT_LATENCY, *PROTOCOL_COUNTS, *CHURN, UNREACHABLE_PEERS})
 
 
 def parse(text: str, endpoint: str, names: frozenset[str] | None = None) -> Samples:
@@ -149,6 +150,32 @@ def _by(samples: Samples, name: str, *keys: str) -> dict[tuple[str, ...], float]
 def _whole(v: float | None) -> int | None:
     """A sample's value as the count it is (the plugin writes every value as a float); None where absent."""
     return None if v is None else int(v)
+
+
+# What says where a channel's publishes went: asked beside the management API's lists, for the vhosts where a
+# channel publishes without confirms (sources/routing.py).
+ROUTE_FAMILIES = ("channel_exchange_metrics", "channel_queue_exchange_metrics")
+ROUTE_SAMPLES = frozenset(PREFIX + n for n in ("channel_messages_published_total", PUBLISHED_INTO))
+
+
+@dataclass(frozen=True)
+class ChannelRoutes:
+    """One channel's publishes as a node's plugin counts them: how many, and the queues they were routed into."""
+
+    channel: str  # the channel's process id, the plugin's only name for it
+    vhost: str
+    published: int
+    queues: tuple[str, ...]
+
+
+def channel_routes(s: Samples) -> list[ChannelRoutes]:
+    """Each channel that published, with the queues its publishes reached (none: routed nowhere)."""
+    published = _by(s, "channel_messages_published_total", "channel", "vhost")
+    into: dict[str, set[str]] = defaultdict(set)
+    for ch, queue in _by(s, PUBLISHED_INTO, "channel", "queue"):
+        into[ch].add(queue)
+    return [ChannelRoutes(ch, vhost, int(n), tuple(sorted(into[ch]))) for (ch, vhost), n in sorted(published.items())
+            if n > 0]
 
 
 def channels_and_consumers(s: Samples) -> tuple[list[Channel], list[Consumer]]:
@@ -330,6 +357,12 @@ def protocol_counts(metrics: Samples, node: str) -> tuple[ProtocolCounts, ...]:
     return tuple(ProtocolCounts(node, protocol, QUEUE_TYPES.get(queue_type, queue_type), delivered[key],
                                 redelivered.get(key, 0))
                  for key in sorted(delivered) for protocol, queue_type in (key,))
+
+
+def unreachable_peers(metrics: Samples | None) -> int | None:
+    """The cluster peers the node cannot reach, as its plugin counts them (3.13 and later); None before."""
+    found = (metrics or {}).get(UNREACHABLE_PEERS)
+    return int(found[0][1]) if found else None
 
 
 def node_name(metrics: Samples | None) -> str | None:

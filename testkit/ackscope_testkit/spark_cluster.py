@@ -110,7 +110,10 @@ class StandaloneCluster:
         logs.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOG_DIR": str(logs),
                # One JVM per daemon, each small: the machine runs the driver and the executors beside them.
-               "SPARK_DAEMON_MEMORY": "512m"}
+               "SPARK_DAEMON_MEMORY": "512m",
+               # Short-lived daemons on a shared CPU: C1 alone and the serial collector (as tests/spark-conf
+               # gives the drivers and executors).
+               "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
         with open(logs / f"{name}.log", "ab") as log:
             return subprocess.Popen([str(spark_home() / "bin" / "spark-class"), main, *args], env=env,
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -13,6 +13,8 @@ recording's wait ends.
 
 from __future__ import annotations
 
+import json
+
 import socket
 import struct
 import sys
@@ -160,8 +162,25 @@ def in_parallel(recordings: list[Callable[[], Path]]) -> int:
     return 0 if len(done) == len(threads) else 1
 
 
+def matrix() -> list[Release]:
+    """The releases of the suite's matrix: the machine's own and the Debian roots'."""
+    return [Release.host(), Release.in_root("trixie"), Release.in_root("sid")]
+
+
+def on_the_matrix(record: Callable[[Release], Path]) -> int:
+    """`record` on every release of the matrix, side by side (see in_parallel)."""
+    return in_parallel([lambda r=r: record(r) for r in matrix()])
+
+
+def written(prefix: str, release: Release, document: object) -> Path:
+    """`document` as tests/data/<prefix>-<version>.json (the version as RabbitMQ numbers it, not Debian)."""
+    out = Path(__file__).parent / f"{prefix}-{release.version.split('-')[0]}.json"
+    out.write_text(json.dumps(document, indent=1) + "\n")
+    return out
+
+
 def main() -> int:
-    releases = [Release.host(), Release.in_root("trixie"), Release.in_root("sid")]
+    releases = matrix()
     return in_parallel([lambda r=r, f=f: record(r, f) for r in releases for f in ("plain", "json")])
 
 

@@ -10,13 +10,12 @@ x-queue-version 1 and x-queue-master-locator; a transient non-exclusive queue. R
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import pika
 import requests
-from record_broker_log import in_parallel
+from record_broker_log import on_the_matrix, written
 
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
@@ -64,14 +63,11 @@ def record(release: Release) -> Path:
     finally:
         broker.stop()
         broker.remove()
-    out = Path(__file__).parent / f"upgrade-facts-{release.version.split('-')[0]}.json"
-    out.write_text(json.dumps(document, indent=1) + "\n")
-    return out
+    return written("upgrade-facts", release, document)
 
 
 def main() -> int:
-    return in_parallel([lambda r=r: record(r) for r in (Release.host(), Release.in_root("trixie"),
-                                                        Release.in_root("sid"))])
+    return on_the_matrix(record)
 
 
 if __name__ == "__main__":

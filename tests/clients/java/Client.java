@@ -5,6 +5,8 @@
 //   qos-after-consume  basicConsume with manual ack, then basicQos(10): the qos binds later consumers only,
 //                      so this one stays unlimited; it never acks
 //   stalled-consumer   basicQos(5) and a manual-ack consumer on a quorum queue that never acks (a hung handler)
+//   confirm-each       confirmSelect, then persistent messages without pause, waitForConfirmsOrDie after each
+//                      (the reliability guide's example)
 import com.rabbitmq.client.*;
 import java.util.Map;
 
@@ -18,8 +20,12 @@ public class Client {
             try { conn.close(); } catch (Exception ignored) { /* already gone: nothing to release */ }
         }));
         Channel ch = conn.createChannel();
-        Map<String, Object> arguments = mode.equals("stalled-consumer")
-            ? Map.of("x-expires", 600000, "x-queue-type", "quorum") : Map.of("x-expires", 600000);
+        // A publisher as fast as it can go is bounded: it fills no disk.
+        Map<String, Object> arguments = switch (mode) {
+            case "stalled-consumer" -> Map.of("x-expires", 600000, "x-queue-type", "quorum");
+            case "confirm-each" -> Map.of("x-expires", 600000, "x-max-length", 10000);
+            default -> Map.of("x-expires", 600000);
+        };
         ch.queueDeclare(queue, true, false, false, arguments);
         switch (mode) {
             case "tx-publisher" -> {
@@ -42,6 +48,14 @@ public class Client {
                 ch.basicConsume(queue, false, new DefaultConsumer(ch));
                 System.out.println("ready");
                 Thread.sleep(Long.MAX_VALUE);
+            }
+            case "confirm-each" -> {
+                ch.confirmSelect();
+                System.out.println("ready");
+                while (true) {
+                    ch.basicPublish("", queue, MessageProperties.PERSISTENT_BASIC, "order".getBytes());
+                    ch.waitForConfirmsOrDie(5000);
+                }
             }
             default -> throw new IllegalArgumentException("unknown mode " + mode);
         }

@@ -1,0 +1,55 @@
+"""Which cluster members each node can reach, from what the nodes say themselves. A node lists the members it
+cannot reach as not running: under a partition both sides run, and each calls the other down. Where a node's own
+Prometheus plugin answers in the same poll it runs, whatever another says; the plugin counts the peers it cannot
+reach (3.13 and later). And where the release lists no partition (4.x under Khepri lists `partitions: []`
+whatever happens), the sides are inferred from the answering node's view and those counts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from ackscope.model.snapshot import Node
+
+
+def reconciled(nodes: tuple[Node, ...], asked: str | None, answered: Mapping[str, int | None],
+               views: Mapping[str, tuple[str, ...]] | None = None) -> tuple[Node, ...]:
+    """`nodes` as `asked` (the node whose API answered) lists them, corrected by `answered`: the nodes whose own
+    plugin answered this poll, each with the peers it counts unreachable (None where it does not count). `views`:
+    what a node the one asked lists as not running lists as not running itself, where its own API was asked."""
+    views = views or {}
+    names = [n.name for n in nodes]
+
+    def cut_off(name: str) -> bool:
+        # Listed as not running by the node asked, yet answering itself. Cut off only where it says so too: its own
+        # view, else its plugin's count. A node resuming after a pause answers before the one asked sees it again,
+        # and sees that one running: no partition, a moment of rejoining.
+        if name in views:
+            return asked in views[name]
+        return answered[name] is None or answered[name] > 0
+    unseen = [n.name for n in nodes if n.running is False and n.name in answered]
+    cut = sorted(name for name in unseen if cut_off(name))
+    seen = [name for name in names if name not in cut]
+    out = []
+    for n in nodes:
+        if n.name not in answered:
+            out.append(n)
+            continue
+        count = answered[n.name]
+        cannot, inferred = n.partitions, False
+        if not cannot and cut:
+            if n.name == asked:
+                cannot = tuple(cut)
+            elif n.name in cut:
+                if n.name in views:
+                    cannot = tuple(x for x in views[n.name] if x in answered)
+                elif count == len(names) - 1:
+                    cannot = tuple(x for x in names if x != n.name)  # alone
+                else:
+                    cannot = tuple(seen)  # cut off from the side of the node asked
+            elif n.name not in unseen and (count is None or count == len(cut)):
+                cannot = tuple(cut)  # on the side of the node asked, which cannot reach them either
+            inferred = cannot != n.partitions
+        out.append(replace(n, running=True if n.running is False else n.running, unreachable_peers=count,
+                           partitions=cannot, partitions_inferred=inferred))
+    return tuple(out)
