@@ -113,6 +113,9 @@ class Connection:
     # An AMQP 1.0 client's container-id: the name its application goes by in AMQP 1.0 (a random UUID unless the
     # application sets one). RabbitMQ's own AMQP 1.0 clients send no connection properties: it is all they say.
     container_id: str | None = None
+    # (received, sent) bytes as the broker last counted them: they move whenever frames cross the connection and
+    # stand still while it is idle. None where it lists none (statistics off).
+    octets: tuple[int, int] | None = None
 
     @property
     def identity(self) -> str:
@@ -255,6 +258,9 @@ class Link:
     session_receivers: int = 0
     client: str | None = None  # as Channel.client
     identity: str = ""  # as Channel.identity
+    # Unix time its session was read: this poll's, or an earlier one's where its connection was idle since (no
+    # frame crossed it, so nothing above changed): see sources/management/session_reads.py.
+    read_at: float | None = None
 
     @property
     def unsettled(self) -> int | None:

@@ -25,6 +25,7 @@ from . import routing
 from .http import Readers
 from .management import normalise, protocols, transfers
 from .management.client import PAGES_UP_TO, ManagementClient
+from .management.session_reads import SessionReads
 from .prometheus_plugin import normalise as plugin_normalise
 from .prometheus_plugin.listeners import MANAGEMENT, plugin_urls
 from .reachability import reconciled
@@ -75,6 +76,7 @@ class ManagementSource:
         self.pages_up_to = pages_up_to
         self._pool = ThreadPoolExecutor(max_workers=len(LISTS) + 2, thread_name_prefix="ackscope-fetch")
         self._built = normalise.Built()  # the last poll's channels and consumers, for the next
+        self._sessions = SessionReads()  # each AMQP 1.0 connection's last sessions, asked again when it moved
         self._plugins = Readers(username, password, timeout=timeout, verify=verify, what="Prometheus plugin")
         self._missing_said: set[str] = set()
         self._missing_since: dict[str, float] = {}  # a field missing from every answer since (monotonic)
@@ -113,7 +115,7 @@ class ManagementSource:
         members = {n.name for n in snapshot.nodes}
         self._known_urls = {node: url for node, url in self._known_urls.items() if node in members}
         self._known_apis = {node: url for node, url in self._known_apis.items() if node in members}
-        snapshot, failed = protocols.read(snapshot, self.client, deadline, self._pool)
+        snapshot, failed = protocols.read(snapshot, self.client, deadline, self._pool, self._sessions)
         snapshot, moved = transfers.read(snapshot, self.client, deadline, self._pool, self.selection)
         errors = sorted([*errors, *failed, *moved], key=lambda e: e.endpoint)
         return partial(snapshot, errors, frozenset().union(*(MISSED_WITHOUT[e.endpoint] for e in errors)))

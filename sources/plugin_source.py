@@ -24,6 +24,7 @@ from .http import Readers
 from .management import normalise as management_normalise
 from .management import protocols, transfers
 from .management.client import PAGES_UP_TO, ManagementClient
+from .management.session_reads import SessionReads
 from .prometheus_plugin import normalise
 from .prometheus_plugin.exposition import Samples
 from .prometheus_plugin.listeners import default_url, plugin_urls
@@ -128,6 +129,7 @@ class PrometheusPluginSource:
         self._pool = ThreadPoolExecutor(max_workers=len(LISTS + CHANNEL_LISTS) + 2 + 2 * 5,
                                         thread_name_prefix="ackscope-fetch")
         self._alone = False  # the last read found no management API, only the plugin
+        self._sessions = SessionReads()  # each AMQP 1.0 connection's last sessions, asked again when it moved
         self._queue_list: QueueList | None = None
         self._queue_list_refresh: Future | None = None  # the background read, until a poll takes its result
         self.queue_list_every = queue_list_every
@@ -248,7 +250,7 @@ class PrometheusPluginSource:
                                                                            facts.SHOVELS, facts.SHOVEL_STATES,
                                                                            facts.FEDERATION_LINKS})
         else:
-            snapshot, failed = protocols.read(snapshot, self.management, deadline, self._pool)
+            snapshot, failed = protocols.read(snapshot, self.management, deadline, self._pool, self._sessions)
             snapshot, moved = transfers.read(snapshot, self.management, deadline, self._pool, self.selection)
             errors = [*errors, *failed, *moved]
             missed |= frozenset().union(*({**protocols.MISSED_WITHOUT, **transfers.MISSED_WITHOUT}[e.endpoint]

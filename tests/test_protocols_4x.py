@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterator
 
+import pika
 import pytest
 import requests
 from client_processes import Clients
@@ -134,7 +136,50 @@ def test_amqp10_receivers_and_senders_are_judged_in_amqp10s_terms(release, node,
     assert value(samples, "ackscope_connections", protocol="AMQP 1-0", vhost=vhost) == 3
 
 
-def test_a_presettled_receiver_is_at_most_once(release, node, vhost, start_exporter, tmp_path):
+@pytest.mark.parametrize("release", ["newest"], indirect=True)  # 4.0 has no sessions endpoint
+def test_idle_connections_are_not_asked_again_and_a_receiver_that_starts_holding_is_named_within_two_polls(
+        release, node, vhost, start_exporter, tmp_path):
+    """Sessions are asked again only of AMQP 1.0 connections whose octets moved (session_reads.py). Among idle
+    receivers, one idle until its queue fills is named within two polls of the deliveries, while the idle
+    connections' links are carried from an earlier poll's answer."""
+    interval = 2.0
+    for queue in ("idle", "later"):
+        node.api("PUT", f"/queues/{vhost}/{queue}", json={"durable": True, "arguments": {"x-queue-type": "quorum"}})
+    exporter = start_exporter(node.management_url, interval=interval, selection=only_vhost(vhost))
+    with _clients(node, vhost, tmp_path) as clients:
+        for _ in range(5):
+            clients.start(sys.executable, "amqp10_client.py", "proton", "settling", "idle", env={"FILL": "0"})
+        clients.start(sys.executable, "amqp10_client.py", "proton", "holding", "later", env={"FILL": "0"})
+
+        def carried():
+            doc = requests.get(exporter.url + "/api/snapshot", timeout=5).json()["snapshot"]
+            receivers = [k for k in doc["links"] if k["role"] == "receiver"]
+            return len(receivers) == 6 and all(k["read_at"] < doc["taken_at"] for k in receivers) and doc
+        wait_for(carried, 60, "every idle receiver's links carried from an earlier poll")
+        assert not [f for f in findings(exporter) if f["rule"] == "receiver-unsettled-unbounded"]
+        with pika.BlockingConnection(pika.URLParameters(node.amqp_url(vhost))) as publisher:
+            channel = publisher.channel()
+            channel.confirm_delivery()
+            for i in range(300):
+                channel.basic_publish("", "later", f"job {i}".encode(), pika.BasicProperties(delivery_mode=2))
+        published = time.time()
+        after: list[dict] = []  # the polls that started after the deliveries, each once, in order
+
+        def holding(doc: dict) -> bool:
+            return any(f["rule"] == "receiver-unsettled-unbounded" and "/queues/later'" in f["object"]
+                       for f in doc["findings"])
+
+        def named():
+            clients.check()
+            doc = requests.get(exporter.url + "/api/findings", timeout=5).json()
+            if (doc["taken_at"] or 0) > published and doc["taken_at"] not in [d["taken_at"] for d in after]:
+                after.append(doc)
+            return any(holding(d) for d in after)
+        wait_for(named, 30, lambda: f"the holding receiver named ({len(after)} polls since the deliveries)")
+    assert [holding(d) for d in after].index(True) < 2, [d["taken_at"] - published for d in after]
+
+
+
     exporter = _watching(start_exporter, node, vhost)
     with _clients(node, vhost, tmp_path) as clients:
         clients.start(sys.executable, "amqp10_client.py", "rabbitmq", "presettled-receiver", "fast")

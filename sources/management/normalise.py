@@ -59,7 +59,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
               "disk_free_alarm", "fd_used", "fd_total", "io_sync_count", "io_sync_avg_time", "partitions", "type"),
     "vhosts": ("name",),
     "connections": ("name", "vhost", "user", "user_provided_name", "client_properties", "timeout", "state",
-                    "node", "peer_host", "peer_port", "protocol", "container_id"),
+                    # The octet counts say whether an AMQP 1.0 connection's sessions moved (session_reads.py).
+                    "node", "peer_host", "peer_port", "protocol", "container_id", "recv_oct", "send_oct"),
     "channels": ("name", "number", "vhost", "user", "connection_details.name", "prefetch_count",
                  "global_prefetch_count", "messages_unacknowledged", "messages_unconfirmed", "confirm",
                  "transactional", "consumer_count", "state") + _stats_columns(*_STATS),
@@ -195,7 +196,13 @@ def connection(raw: dict) -> Connection:
         platform=client_properties.platform(props),
         protocol=as_str(raw.get("protocol")),
         container_id=as_str(raw.get("container_id")),
+        octets=_octets(raw),
     )
+
+
+def _octets(raw: dict) -> tuple[int, int] | None:
+    received, sent = as_int(raw.get("recv_oct")), as_int(raw.get("send_oct"))
+    return None if received is None or sent is None else (received, sent)
 
 
 def channel(raw: dict, connections: dict[str, Connection],

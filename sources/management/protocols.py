@@ -17,6 +17,7 @@ from ackscope.model.source import FetchError, as_fetch_error
 from . import links as links_normalise
 from . import streams as streams_normalise
 from .client import ManagementClient
+from .session_reads import SessionReads
 
 MISSED_WITHOUT = {"sessions": frozenset({facts.AMQP10_LINKS}), "streams": frozenset({facts.STREAM_CLIENTS})}
 _LAG_ONLY = "a stream's consumers are known by the Prometheus plugin's largest offset lag per stream, where it is read"
@@ -34,9 +35,12 @@ NO_CONNECTIONS = ("RabbitMQ {version} lists no connections with their protocol w
                   "AMQP 1.0 sessions and links cannot be found")
 
 
-def read(s: Snapshot, client: ManagementClient, deadline: float, pool: Executor) -> tuple[Snapshot, list[FetchError]]:
-    """`s` with its AMQP 1.0 links and stream clients, and what could not be read; bounded by `deadline`. Where the
-    release cannot say (no sessions endpoint; no connections listed), the links are unreported, and why is noted."""
+def read(s: Snapshot, client: ManagementClient, deadline: float, pool: Executor, reads: SessionReads
+         ) -> tuple[Snapshot, list[FetchError]]:
+    """`s` with its AMQP 1.0 links and stream clients, and what could not be read; bounded by `deadline`. The
+    connections `reads` says are idle since their last answer are not asked: their links are carried. Where the
+    release cannot say (no sessions endpoint; no connections listed), the links are unreported, and why is
+    noted."""
     version, release = s.overview.rabbitmq_version, s.overview.release or (0, 0)
     unknown = (NO_SESSIONS if (4, 0) <= release < (4, 1) else
                NO_CONNECTIONS if release >= (4, 0) and s.overview.statistics_disabled and not any(
@@ -46,18 +50,19 @@ def read(s: Snapshot, client: ManagementClient, deadline: float, pool: Executor)
     # asking each of its connections would be a 404 every poll.
     before_4 = s.overview.release is not None and s.overview.release < (4, 0)
     asked = [] if unknown or before_4 else [c for c in s.connections if c.amqp10]
-    s, errors = _read(s, asked, client, deadline, pool)
+    s, errors = _read(s, asked, client, deadline, pool, reads)
     if unknown:
         s = replace(s, notes=(*s.notes, unknown.format(version=version)),
                     unreported=s.unreported | {facts.AMQP10_LINKS})
     return s, errors
 
 
-def _read(s: Snapshot, asked: list, client: ManagementClient, deadline: float, pool: Executor
-          ) -> tuple[Snapshot, list[FetchError]]:
+def _read(s: Snapshot, amqp10: list, client: ManagementClient, deadline: float, pool: Executor,
+          reads: SessionReads) -> tuple[Snapshot, list[FetchError]]:
     http = client.http
-    jobs = {("sessions", c.name): (lambda c=c: links_normalise.links(c, http.json(
-        "sessions", f"/api/connections/{quote(c.name, safe='')}/sessions", {}, deadline)))
+    asked, carried = reads.plan(amqp10, s.taken_at)
+    jobs = {("sessions", c.name): (lambda c=c: reads.answered(c, links_normalise.links(c, http.json(
+        "sessions", f"/api/connections/{quote(c.name, safe='')}/sessions", {}, deadline)), s.taken_at))
         for c in asked}
     streams = sorted({(q.vhost, q.name) for q in s.queues if q.stream})
     if streams:
@@ -93,8 +98,8 @@ def _read(s: Snapshot, asked: list, client: ManagementClient, deadline: float, p
         notes.append(UNLISTED[stream_error.status])
         unreported.add(facts.STREAM_CLIENTS)
     out = replace(s, notes=tuple(notes), unreported=frozenset(unreported),
-                  links=() if "sessions" in failed else tuple(
-                      k for (part, _), found in got.items() if part == "sessions" for k in found),
+                  links=() if "sessions" in failed else (*carried, *(
+                      k for (part, _), found in got.items() if part == "sessions" for k in found)),
                   **({} if "streams" in failed or facts.STREAM_CLIENTS in unreported else dict(
                       stream_consumers=tuple(got.get(("streams", "consumers"), ())),
                       stream_publishers=tuple(got.get(("streams", "publishers"), ())),

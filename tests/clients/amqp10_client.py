@@ -4,9 +4,9 @@
     amqp10_client.py rabbitmq|proton settling|holding|presettled-receiver|presettled-sender QUEUE
     amqp10_client.py rabbitmq releasing|rejecting QUEUE
 
-The receivers take what QUEUE holds (filled first with 300 messages, published unsettled: each outcome awaited),
-with a link credit of 10: `settling` accepts each message, `holding` never settles one, `presettled-receiver`
-takes them pre-settled, `releasing` gives each back (outcome released), `rejecting` rejects each.
+The receivers take what QUEUE holds (filled first with 300 messages, or $FILL, published unsettled: each
+outcome awaited), with a link credit of 10: `settling` accepts each message, `holding` never settles one,
+`presettled-receiver` takes them pre-settled, `releasing` gives each back (outcome released), `rejecting` rejects each.
 `presettled-sender` publishes 5 messages a second pre-settled (snd-settle-mode settled). Prints "ready" once
 its links are attached, then runs until SIGTERM."""
 
@@ -18,7 +18,7 @@ import sys
 import uuid
 from urllib.parse import unquote, urlsplit
 
-FILL, CREDIT = 300, 10
+FILL, CREDIT = int(os.environ.get("FILL", "300")), 10
 url = urlsplit(os.environ["AMQP_URL"])
 vhost = unquote(url.path[1:]) or "/"
 library, mode, queue = sys.argv[1:4]
