@@ -1,6 +1,11 @@
 """`ackscope diagnose`: a one-shot report, worst first, with exit codes as on-call checks expect (the
 Nagios convention): 0 nothing at warning or above, 1 a warning, 2 a critical, 3 the broker unreachable or
 the login refused. Where a rule needs a rate, the broker is sampled twice, --window apart.
+
+With --brokers FILE, several brokers at once (each its [brokers.NAME] table: its URL, user, password file and
+other connection settings), read side by side: a line per broker worst first, then each broker's report. One
+that cannot be read is said so and hides none of the others; the exit code is the worst broker's, a critical
+before an unreadable broker before a warning.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML file: [exporter] for the connection, [probe], "
                         "[diagnosis] thresholds [env ACKSCOPE_CONFIG]")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="[text]")
+    parser.add_argument("--brokers", metavar="FILE", help="TOML file of several brokers, a [brokers.NAME] table "
+                        "each (management_url, username, password_file, and any other connection setting): "
+                        "reported together, exit code the worst broker's")
     parser.add_argument("--window", default="5s", help="time between the two samples rates are computed from, "
                         "and how long the probes run when --amqp-url is given [5s]")
     config.add_arguments(parser, OPTIONS)
@@ -74,17 +83,39 @@ def connect(args: argparse.Namespace, environ: Mapping[str, str], upgrade_facts:
     section = {k: v for k, v in config.table(document, "exporter", path).items()
                if k in _CONNECTION_OPTIONS or k in ("password", "password_file")}
     v = config.resolve(OPTIONS, args, environ, section, ("password",), where=path or "config")
+    return Connected(_source(v, upgrade_facts), document, path)
+
+
+def _source(v: Mapping[str, Any], upgrade_facts: bool = False) -> Source:
+    """The source for resolved connection settings `v`."""
     password = exporter_app.password_for(v["username"], v["password"], v["management_url"])
     selection = Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"])
     verify = False if v["insecure_skip_verify"] else (v["ca_file"] or True)
     try:
-        source = make_source(v["source"], v["management_url"], v["prometheus_url"], v["username"], password,
-                             timeout=v["timeout"], deadline=v["timeout"] * 3, selection=selection, verify=verify,
-                             cli=v["cli"], announce=False,  # the report's header names the source: no log line
-                             upgrade_facts=upgrade_facts)
+        return make_source(v["source"], v["management_url"], v["prometheus_url"], v["username"], password,
+                           timeout=v["timeout"], deadline=v["timeout"] * 3, selection=selection, verify=verify,
+                           cli=v["cli"], announce=False,  # the report's header names the source: no log line
+                           upgrade_facts=upgrade_facts)
     except ValueError as e:
         raise ConfigError(f"--management-url or --prometheus-url: {e}") from None
-    return Connected(source, document, path)
+
+
+def brokers(path: str) -> dict[str, Source]:
+    """Each broker of a --brokers file by its name, in the file's order. Only its own table configures it: no
+    option or environment variable meant for one broker reaches the others, its password included."""
+    tables = config.table(config.load_toml(path), "brokers", path)
+    if not tables:
+        raise ConfigError(f"{path}: no [brokers.NAME] table")
+    sources: dict[str, Source] = {}
+    for name, table in tables.items():
+        where = f"{path}: brokers.{name}"
+        if not isinstance(table, dict) or not table.get("management_url"):
+            raise ConfigError(f"{where}: a table with management_url")
+        v = config.resolve(OPTIONS, argparse.Namespace(), {}, table, ("password",), where=where)
+        if v["password"] is None and v["username"] != "guest":
+            raise ConfigError(f"{where}: no password_file for user {v['username']!r}")
+        sources[name] = _source(v)
+    return sources
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -92,11 +123,45 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         window = window_seconds(args.window)
     except ValueError as e:
         raise ConfigError(f"--window: {e}") from None
+    if args.brokers:
+        return _run_many(args, environ, window)
     connected = connect(args, environ)
     source, document, path = connected.source, connected.document, connected.path
     thresholds = exporter_app.load_thresholds(document, path)
     probe_cfg = probe_config.load(args, environ, document, path)
     probes = Probes(probe_cfg) if probe_cfg is not None else None
+    try:
+        judged = _judge(source, window, thresholds, probes)
+    except SourceFailed as e:
+        print(f"ackscope diagnose: cannot read {source.base_url}: {e}", file=sys.stderr)
+        return UNREACHABLE
+    if args.format == "json":
+        print(json.dumps(judged.to_json(), indent=2))
+    else:
+        print_report(judged.verdict, judged.headline())
+    return exit_code(list(judged.verdict.findings))
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One broker read twice and judged."""
+
+    source: Source
+    verdict: Diagnosis
+    snapshot: Snapshot
+
+    def headline(self) -> str:
+        return _headline(self.snapshot, f"{self.source.base_url} ({SOURCES[self.source.name]})")
+
+    def to_json(self) -> dict:
+        return {"findings": [f.to_json() for f in self.verdict.findings],
+                "not_evaluated": [n.to_json() for n in self.verdict.not_evaluated],
+                "broker": {**_broker(self.snapshot), "source": self.source.name}}
+
+
+def _judge(source: Source, window: float, thresholds, probes: Probes | None = None) -> Judged:
+    """Read `source` twice, `window` apart (the probes running meanwhile), and judge; SourceFailed when a read
+    fails. The source is closed after."""
     try:
         if probes is not None:
             probes.start()
@@ -104,9 +169,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         time.sleep(window)  # the window itself: rates are counts over it
         second = source.read()
         stats = probes.stats().targets if probes is not None else ()
-    except SourceFailed as e:
-        print(f"ackscope diagnose: cannot read {source.base_url}: {e}", file=sys.stderr)
-        return UNREACHABLE
     finally:
         if probes is not None:
             probes.stop()
@@ -114,16 +176,67 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     holding, waiting = Holding(), Waiting()
     holding.update(first)
     waiting.update(first)
-    verdict = diagnose(Context(second, first, stats, thresholds, held=holding.update(second),
-                               oldest=waiting.update(second)))
+    return Judged(source, diagnose(Context(second, first, stats, thresholds, held=holding.update(second),
+                                           oldest=waiting.update(second))), second)
+
+
+# The worst broker decides the exit code: a critical before a broker that cannot be read before a warning.
+_RANK = {OK: 0, WARNING: 1, UNREACHABLE: 2, CRITICAL: 3}
+
+
+def _run_many(args: argparse.Namespace, environ: Mapping[str, str], window: float) -> int:
+    if probe_config.load(args, environ, {}, None) is not None:
+        raise ConfigError("--brokers: the probes run against one broker; diagnose it alone with --amqp-url")
+    path = args.config or environ.get("ACKSCOPE_CONFIG")
+    thresholds = exporter_app.load_thresholds(config.load_toml(path), path)
+    sources = brokers(args.brokers)
+
+    def judged(source: Source) -> Judged | str:
+        try:
+            return _judge(source, window, thresholds)
+        except SourceFailed as e:
+            return f"cannot read {source.base_url}: {e}"
+    with ThreadPoolExecutor(len(sources)) as pool:  # side by side: one window for all, one slow broker delays none
+        results = dict(zip(sources, pool.map(judged, sources.values())))
+    codes = {name: UNREACHABLE if isinstance(r, str) else exit_code(list(r.verdict.findings))
+             for name, r in results.items()}
+    order = sorted(results, key=lambda name: -_RANK[codes[name]])  # stable: the file's order among equals
     if args.format == "json":
-        print(json.dumps({"findings": [f.to_json() for f in verdict.findings],
-                          "not_evaluated": [n.to_json() for n in verdict.not_evaluated],
-                          "broker": {**_broker(second), "source": source.name}},
-                         indent=2))
+        print(json.dumps({"exit_code": max(codes.values(), key=_RANK.__getitem__), "brokers": [
+            {"name": name, "url": sources[name].base_url, "exit_code": codes[name],
+             **({"error": r} if isinstance(r, str) else r.to_json())} for name, r in
+            ((name, results[name]) for name in order)]}, indent=2))
     else:
-        print_report(verdict, _headline(second, f"{source.base_url} ({SOURCES[source.name]})"))
-    return exit_code(list(verdict.findings))
+        _print_many(order, results, codes)
+    return max(codes.values(), key=_RANK.__getitem__)
+
+
+_STATE = {OK: ("ok", "green"), WARNING: ("warning", "yellow"), CRITICAL: ("critical", "bold red"),
+          UNREACHABLE: ("unreadable", "bold red")}
+
+
+def _print_many(order: list[str], results: Mapping[str, Judged | str], codes: Mapping[str, int]) -> None:
+    """A line per broker, worst first, then each broker's report under its name."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"[bold]{len(order)} brokers, worst first[/bold]")
+    width = max(len(name) for name in order)
+    for name in order:
+        r, (state, colour) = results[name], _STATE[codes[name]]
+        said = r if isinstance(r, str) else ", ".join(
+            f"{n} {sev}" for sev in ("critical", "warning", "info")
+            if (n := sum(1 for f in r.verdict.findings if f.severity == sev))) or "no findings"
+        console.print(f"  [{colour}]{state.upper():<10}[/] {escape(name):<{width}}  "
+                      f"{escape(said)}")
+    for name in order:
+        r = results[name]
+        console.print()
+        if isinstance(r, str):
+            console.print(f"[bold]{escape(name)}[/bold]: [bold red]{escape(r)}[/bold red]")
+        else:
+            print_report(r.verdict, f"{name}: {r.headline()}")
 
 
 def exit_code(findings: list[Finding]) -> int:

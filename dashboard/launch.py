@@ -19,9 +19,9 @@ def streamlit_command(port: int, address: str) -> list[str]:
 
 
 def environment(values: Mapping, environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` with the dashboard's settings (exporter_url, refresh, reports, prometheus_url) added."""
+    """`environ` with the dashboard's settings (exporters, refresh, reports, prometheus_url) added."""
     env = dict(environ)
-    env["ACKSCOPE_EXPORTER_URL"] = values["exporter_url"]
+    env["ACKSCOPE_EXPORTERS"] = "".join(f"{e.name} {e.url}\n" for e in values["exporters"])
     env["ACKSCOPE_REFRESH"] = str(values["refresh"])
     for key in ("reports", "prometheus_url"):
         if values[key]:

@@ -1,6 +1,6 @@
 """The dashboard's pages. Settings come from the environment `ackscope dashboard` starts Streamlit with:
-ACKSCOPE_EXPORTER_URL, ACKSCOPE_REPORTS, ACKSCOPE_PROMETHEUS_URL, ACKSCOPE_REFRESH, and the exporter's web
-credentials (ACKSCOPE_WEB_USERNAME, ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE)."""
+ACKSCOPE_EXPORTERS (or ACKSCOPE_EXPORTER_URL), ACKSCOPE_REPORTS, ACKSCOPE_PROMETHEUS_URL, ACKSCOPE_REFRESH, and
+the exporters' web credentials (ACKSCOPE_WEB_USERNAME, ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,17 @@ import pandas as pd
 import streamlit as st
 
 from ackscope.dashboard import charts, reports, views
-from ackscope.dashboard.settings import Settings
-from ackscope.dashboard.source import ExporterSource, Live
+from ackscope.dashboard.settings import Exporter, Settings
+from ackscope.dashboard.source import DOCUMENTS, ExporterSource, Live, fetch_side_by_side
 
 TOP = 50
 
 
 @st.cache_resource
-def _source(url: str, auth: tuple[str, str] | None) -> ExporterSource:
-    # One per exporter for the whole server: every browser session shares its last good data.
-    return ExporterSource(url, auth)
+def _source(url: str, auth: tuple[str, str] | None, documents: tuple[str, ...] = DOCUMENTS) -> ExporterSource:
+    # One per exporter (and what is asked of it) for the whole server: every browser session shares its last good
+    # data.
+    return ExporterSource(url, auth, documents=documents)
 
 
 @st.cache_resource
@@ -37,16 +38,31 @@ def _settings() -> Settings:
     return Settings.from_environ(os.environ)
 
 
-def _live() -> Live:
+def _selected() -> Exporter:
+    """The broker the pages show: ?broker=NAME (the landing page of several links each so, and the sidebar
+    chooses), else the first."""
+    exporters = {e.name: e for e in _settings().exporters}
+    return exporters.get(st.query_params.get("broker", ""), next(iter(exporters.values())))
+
+
+def _broker_choice() -> None:
+    """With several brokers, the sidebar's choice of the one the pages show."""
+    names = [e.name for e in _settings().exporters]
+    if len(names) > 1:
+        chosen = st.sidebar.selectbox("Broker", names, index=names.index(_selected().name))
+        st.query_params["broker"] = chosen
+
+
+def _live(exporter: Exporter) -> Live:
     s = _settings()
-    data = _source(s.exporter_url, s.auth).fetch()
-    history = _probe_history(s.exporter_url)
+    data = _source(exporter.url, s.auth).fetch()
+    history = _probe_history(exporter.url)
     if data.error is None and data.probes and (not history or history[-1][0] != data.fetched_at):
         history.append((data.fetched_at, data.probes))
     return data
 
 
-def _banner(data: Live) -> None:
+def _banner(data: Live, exporter: Exporter) -> None:
     if data.error:
         age = f"from {_ago(data.fetched_at)} ago" if data.fetched_at else "none yet"
         st.error(f"{data.error}. Showing the last good data ({age}): **stale**.")
@@ -55,8 +71,9 @@ def _banner(data: Live) -> None:
                    "shown: **stale**.")
     if data.snapshot:
         updated = datetime.fromtimestamp(data.fetched_at, UTC).strftime("%H:%M:%S UTC") if data.fetched_at else "-"
-        st.caption(f"Updated {updated} · broker snapshot taken {_ago(data.snapshot['taken_at'])} ago · exporter "
-                   f"{_settings().exporter_url} · {views.source_said(data.source)}")
+        named = f"broker **{_md(exporter.name)}** · " if len(_settings().exporters) > 1 else ""
+        st.caption(f"{named}Updated {updated} · broker snapshot taken {_ago(data.snapshot['taken_at'])} ago · "
+                   f"exporter {_md(exporter.url)} · {views.source_said(data.source)}")
         unread = data.snapshot.get("unread") or []
         if unread and not data.stale:
             st.warning("Partial: " + "; ".join(u["message"] for u in unread) + ". The rest is shown; the rules "
@@ -204,12 +221,14 @@ def _latency_section(data: Live) -> None:
 
 
 def _live_page(render: Callable[[Live], None]) -> None:
-    """Refresh `render` in place every interval: fetch (or reuse) the exporter's data, say whether it is
-    stale, then draw it."""
+    """Refresh `render` in place every interval: fetch (or reuse) the chosen broker's exporter's data, say
+    whether it is stale, then draw it."""
+    exporter = _selected()
+
     @st.fragment(run_every=_refresh_every())
     def body():
-        data = _live()
-        _banner(data)
+        data = _live(exporter)
+        _banner(data, exporter)
         render(data)
     body()
 
@@ -230,12 +249,41 @@ def overview() -> None:
     _live_page(render)
 
 
+_STATE_COLOUR = {"critical": "red", "unreadable": "red", "warning": "orange", "ok": "green"}
+
+
+def brokers() -> None:
+    """The landing page of several brokers: each broker's state worst first, a link to its pages, and every
+    broker's findings worst first. It asks each exporter for its findings only, all at once."""
+    st.title("ackscope — every broker, worst first")
+
+    @st.fragment(run_every=_refresh_every())
+    def body():
+        s = _settings()
+        fetched = fetch_side_by_side([_source(e.url, s.auth, ("findings",)) for e in s.exporters])
+        table, found = views.brokers([(e.name, live) for e, live in zip(s.exporters, fetched)])
+        for row in table.to_dict("records"):
+            counts = ", ".join(f"{row[k]} {k}" for k in ("critical", "warning") if row[k]) or "no findings"
+            worst = f" · worst: {_md(row['worst'])}" if row["worst"] else ""
+            problem = f"  \n{_md(row['problem'])}" if row["problem"] else ""
+            st.markdown(f":{_STATE_COLOUR[row['state']]}[**{row['state']}**] · **{_md(row['broker'])}** — "
+                        f"{counts}{worst}{problem}")
+            st.page_link(_NAVIGATION["overview"], label=f"Open {row['broker']}",
+                         query_params={"broker": row["broker"]})
+        if found.empty:
+            st.success("No findings at warning or above on any broker that answers.")
+        else:
+            st.subheader(f"Every broker's findings, worst first: {len(found)}")
+            _table(found)
+    body()
+
+
 def confirms() -> None:
     st.title("Confirms")
 
     def render(data: Live) -> None:
         _latency_section(data)
-        samples = list(_probe_history(_settings().exporter_url))
+        samples = list(_probe_history(_selected().url))
         over_time = reports.percentiles_over_time(samples)
         if not over_time.empty:
             st.plotly_chart(charts.over_time(over_time, "time", ["p50_ms", "p99_ms"], "target",
@@ -460,9 +508,16 @@ def one(name: str) -> None:
     PAGES[name]()
 
 
+_NAVIGATION: dict[str, st.Page] = {}  # main()'s pages by their path, for links between them
+
+
 def main() -> None:
     st.set_page_config(page_title="ackscope", layout="wide")
-    pages = [st.Page(overview, title="Overview", url_path="overview", default=True),
+    several = len(_settings().exporters) > 1
+    _broker_choice()
+    # With several brokers the landing page is all of them; each broker's Overview is its own landing page.
+    pages = [*([st.Page(brokers, title="All brokers", url_path="brokers", default=True)] if several else []),
+             st.Page(overview, title="Overview", url_path="overview", default=not several),
              st.Page(confirms, title="Confirms", url_path="confirms"),
              st.Page(consumers, title="Consumers & prefetch", url_path="consumers"),
              st.Page(redelivery, title="Redeliveries & requeue loops", url_path="redeliveries"),
@@ -471,4 +526,5 @@ def main() -> None:
              st.Page(history, title="History", url_path="history"),
              st.Page(broker, title="Broker", url_path="broker"),
              st.Page(upgrade, title="Upgrade", url_path="upgrade")]
+    _NAVIGATION.update({p.url_path: p for p in pages})
     st.navigation(pages).run()

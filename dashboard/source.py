@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -41,8 +42,11 @@ class ExporterSource:
     """Fetches /api/snapshot, /api/findings, /api/probes and /api/breaks; keeps the last good result."""
 
     def __init__(self, url: str, auth: tuple[str, str] | None = None, timeout: float = 5.0,
-                 verify: bool | str = True, reuse_seconds: float = 1.0):
+                 verify: bool | str = True, reuse_seconds: float = 1.0, documents: tuple[str, ...] = DOCUMENTS):
         self.url = url.rstrip("/")
+        # What each fetch asks for: all for a broker's pages; only the findings for the landing page of several,
+        # which shows no more (its other fields stay empty).
+        self.documents = documents
         self._session = requests.Session()
         self._session.auth = auth
         self._session.verify = verify
@@ -63,20 +67,22 @@ class ExporterSource:
             if last.error is None and last.fetched_at and time.time() - last.fetched_at < self.reuse_seconds:
                 return last
             try:
-                docs = {name: self._get(name) for name in DOCUMENTS}
+                docs = {name: self._get(name) for name in self.documents}
+                docs.setdefault("snapshot", {"up": docs["findings"].get("up", True),
+                                             "last_error": docs["findings"].get("last_error")})
             except FetchFailed as e:
                 self._last = replace(self._last, error=str(e))
                 return self._last
-            snapshot = docs["snapshot"].get("snapshot")
+            snapshot = docs["snapshot"].get("snapshot")  # None when only the findings were asked for
             previous = self._last.snapshot
             if previous is not None and snapshot is not None and previous.get("taken_at") == snapshot.get("taken_at"):
                 previous = self._last.previous  # the exporter has not polled since: keep the older one for rates
             poll_error = None if docs["snapshot"].get("up") else (docs["snapshot"].get("last_error")
                                                                    or "the exporter's last poll failed")
             self._last = Live(snapshot, previous, docs["findings"].get("findings", []),
-                              docs["probes"].get("probes", []), time.time(), None, poll_error,
+                              docs.get("probes", {}).get("probes", []), time.time(), None, poll_error,
                               docs["snapshot"].get("source"), docs["findings"].get("not_evaluated", []),
-                              docs["breaks"], docs["findings"].get("upgrades", []))
+                              docs.get("breaks", {}), docs["findings"].get("upgrades", []))
             return self._last
 
     def _get(self, name: str) -> dict:
@@ -107,6 +113,13 @@ class ExporterSource:
         if response.headers.get("ETag"):
             self._tagged[name] = (response.headers["ETag"], doc)
         return doc
+
+
+def fetch_side_by_side(sources: list[ExporterSource]) -> list[Live]:
+    """Each source's fetch, all at once: a broker whose exporter hangs delays the others by nothing more than
+    its own timeout."""
+    with ThreadPoolExecutor(max(1, len(sources)), thread_name_prefix="ackscope-exporters") as pool:
+        return list(pool.map(ExporterSource.fetch, sources))
 
 
 class FetchFailed(Exception):

@@ -34,6 +34,37 @@ def findings(items: list[dict[str, Any]], min_severity: str = "info", now: float
     return df.sort_values("severity", key=lambda s: s.map(SEVERITY_ORDER), kind="stable").reset_index(drop=True)
 
 
+# A broker's state on the landing page of several, worst first: one that cannot be read now is worse than a
+# warning (nothing is known of it now), better than a critical (something is known to be wrong).
+BROKER_STATES = ("critical", "unreadable", "warning", "ok")
+
+
+def brokers(fetched: list[tuple[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(a row per broker, worst first: its state, counts, worst finding and what went wrong reading it;
+    every broker's findings at warning and above, worst first, each with its broker) from (name, Live) pairs. A
+    broker that cannot be read now keeps the findings last read from it, its state saying it is unreadable."""
+    rows, found = [], {}
+    for name, live in fetched:
+        own = findings(live.findings, "warning").assign(broker=name)
+        counts = own["severity"].value_counts()
+        state = ("unreadable" if live.stale or live.fetched_at is None else "critical" if counts.get("critical")
+                 else "warning" if counts.get("warning") else "ok")
+        rows.append({"broker": name, "state": state, "critical": int(counts.get("critical", 0)),
+                     "warning": int(counts.get("warning", 0)),
+                     "worst": f"{own.iloc[0]['rule']}: {own.iloc[0]['culprit']}" if len(own) else "",
+                     "problem": live.error or live.exporter_error or ""})
+        found[name] = own
+    table = pd.DataFrame(rows, columns=["broker", "state", "critical", "warning", "worst", "problem"])
+    order = {s: i for i, s in enumerate(BROKER_STATES)}
+    table = table.sort_values(["state", "critical", "warning"], key=lambda s: s.map(order) if s.name == "state"
+                              else -s, kind="stable").reset_index(drop=True)
+    # Among findings as bad, the worse broker's first.
+    every = pd.concat([found[name] for name in table["broker"]], ignore_index=True) if found else findings([])
+    every = every[["broker", *[c for c in every.columns if c != "broker"]]] if "broker" in every else every
+    return table, every.sort_values("severity", key=lambda s: s.map(SEVERITY_ORDER), kind="stable"
+                                    ).reset_index(drop=True)
+
+
 def upgrade(items: list[dict[str, Any]]) -> pd.DataFrame:
     """What one release will change, worst first: severity, the change, the culprit (client first, then the
     object), vhost, what will happen, what to do, and the evidence."""

@@ -133,8 +133,8 @@ def probe_metrics(stats: ProbeStats, gzipped: bool = False) -> bytes:
 
 def findings_json(diagnosis: Diagnosis, snapshot: Snapshot | None, status: PollStatus) -> bytes:
     """/api/findings: the findings of the last good snapshot, worst first, marked stale when the last poll
-    failed; the rules its source could not give what they need; and what each later release would change."""
-    return json.dumps({"up": status.up, "stale": not status.up,
+    failed (and why); the rules its source could not give what they need; and what each later release would change."""
+    return json.dumps({"up": status.up, "stale": not status.up, "last_error": status.last_error,
                        "taken_at": None if snapshot is None else snapshot.taken_at,
                        "findings": [f.to_json() for f in diagnosis.findings],
                        "not_evaluated": [n.to_json() for n in diagnosis.not_evaluated],

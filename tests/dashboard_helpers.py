@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import requests
+from helpers import wait_for
 from streamlit.testing.v1 import AppTest
+
+from ackscope.core.processes import stop_process
+from ackscope.workloads.ports import free_port
 
 
 def run_page(name: str) -> None:
@@ -23,3 +36,34 @@ def page(monkeypatch, name: str, url: str, **env: str) -> AppTest:
 
 def frames(app: AppTest) -> list:
     return [d.value for d in app.dataframe]
+
+
+ARTIFACTS = Path(os.environ.get("ACKSCOPE_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@contextmanager
+def dashboard(*exporter_urls: str, **env: str) -> Iterator[str]:
+    """`ackscope dashboard` in a process of its own, an --exporter-url each ([NAME=]URL), `env` added to its
+    environment; yields its URL once it answers."""
+    port = free_port()
+    given = [arg for url in exporter_urls for arg in ("--exporter-url", url)]
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("ackscope")), "dashboard", *given,
+                             "--port", str(port), "--address", "127.0.0.1", "--refresh", "5"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _answers(f"{url}/_stcore/health") or proc.poll() is not None, timeout=60,
+                 what="the dashboard's health endpoint")
+        assert proc.poll() is None, proc.stderr.read()
+        yield url
+    finally:
+        stop_process(proc, 15, signal.SIGINT)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False

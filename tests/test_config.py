@@ -213,3 +213,45 @@ def test_confirm_bench_figures_are_read_at_the_start_and_a_malformed_file_is_one
     assert main(["exporter", "--confirm-bench", str(figures)]) == 2
     assert capsys.readouterr().err == (f"ackscope exporter: --confirm-bench {figures}: rate 1 is not a strategy, a "
                                        "queue type and a number of messages per second\n")
+
+
+def test_the_dashboard_takes_several_exporters_each_named_once_and_refuses_a_bad_one_in_a_line(tmp_path):
+    import argparse
+
+    from ackscope.apps.dashboard import exporters
+    from ackscope.dashboard.settings import Exporter
+    listing = tmp_path / "exporters"
+    listing.write_text("staging http://st:9577\n")
+    given = argparse.Namespace(exporter_url=["prod-eu=http://eu:9577", "http://us:9577"], exporters=str(listing))
+    assert exporters(given, {}) == (Exporter("prod-eu", "http://eu:9577"), Exporter("us:9577", "http://us:9577"),
+                                    Exporter("staging", "http://st:9577"))
+    assert exporters(argparse.Namespace(exporter_url=None, exporters=None), {}) == (
+        Exporter("localhost:9577", "http://localhost:9577"),)
+    for urls, message in ((["a=http://x:1", "a=http://y:1"], "the name 'a' is given twice"),
+                          (["a=ftp://x"], "--exporter-url: "),
+                          (["a=http://u:secret@x:1"], "must not carry credentials")):
+        with pytest.raises(ConfigError, match=message) as refused:
+            exporters(argparse.Namespace(exporter_url=urls, exporters=None), {})
+        assert "secret" not in str(refused.value)
+    with pytest.raises(ConfigError, match="--exporters: cannot read .*: No such file"):
+        exporters(argparse.Namespace(exporter_url=None, exporters=str(tmp_path / "none")), {})
+
+
+def test_diagnose_takes_each_broker_from_its_own_table_with_its_own_password_file(tmp_path):
+    from ackscope.apps.diagnose import brokers
+    (tmp_path / "eu.password").write_text("eu-secret\n")
+    path = _toml(tmp_path, '[brokers.prod-eu]\nmanagement_url = "http://eu:15672"\nusername = "mon"\n'
+                           f'password_file = "{tmp_path / "eu.password"}"\n'
+                           '[brokers.local]\nmanagement_url = "http://127.0.0.1:15672"\n')
+    sources = brokers(path)
+    assert {name: s.base_url for name, s in sources.items()} == {"prod-eu": "http://eu:15672",
+                                                                 "local": "http://127.0.0.1:15672"}
+    for s in sources.values():
+        s.close()
+    for text, message in (('[brokers.x]\nmanagement_url = "http://x:1"\nusername = "mon"\n',
+                           "brokers.x: no password_file for user 'mon'"),
+                          ('[brokers.x]\nusername = "mon"\n', "brokers.x: a table with management_url"),
+                          ('[brokers.x]\nmanagement_url = "http://x:1"\npassword = "inline"\n', "may not be written"),
+                          ("[exporter]\n", "no \\[brokers.NAME\\] table")):
+        with pytest.raises(ConfigError, match=message):
+            brokers(_toml(tmp_path, text))

@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
-import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,15 +14,13 @@ import pytest
 import requests
 from client_processes import Clients
 from conftest import exporter_config
-from dashboard_helpers import frames, page, run_page
+from dashboard_helpers import ARTIFACTS, CHROMIUM_ARGS, dashboard, frames, page, run_page
 from helpers import markdown_table, only_vhost, prometheus_query, wait_for
 from probe_helpers import probe_config, quick
 from streamlit.testing.v1 import AppTest
 
 from ackscope.apps.exporter import Exporter
-from ackscope.core.processes import stop_process
 from ackscope.core.secret import Secret
-from ackscope.workloads.ports import free_port
 from ackscope.workloads.private_broker import ADMIN_USER
 from ackscope.workloads.scenarios import BY_NAME, PREFIX, Running
 from ackscope_testkit.fault_proxy import FaultProxy
@@ -197,36 +189,6 @@ def test_when_the_exporter_fails_the_last_good_data_stays_marked_stale(monkeypat
         assert frames(app)[0]["rule"].tolist() == before["rule"].tolist()  # the last good findings, still shown
     finally:
         proxy.close()
-
-
-ARTIFACTS = Path(os.environ.get("ACKSCOPE_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-
-
-@contextmanager
-def dashboard(exporter_url: str, **env: str) -> Iterator[str]:
-    """`ackscope dashboard` in a process of its own, `env` added to its environment; yields its URL once it
-    answers."""
-    port = free_port()
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("ackscope")), "dashboard", "--exporter-url",
-                             exporter_url, "--port", str(port), "--address", "127.0.0.1", "--refresh", "5"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _answers(f"{url}/_stcore/health") or proc.poll() is not None, timeout=60,
-                 what="the dashboard's health endpoint")
-        assert proc.poll() is None, proc.stderr.read()
-        yield url
-    finally:
-        stop_process(proc, 15, signal.SIGINT)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(live, chromium):

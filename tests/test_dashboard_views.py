@@ -197,3 +197,32 @@ def test_shovels_and_federation_links_are_listed_stopped_first_with_the_brokers_
     assert df.iloc[0]["why"] == '"failed to connect to destination"' and df.iloc[1]["why"] == "unknown_host"
     assert df.iloc[2]["ack mode"] == "no-ack" and df.iloc[2]["to"] == "archive at amqp://app@archive.example:5672/%2F"
     assert views.shovels({}).empty
+
+
+def test_several_brokers_come_worst_first_an_unreadable_one_after_a_critical_and_before_a_warning():
+    from ackscope.dashboard.source import Live
+
+    def finding(severity: str, rule: str) -> dict:
+        return {"rule": rule, "severity": severity, "vhost": "/", "object": f"queue {rule}", "evidence": {}}
+    fetched = [("dev", Live(findings=[finding("info", "prefetch-one")], fetched_at=1.0)),
+               ("staging", Live(findings=[finding("warning", "prefetch-unlimited")], fetched_at=1.0)),
+               ("prod-us", Live(error="the exporter at http://us:9577 cannot be reached")),  # never read
+               ("prod-eu", Live(findings=[finding("warning", "auto-ack-consumer"),
+                                          finding("critical", "probe-message-lost")], fetched_at=1.0)),
+               ("prod-ap", Live(findings=[finding("critical", "node-down")], fetched_at=1.0,
+                                exporter_error="login refused"))]  # its broker stopped answering: last findings
+    table, found = views.brokers(fetched)
+    assert list(table["broker"]) == ["prod-eu", "prod-ap", "prod-us", "staging", "dev"]  # the known criticals first
+    assert list(table["state"]) == ["critical", "unreadable", "unreadable", "warning", "ok"]
+    assert table.iloc[0]["worst"] == "probe-message-lost: queue probe-message-lost"
+    assert table.iloc[2]["problem"] == "the exporter at http://us:9577 cannot be reached"
+    assert list(found["broker"]) == ["prod-eu", "prod-ap", "prod-eu", "staging"]  # warning and above, worst first
+    assert list(found["severity"]) == ["critical", "critical", "warning", "warning"]
+
+
+def test_exporters_are_named_by_the_user_or_by_their_host_and_port():
+    from ackscope.dashboard.settings import Exporter, listed, named
+    assert named("prod-eu=https://eu.example:9577") == Exporter("prod-eu", "https://eu.example:9577")
+    assert named("http://10.0.0.7:9577") == Exporter("10.0.0.7:9577", "http://10.0.0.7:9577")
+    assert listed("# name url\nprod-eu https://eu:9577\n\nstaging http://st:9577  # the other\n") == (
+        Exporter("prod-eu", "https://eu:9577"), Exporter("staging", "http://st:9577"))
