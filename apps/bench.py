@@ -4,6 +4,7 @@ RabbitMQ's confirms guide compares (ackscope.workloads.confirm_strategies)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import time
 from collections.abc import Mapping
@@ -67,8 +68,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     for row in table_rows(results):
         table.add_row(*row)
     Console().print(table)
-    write_chart(results, Path(args.html))
-    console.print(f"chart written to {args.html}")
+    if importlib.util.find_spec("plotly") is None:  # the dashboard extra: the exporter's image has the table
+        console.print("chart not written: plotly is not installed here (pip install 'ackscope[dashboard]')")
+    else:
+        write_chart(results, Path(args.html))
+        console.print(f"chart written to {args.html}")
     if args.save:
         figures = ConfirmBench(display, time.time(), tuple(StrategyRate(r.strategy, r.queue_type, r.rate,
                                                                         r.percentile(0.5)) for r in results))

@@ -9,14 +9,14 @@
 #   --rabbitmq   localhost/ackscope-rabbitmq:4.0: the release matrix's Debian 13 root (RabbitMQ 4.0, made by
 #                scripts/rabbitmq-roots.sh) imported as an image, for a broker in a container beside ackscope's.
 # Usage: scripts/container-image.sh [--dashboard | --rabbitmq]   (as root). Works in a fresh clone: it installs
-# the Debian packages it needs (podman, runc, debootstrap, python3-venv) and makes the wheels in a venv of its
-# own where scripts/setup.sh made none. Prints the image's name and size; on a failure, one line naming the
+# the Debian packages it needs (podman, runc, debootstrap, binutils, python3-venv) and makes the wheels in a venv
+# of its own where scripts/setup.sh made none. Prints the image's name and size; on a failure, one line naming the
 # step, then the tail of its log.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 case "${1:-}" in
-  "") target=exporter image_name=ackscope ;;
-  --dashboard) target=dashboard image_name=ackscope-dashboard ;;
+  "") target=exporter image_name=ackscope package=ackscope ;;
+  --dashboard) target=dashboard image_name=ackscope-dashboard package='ackscope[dashboard]' ;;
   --rabbitmq) target= ;;
   *) echo "container-image: unknown option ${1} (usage: scripts/container-image.sh [--dashboard | --rabbitmq])" >&2
      exit 2 ;;
@@ -24,6 +24,7 @@ esac
 # What the build needs, asked for before anything runs: without podman, debootstrap would run for a minute first.
 need=()
 for tool in podman runc debootstrap; do command -v "$tool" >/dev/null || need+=("$tool"); done
+command -v strip >/dev/null || need+=(binutils)
 python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ "$(id -u)" -ne 0 ]; then
   echo "container-image: run it as root (podman builds as root here${need:+; it also needs ${need[*]}})" >&2
@@ -78,8 +79,11 @@ if ! "${podman[@]}" image exists "$base"; then
     rm -rf "$root"
     debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$root" "$mirror" \
       >>"$log" 2>&1 || fail "debootstrap of the image's base from $mirror"
-    # What an image keeps of apt: nothing. Its lists and packages are for a machine that installs later.
-    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    # What an image keeps of apt: nothing. Its lists and packages are for a machine that installs later; nor
+    # the documentation, manual pages and translations nobody reads in a container.
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/cache/debconf/*-old \
+      "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/usr/share/locale/* \
+      "$root"/usr/lib/*-linux-gnu/gconv
     touch "$root/.ackscope-ready"
   fi
   import_root "$root" "$base"
@@ -89,18 +93,22 @@ version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$here/pyproject.toml" | head -n 
 image=localhost/$image_name:$version
 context=$(mktemp -d) build_venv=$(mktemp -d)
 trap 'rm -rf "$context" "$build_venv"' EXIT
-# The project's wheel and its dependencies' (without the pipeline extra), made from the source tree here, by the
-# project's venv, or in a fresh clone by one made for this build.
+# The project's wheel and its dependencies' (the dashboard extra for the dashboard's image; never the pipeline
+# extra), made from the source tree here, by the project's venv, or in a fresh clone by one made for this build.
 python=$here/.venv/bin/python
 if [ ! -x "$python" ]; then
   python3 -m venv "$build_venv" >>"$log" 2>&1 || fail "python3 -m venv (for the wheels)"
   python=$build_venv/bin/python
 fi
-"$python" -m pip wheel --quiet --wheel-dir "$context/wheels" "$here" >>"$log" 2>&1 \
+"$python" -m pip wheel --quiet --wheel-dir "$context/wheels" "$here${package#ackscope}" >>"$log" 2>&1 \
   || fail "pip wheel of ackscope and its dependencies"
+# pyarrow's wheel without what no command loads (deploy/container/slim-pyarrow.sh): 170 MB installed otherwise.
+"$python" -m pip install --quiet wheel >>"$log" 2>&1 || fail "pip install wheel (to slim pyarrow's wheel)"
+bash "$here/deploy/container/slim-pyarrow.sh" "$python" "$context"/wheels/pyarrow-*.whl >>"$log" 2>&1 \
+  || fail "slimming pyarrow's wheel"
 digest=$(cd "$context/wheels" && sha256sum -- * | sha256sum | cut -c1-16)
 "${podman[@]}" build --format docker --file "$here/deploy/container/Containerfile" --target "$target" \
-  --build-arg "BASE=$base" --build-arg "WHEELS_DIGEST=$digest" --tag "$image" "$context" >>"$log" 2>&1 \
+  --build-arg "BASE=$base" --build-arg "PACKAGE=$package" --build-arg "WHEELS_DIGEST=$digest" --tag "$image" "$context" >>"$log" 2>&1 \
   || fail "podman build of $image"
 # The image this build replaced, untagged now: not kept.
 "${podman[@]}" image prune --force >>"$log" 2>&1 || true

@@ -77,7 +77,7 @@ strict=(--config-settings editable_mode=strict)
 if [ "${1:-}" = "--test" ]; then
   step "installing ackscope with its test dependencies" .venv/bin/python -m pip install -q "${strict[@]}" -e '.[test]'
 else
-  step "installing ackscope" .venv/bin/python -m pip install -q "${strict[@]}" -e '.[pipeline]'
+  step "installing ackscope" .venv/bin/python -m pip install -q "${strict[@]}" -e '.[pipeline,dashboard]'
 fi
 if [ "${1:-}" = "--test" ]; then
   # What only the tests and bench/ use: a distribution of its own, so that neither the wheel nor the image has it.
