@@ -16,16 +16,21 @@ import streamlit as st
 
 from ackscope.dashboard import charts, reports, views
 from ackscope.dashboard.settings import Exporter, Settings
-from ackscope.dashboard.source import DOCUMENTS, ExporterSource, Live, fetch_side_by_side
+from ackscope.dashboard.source import ExporterSource, Live, fetch_side_by_side
 
 TOP = 50
 
 
 @st.cache_resource
-def _source(url: str, auth: tuple[str, str] | None, documents: tuple[str, ...] = DOCUMENTS) -> ExporterSource:
-    # One per exporter (and what is asked of it) for the whole server: every browser session shares its last good
-    # data.
-    return ExporterSource(url, auth, documents=documents)
+def _source(url: str, auth: tuple[str, str] | None) -> ExporterSource:
+    # One per exporter for the whole server: every browser session shares its last good data.
+    return ExporterSource(url, auth)
+
+
+@st.cache_resource
+def _findings_source(url: str, auth: tuple[str, str] | None) -> ExporterSource:
+    # The landing page of several brokers asks each exporter for its findings only: a source of its own.
+    return ExporterSource(url, auth, documents=("findings",))
 
 
 @st.cache_resource
@@ -71,9 +76,11 @@ def _banner(data: Live, exporter: Exporter) -> None:
                    "shown: **stale**.")
     if data.snapshot:
         updated = datetime.fromtimestamp(data.fetched_at, UTC).strftime("%H:%M:%S UTC") if data.fetched_at else "-"
-        named = f"broker **{_md(exporter.name)}** · " if len(_settings().exporters) > 1 else ""
+        # A caption shows Markdown's escapes as typed: the name (one word, no '#') and URL (checked at the start)
+        # go as they are.
+        named = f"broker **{exporter.name}** · " if len(_settings().exporters) > 1 else ""
         st.caption(f"{named}Updated {updated} · broker snapshot taken {_ago(data.snapshot['taken_at'])} ago · "
-                   f"exporter {_md(exporter.url)} · {views.source_said(data.source)}")
+                   f"exporter {exporter.url} · {views.source_said(data.source)}")
         unread = data.snapshot.get("unread") or []
         if unread and not data.stale:
             st.warning("Partial: " + "; ".join(u["message"] for u in unread) + ". The rest is shown; the rules "
@@ -260,14 +267,15 @@ def brokers() -> None:
     @st.fragment(run_every=_refresh_every())
     def body():
         s = _settings()
-        fetched = fetch_side_by_side([_source(e.url, s.auth, ("findings",)) for e in s.exporters])
+        fetched = fetch_side_by_side([_findings_source(e.url, s.auth) for e in s.exporters])
         table, found = views.brokers([(e.name, live) for e, live in zip(s.exporters, fetched)])
         for row in table.to_dict("records"):
             counts = ", ".join(f"{row[k]} {k}" for k in ("critical", "warning") if row[k]) or "no findings"
             worst = f" · worst: {_md(row['worst'])}" if row["worst"] else ""
-            problem = f"  \n{_md(row['problem'])}" if row["problem"] else ""
             st.markdown(f":{_STATE_COLOUR[row['state']]}[**{row['state']}**] · **{_md(row['broker'])}** — "
-                        f"{counts}{worst}{problem}")
+                        f"{counts}{worst}")
+            if row["problem"]:
+                st.text(row["problem"])  # as plain text: Markdown would show a URL's escapes as typed
             st.page_link(_NAVIGATION["overview"], label=f"Open {row['broker']}",
                          query_params={"broker": row["broker"]})
         if found.empty:

@@ -15,12 +15,14 @@ import requests
 from dashboard_helpers import ARTIFACTS, CHROMIUM_ARGS, dashboard
 from helpers import MATRIX, only_vhost, own_vhost, private_broker, scenarios_running, wait_for
 
+from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
 
-# What each broker runs: a critical on 3.10 (a manual-ack consumer without prefetch), a warning on 4.0 (an
-# auto-ack consumer); nothing on the newest, which has nothing wrong.
-RUNS = {"3.10": "prefetch-unlimited", "4.0": "auto-ack-consumer"}
+# What each broker runs: a critical on 3.10 (a manual-ack consumer without prefetch holding 50, critical from 40
+# here), a warning on 4.0 (a backlog nobody consumes); nothing on the newest, which has nothing wrong.
+RUNS = {"3.10": "prefetch-unlimited", "4.0": "no-consumers-backlog"}
+THRESHOLDS = Thresholds(unlimited_prefetch_unacked_critical=40)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +48,12 @@ def _brokers_file(tmp_path: Path, nodes: dict[str, LocalBroker], vhosts: dict[st
 
 
 def _diagnose(path: Path, *options: str) -> subprocess.CompletedProcess:
+    thresholds = path.with_name("thresholds.toml")
+    thresholds.write_text(f"[diagnosis]\nunlimited_prefetch_unacked_critical = "
+                          f"{THRESHOLDS.unlimited_prefetch_unacked_critical}\n")
     return subprocess.run([str(Path(sys.executable).with_name("ackscope")), "diagnose", "--brokers", str(path),
-                           "--window", "1s", *options], capture_output=True, text=True, timeout=120)
+                           "--config", str(thresholds), "--window", "1s", *options], capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_three_releases_at_once_are_reported_worst_first_and_a_stopped_one_hides_none(nodes, start_exporter,
@@ -57,10 +63,10 @@ def test_three_releases_at_once_are_reported_worst_first_and_a_stopped_one_hides
     # The session's node is shared: a vhost of this test's own there; the other two are this module's alone.
     with own_vhost(nodes["3.10"]) as v310:
         vhosts = {"3.10": v310, "4.0": "/", "newest": "/"}
-        exporters = {name: start_exporter(node.management_url, interval=1.0, selection=only_vhost(vhosts[name]))
-                     for name, node in nodes.items()}
+        exporters = {name: start_exporter(node.management_url, interval=1.0, selection=only_vhost(vhosts[name]),
+                                          thresholds=THRESHOLDS) for name, node in nodes.items()}
         with scenarios_running(nodes["3.10"], v310, RUNS["3.10"]), scenarios_running(nodes["4.0"], "/", RUNS["4.0"]):
-            for name, rule in (("3.10", "prefetch-unlimited"), ("4.0", "auto-ack-consumer")):
+            for name, rule in RUNS.items():
                 wait_for(lambda: rule in {f["rule"] for f in requests.get(
                     exporters[name].url + "/api/findings", timeout=5).json()["findings"]}, 60, f"{rule} on {name}")
             brokers = _brokers_file(tmp_path, nodes, vhosts)
@@ -69,7 +75,7 @@ def test_three_releases_at_once_are_reported_worst_first_and_a_stopped_one_hides
             summary = done.stdout.splitlines()[1:4]
             assert [line.split()[:2] for line in summary] == [["CRITICAL", "3.10"], ["WARNING", "4.0"],
                                                               ["OK", "newest"]], done.stdout
-            assert "prefetch-unlimited" in done.stdout and "auto-ack-consumer" in done.stdout
+            assert "prefetch-unlimited" in done.stdout and "no-consumers-backlog" in done.stdout
             assert "Traceback" not in done.stdout + done.stderr
 
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -92,12 +98,12 @@ def test_three_releases_at_once_are_reported_worst_first_and_a_stopped_one_hides
                     states = _states(tab)
                     assert states == [("critical", "3.10"), ("unreadable", "newest"), ("warning", "4.0")], states
                     text = tab.inner_text("body")
-                    assert "prefetch-unlimited" in text and "auto-ack-consumer" in text and "Traceback" not in text
+                    assert "prefetch-unlimited" in text and "no-consumers-backlog" in text and "Traceback" not in text
                     tab.screenshot(path=str(ARTIFACTS / "dashboard-brokers.png"), full_page=True)
                     # A click on a broker opens its own pages.
                     tab.get_by_role("link", name="Open 4.0").click()
-                    tab.get_by_text("What is wrong:").wait_for(timeout=30_000)
-                    assert "broker 4.0" in tab.inner_text("body")
+                    tab.get_by_text("broker 4.0 · Updated").wait_for(timeout=30_000)
+                    assert "What is wrong:" in tab.inner_text("body")
                     assert not script_errors, script_errors
                 finally:
                     browser.close()
@@ -108,7 +114,7 @@ def test_three_releases_at_once_are_reported_worst_first_and_a_stopped_one_hides
             assert [(b["name"], b["exit_code"]) for b in report["brokers"]] == [("3.10", 2), ("newest", 3),
                                                                                ("4.0", 1)]
             assert "cannot read" in report["brokers"][1]["error"]
-            assert {f["rule"] for f in report["brokers"][2]["findings"]} >= {"auto-ack-consumer"}
+            assert {f["rule"] for f in report["brokers"][2]["findings"]} >= {"no-consumers-backlog"}
 
 
 def _states(tab) -> list[tuple[str, str]]:
