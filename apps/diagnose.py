@@ -114,7 +114,10 @@ def brokers(path: str) -> dict[str, Source]:
         v = config.resolve(OPTIONS, argparse.Namespace(), {}, table, ("password",), where=where)
         if v["password"] is None and v["username"] != "guest":
             raise ConfigError(f"{where}: no password_file for user {v['username']!r}")
-        sources[name] = _source(v)
+        try:
+            sources[name] = _source(v)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
     return sources
 
 
