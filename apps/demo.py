@@ -23,6 +23,7 @@ from ackscope.core.http_server import WebSecurity
 from ackscope.core.processes import stop_process, wait_for_signal
 from ackscope.core.secret import Secret
 from ackscope.dashboard.launch import environment, streamlit_command
+from ackscope.dashboard.settings import named
 from ackscope.exporter.cardinality import Limits
 from ackscope.probes.config import ProbeConfig
 from ackscope.probes.runner import ProbeSettings
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             children.append(proc)
             alerts_page = _alerts_page(prometheus_url, proc)
         dashboard_port = _port(args.dashboard_port)
-        settings = {"exporter_url": exporter.url, "refresh": 5.0, "reports": f"{data_dir}/reports",
+        settings = {"exporters": (named(exporter.url),), "refresh": 5.0, "reports": f"{data_dir}/reports",
                     "prometheus_url": prometheus_url}
         children.append(subprocess.Popen(streamlit_command(dashboard_port, "127.0.0.1"),
                                          env=environment(settings, environ),
