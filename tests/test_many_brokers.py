@@ -19,6 +19,11 @@ from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
 
+# Three nodes, three exporters polling every second, scenarios on the session's node, a dashboard and a browser:
+# beside the parallel workers they slowed the polls of the tests sharing that node past their deadlines (the
+# clean-clone run of 731a73f). Alone, it costs the run about 40 s.
+pytestmark = pytest.mark.alone
+
 # What each broker runs: a critical on 3.10 (a manual-ack consumer without prefetch holding 50, critical from 40
 # here), a warning on 4.0 (a backlog nobody consumes); nothing on the newest, which has nothing wrong.
 RUNS = {"3.10": "prefetch-unlimited", "4.0": "no-consumers-backlog"}
