@@ -30,6 +30,7 @@ _MERGE = {"queue_type": F.max, "persistent": F.max, "first_seen": F.min, "publis
           "republishes": F.sum, "deliveries": F.sum, "redeliveries": F.sum, "requeues": F.sum,
           "out_of_order_first": F.sum, "out_of_order_redeliveries": F.sum}
 MESSAGE = ["run_id", "probe", "seq"]
+
 CONSUMER = ["run_id", "probe", "consumer"]
 
 
@@ -119,8 +120,8 @@ def classify(events: DataFrame, loss_deadline_s: float, since: datetime | None =
 
 def judge(msgs: DataFrame, runs: DataFrame, loss_deadline_s: float, since: datetime | None = None,
           until: datetime | None = None) -> DataFrame:
-    """`classify` from a log's `messages` and `run_ends` (an incremental run keeps both, not the events)."""
-    undelivered = (F.col("confirmed_at").isNotNull() & (F.col("returns") == 0) & (F.col("deliveries") == 0))
+    """`classify` from a log's `messages` (or some of them: an incremental run judges its `undelivered`) and
+    `run_ends`."""
     # A message can only be judged once its deadline has passed within what the log covers.
     due = (F.unix_micros("confirmed_at") + int(loss_deadline_s * 1_000_000)) <= F.unix_micros("run_last_event")
     msgs = msgs.join(runs, ["run_id", "probe"])
@@ -128,7 +129,45 @@ def judge(msgs: DataFrame, runs: DataFrame, loss_deadline_s: float, since: datet
         msgs = msgs.where(F.col("first_seen") >= F.lit(since))
     if until is not None:
         msgs = msgs.where(F.col("first_seen") < F.lit(until))
-    return msgs.withColumn("lost", undelivered & due).withColumn("awaiting", undelivered & ~due)
+    return msgs.withColumn("lost", _undelivered() & due).withColumn("awaiting", _undelivered() & ~due)
+
+
+def _undelivered() -> F.Column:
+    """Confirmed, not returned, never delivered: lost once its loss deadline has passed within the log."""
+    return F.col("confirmed_at").isNotNull() & (F.col("returns") == 0) & (F.col("deliveries") == 0)
+
+
+def _messages_with(condition: F.Column) -> F.Column:
+    return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
+
+
+def _told() -> dict[str, F.Column]:
+    """The audit's counts that each message's own story decides, over `messages` rows: additive (min, max, sums)
+    across disjoint sets of messages."""
+    return {
+        "first_event": F.min("first_seen"),
+        "last_event": F.max("first_seen"),
+        "published": _messages_with(F.col("published_at").isNotNull()),
+        "confirmed": _messages_with(F.col("confirmed_at").isNotNull()),
+        "nacked": _messages_with(F.col("nacks") > 0),
+        "returned": _messages_with(F.col("returns") > 0),
+        "confirm_timeouts": _messages_with(F.col("confirm_timeouts") > 0),
+        "republished": F.sum("republishes").cast("long"),
+        "delivered": _messages_with(F.col("deliveries") > 0),
+        "duplicates": F.sum(F.greatest(F.col("deliveries") - 1 - F.col("requeues"), F.lit(0))).cast("long"),
+        "redelivered": F.sum("redeliveries").cast("long"),
+        "out_of_order_first": F.sum("out_of_order_first").cast("long"),
+        "out_of_order_redelivered": F.sum("out_of_order_redeliveries").cast("long"),
+    }
+
+
+def _judged(out_of_order: F.Column) -> dict[str, F.Column]:
+    """What moves with the run's end (lost, awaiting) and the listed messages, over `classify` rows."""
+    lost = F.when(F.col("lost"), F.struct("seq", "published_at", "confirmed_at"))
+    listed = F.when(out_of_order, F.struct("seq", "published_at"))
+    return {"lost": _messages_with(F.col("lost")), "awaiting": _messages_with(F.col("awaiting")),
+            "lost_messages": F.array_sort(F.collect_list(lost)),
+            "out_of_order_messages": F.array_sort(F.collect_list(listed))}
 
 
 def per_run(classified: DataFrame) -> DataFrame:
@@ -138,30 +177,41 @@ def per_run(classified: DataFrame) -> DataFrame:
     awaiting; and `lost_messages` and `out_of_order_messages`, those messages themselves (seq and when), gathered
     in the same pass: the per-message rows are the expensive part, too large to keep and too costly to build
     twice."""
-    def messages_with(condition: F.Column) -> F.Column:
-        return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
+    columns = {**_told(), **_judged(F.col("out_of_order_first") > 0)}
+    return classified.groupBy(*PROBE).agg(*(c.alias(name) for name, c in columns.items()))
 
-    lost = F.when(F.col("lost"), F.struct("seq", "published_at", "confirmed_at"))
-    out_of_order = F.when(F.col("out_of_order_first") > 0, F.struct("seq", "published_at"))
-    return classified.groupBy(*PROBE).agg(
-        F.min("first_seen").alias("first_event"),
-        F.max("first_seen").alias("last_event"),
-        messages_with(F.col("published_at").isNotNull()).alias("published"),
-        messages_with(F.col("confirmed_at").isNotNull()).alias("confirmed"),
-        messages_with(F.col("nacks") > 0).alias("nacked"),
-        messages_with(F.col("returns") > 0).alias("returned"),
-        messages_with(F.col("confirm_timeouts") > 0).alias("confirm_timeouts"),
-        F.sum("republishes").cast("long").alias("republished"),
-        messages_with(F.col("deliveries") > 0).alias("delivered"),
-        F.sum(F.greatest(F.col("deliveries") - 1 - F.col("requeues"), F.lit(0))).cast("long").alias("duplicates"),
-        F.sum("redeliveries").cast("long").alias("redelivered"),
-        F.sum("out_of_order_first").cast("long").alias("out_of_order_first"),
-        F.sum("out_of_order_redeliveries").cast("long").alias("out_of_order_redelivered"),
-        messages_with(F.col("lost")).alias("lost"),
-        messages_with(F.col("awaiting")).alias("awaiting"),
-        F.array_sort(F.collect_list(lost)).alias("lost_messages"),
-        F.array_sort(F.collect_list(out_of_order)).alias("out_of_order_messages"),
-    )
+
+def totals(msgs: DataFrame, *by: str) -> DataFrame:
+    """Per `by`, run and probe: the counts of `per_run` that each message's own story decides (an incremental run
+    keeps them per range of sequence numbers, and merges only the ranges its new events reach)."""
+    return msgs.groupBy(*by, *PROBE).agg(*(c.alias(name) for name, c in _told().items()))
+
+
+def undelivered(msgs: DataFrame) -> DataFrame:
+    """The `messages` confirmed, not returned and never delivered: lost or awaiting once judged (`judge`)."""
+    return msgs.where(_undelivered())
+
+
+def out_of_order(msgs: DataFrame) -> DataFrame:
+    """The `messages` first delivered out of publish order."""
+    return msgs.where(F.col("out_of_order_first") > 0)
+
+
+def per_run_of(told: DataFrame, judged: DataFrame, listed: DataFrame) -> DataFrame:
+    """`per_run` from the `totals` of disjoint sets of messages that together are the log's, its `undelivered`
+    messages judged (`judge`), and its `out_of_order` messages: the same rows, without reading every message."""
+    combine = {name: F.min if name == "first_event" else F.max if name == "last_event" else F.sum
+               for name in _told()}
+    judged = judged.select(*PROBE, "seq", "published_at", "confirmed_at", "lost", "awaiting",
+                           F.lit(False).alias("listed"))
+    # An out-of-order message was delivered, so it is never one of the undelivered: the two sets are disjoint.
+    listed = listed.select(*PROBE, "seq", "published_at", F.lit(False).alias("lost"), F.lit(False).alias("awaiting"),
+                           F.lit(True).alias("listed"))
+    rows = told.select(*PROBE, *combine).unionByName(judged, allowMissingColumns=True) \
+        .unionByName(listed, allowMissingColumns=True)
+    columns = {**{name: f(name).cast("long") if f is F.sum else f(name) for name, f in combine.items()},
+               **_judged(F.coalesce(F.col("listed"), F.lit(False)))}
+    return rows.groupBy(*PROBE).agg(*(c.alias(name) for name, c in columns.items()))
 
 
 def delivery_audit(runs: DataFrame) -> DataFrame:

@@ -52,6 +52,33 @@ def test_audit_counts_every_outcome_exactly_to_the_message(spark):
         [("run1", 4, at(4).replace(tzinfo=None), at(4.01).replace(tzinfo=None))]
 
 
+def test_the_audit_from_totals_of_disjoint_sets_of_messages_equals_the_audit_over_all_of_them(spark):
+    """What an incremental run does with its buckets: per_run_of over each set's totals, the undelivered
+    messages judged and the out-of-order ones gives per_run's rows, lists included."""
+    from pyspark.sql import functions as F
+    log = Log(consumer="ctag")
+    for seq in range(1, 9):
+        log.happy(seq, seq)
+    log.add(9, "published", 9).add(9, "confirmed", 9.1, 0.1, batch_size=1)  # lost
+    log.add(10, "published", 95).add(10, "confirmed", 95.1, 0.1, batch_size=1)  # awaiting
+    log.add(12, "published", 96).add(12, "delivered", 96.1, 0.1, redelivered=False)
+    log.add(11, "published", 96.2).add(11, "delivered", 96.3, 0.1, redelivered=False)  # out of order
+    log.happy(13, 100).add(3, "delivered", 100.5, 97.5, redelivered=True)  # a duplicate, redelivered
+    unknown = Log(run_id="run2").add(1, "delivered", 50, redelivered=False)  # its publish not in the log
+    events = events_df(spark, log, unknown)
+    classified = audit.classify(events, 60.0)
+    messages = audit.messages(events).withColumn("bucket", (F.col("seq") % 3).cast("string"))
+    told = audit.totals(messages.where(F.col("bucket") == "0"), "bucket") \
+        .unionByName(audit.totals(messages.where(F.col("bucket") != "0"), "bucket"))
+    judged = audit.judge(audit.undelivered(messages), audit.run_ends(events), 60.0)
+    runs = audit.per_run_of(told, judged, audit.out_of_order(messages))
+    keys = ["run_id", "probe"]
+    assert rows_of(runs, keys) == rows_of(audit.per_run(classified), keys)
+    [row] = [r for r in rows_of(runs, keys) if r["run_id"] == "run1"]
+    assert (row["lost"], row["awaiting"], row["out_of_order_first"], row["duplicates"]) == (1, 1, 1, 1)
+    assert [m["seq"] for m in row["lost_messages"]] == [9] and [m["seq"] for m in row["out_of_order_messages"]] == [11]
+
+
 def test_order_is_judged_per_consumer_and_only_a_first_delivery_out_of_order_breaks_it(spark):
     log = Log(consumer="ctag-a")
     for seq, t in ((1, 1), (2, 2), (4, 4), (3, 5)):  # 3 after 4, first time: broken
