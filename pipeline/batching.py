@@ -37,13 +37,49 @@ def multi_message_frames(events: DataFrame) -> DataFrame:
             .select("run_id", *TARGET, "ts", "batch_size").distinct())
 
 
-def interval_of(frames: DataFrame) -> DataFrame:
-    """Per probe, from `multi_message_frames`: the frames, their mean size, and the interval between one and the
-    next within a run (p50, p90): the batching cadence."""
+def with_gaps(frames: DataFrame, ends: DataFrame | None = None) -> DataFrame:
+    """`multi_message_frames` with `gap_s`, the interval since the frame before it in its run (null for the
+    first); `ends` (`frame_ends`), where these frames follow others already read."""
     previous = F.lag("ts").over(Window.partitionBy("run_id", "probe").orderBy("ts"))
-    gaps = frames.withColumn("gap_s", (F.unix_micros("ts") - F.unix_micros(previous)) / 1e6)
+    if ends is not None:
+        frames = frames.join(F.broadcast(ends), ["run_id", "probe"], "left")
+        previous = F.coalesce(previous, F.col("last_ts"))
+    return frames.withColumn("gap_s", (F.unix_micros("ts") - F.unix_micros(previous)) / 1e6) \
+        .select("run_id", *TARGET, "ts", "batch_size", "gap_s")
+
+
+def frame_ends(gapped: DataFrame) -> DataFrame:
+    """Per run and probe: its last frame's time."""
+    return gapped.groupBy("run_id", "probe").agg(F.max("ts").alias("last_ts"))
+
+
+def merge_frames(earlier: DataFrame, ends: DataFrame, frames: DataFrame, since: int | None,
+                 in_order: bool) -> DataFrame:
+    """`with_gaps` of the frames of two parts of the log: `earlier`'s, gaps and all, with their `frame_ends`,
+    and the later part's `frames`, the first at `since` (µs; None: it has none). Where each run's later frames
+    come at or after its earlier ones (`in_order`: the log rotates by time), only theirs need gaps: the first of a
+    run's from the earlier part's last; a frame whose rows the two parts share (the log rotated within it) is the
+    earlier's. Otherwise every gap is computed again, as over the whole log."""
+    if since is None:
+        return earlier
+    if not in_order:
+        whole = earlier.select("run_id", *TARGET, "ts", "batch_size").unionByName(frames).distinct()
+        return with_gaps(whole)
+    # The earlier frames at or after the later part's first: those a later frame may repeat.
+    tail = earlier.where(F.unix_micros("ts") >= since).select("run_id", *TARGET, "ts", "batch_size")
+    new = frames.join(tail, ["run_id", *TARGET, "ts", "batch_size"], "left_anti")
+    return earlier.unionByName(with_gaps(new, ends))
+
+
+def merge_frame_ends(earlier: DataFrame, later: DataFrame) -> DataFrame:
+    return earlier.unionByName(later).groupBy("run_id", "probe").agg(F.max("last_ts").alias("last_ts"))
+
+
+def interval_of(gapped: DataFrame) -> DataFrame:
+    """Per probe, from `with_gaps`: the frames, their mean size, and the interval between one and the next within
+    a run (p50, p90): the batching cadence."""
     q = F.percentile_approx("gap_s", [0.5, 0.9], 10_000)
-    return gaps.groupBy(*TARGET).agg(
+    return gapped.groupBy(*TARGET).agg(
         F.count("*").alias("multi_message_frames"),
         F.avg("batch_size").alias("mean_batch_size"),
         q[0].alias("interval_p50_s"),
@@ -53,4 +89,4 @@ def interval_of(frames: DataFrame) -> DataFrame:
 
 def confirm_batch_interval(events: DataFrame) -> DataFrame:
     """Per probe: multi-message frames, their mean size, and the interval between them (p50, p90)."""
-    return interval_of(multi_message_frames(events))
+    return interval_of(with_gaps(multi_message_frames(events)))

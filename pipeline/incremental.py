@@ -2,15 +2,22 @@
 and keeps under OUT/_state/ what the reports need of the ones before, so that its reports equal those of a full
 run over all the files.
 
+The audit's per-message aggregates (earliest times, counts) of every event read so far are kept in buckets: one
+per run, probe and range of 2^18 sequence numbers, OUT/_state/messages-N/bucket=B/, where N is the run that last
+wrote bucket B. A run merges into the buckets its new events reach and no other, so that its cost follows what it
+reads, not the history: a message whose story spans files is judged whole. The manifest names each bucket's run.
+
 The state of run N, OUT/_state/gen-N/ (Parquet), each part combined exactly with what the new files add:
-- `messages`: the audit's per-message aggregates (earliest times, counts) of every event read so far. A message
-  whose story spans files is judged whole; one confirmed and not yet delivered stays awaiting until its loss
-  deadline passes within the log, then lost, as in a full run.
+- per bucket, what the audit needs of its messages: `totals` (the counts each message's own story decides),
+  `undelivered` (the messages confirmed and never delivered: awaiting until their loss deadline passes within the
+  log, then lost, as in a full run; judged again at every run, since the deadline moves with the run's end) and
+  `out_of_order` (the messages first delivered out of publish order). The buckets a run does not reach keep theirs.
 - `order_marks`: per run, probe and consumer, the latest-published message first delivered to it: the new files'
   deliveries are judged in order against it (their files come later: the log rotates by time).
 - `run_ends`: each run's last event, which moves its messages' deadlines.
-- `batch_counts`: messages confirmed per frame size; `frames`: each multi-message confirm frame (the interval
-  between them is a percentile over all of them).
+- `batch_counts`: messages confirmed per frame size; `frames`: each multi-message confirm frame with the interval
+  since the one before it (the report is a percentile over all of them; a run adds its frames' intervals), and
+  `frame_ends`, each run's last frame.
 - `windows/<report>`: the rows of the windowed reports. A run recomputes only the windows its new files reach,
   from the new files and those earlier files whose time span (their footers' statistics) overlaps them.
 - the snapshot history's reports' parts (pipeline/snapshots.py): per channel its samples' counts and extremes
@@ -18,9 +25,10 @@ The state of run N, OUT/_state/gen-N/ (Parquet), each part combined exactly with
   and channel what it published (`safety`); and each channel's and queue's last sample (`channels_last`,
   `queues_last`), from which the counters of its next sample count.
 
-OUT/_state/manifest-N.json commits run N: the files read (size, rows, time span), the input and the options.
-It is written last, after gen-N and the reports: a run that dies before it leaves gen-N behind, which the next
-run removes before it starts again from N-1, so nothing is lost or counted twice.
+OUT/_state/manifest-N.json commits run N: the files read (size, rows, time span), the buckets' runs, the input and
+the options. It is written last, after gen-N, messages-N and the reports: a run that dies before it leaves them
+behind, which the next run removes before it starts again from N-1, so nothing is lost or counted twice. Once it
+is written, the buckets it superseded are removed.
 """
 
 from __future__ import annotations
@@ -38,11 +46,13 @@ from pyspark.sql import functions as F
 from .inputs import DataFile, Input
 
 STATE = "_state"
-FORMAT = 2  # 2: the order audit (order_marks; messages with republished_at and out-of-order counts)
-PARTS = ("messages", "order_marks", "run_ends", "batch_counts", "frames", "saturation", "consumer_queues", "hotspots", "safety",
-         "channels_last", "queues_last")
+FORMAT = 3  # 2: the order audit (order_marks; messages with republished_at and out-of-order counts); 3: buckets
+PARTS = ("totals", "undelivered", "out_of_order", "order_marks", "run_ends", "batch_counts", "frames", "frame_ends",
+         "saturation", "consumer_queues", "hotspots", "safety", "channels_last", "queues_last")
 WINDOWED = ("confirm_latency", "delivery_latency", "redelivery")
 _MANIFEST = re.compile(r"^manifest-(\d{6})\.json$")
+_MESSAGES = re.compile(r"^messages-(\d{6})$")
+BUCKET_BITS = 18  # sequence numbers per bucket: 2^18; a probe publishing 10 a second fills one in 7 hours
 _MAX_INTERVALS = 64  # more windows' ranges than this are read as one range: a filter of that size costs more
 
 
@@ -59,6 +69,7 @@ class Manifest:
     # input name -> relative path -> [size, rows, first µs or None, last µs or None]
     files: Mapping[str, Mapping[str, list]] = field(default_factory=dict)
     summary: Mapping[str, Any] = field(default_factory=dict)
+    buckets: Mapping[str, int] = field(default_factory=dict)  # bucket -> the run that last wrote it
 
     def seen(self, name: str) -> dict[str, int]:
         return {relative: entry[0] for relative, entry in self.files.get(name, {}).items()}
@@ -71,14 +82,22 @@ class Manifest:
 
 
 def with_files(manifest: Manifest | None, generation: int, data_dir: str, window_s: int, loss_deadline_s: float,
-               inputs: Mapping[str, Input], summary: Mapping[str, Any]) -> Manifest:
-    """The manifest of run `generation`: the files of `manifest` and the ones `inputs` read now."""
+               inputs: Mapping[str, Input], summary: Mapping[str, Any], touched: list[str]) -> Manifest:
+    """The manifest of run `generation`: the files of `manifest` and the ones `inputs` read now, the buckets of
+    `manifest` and the ones this run wrote (`touched`)."""
     files = {name: dict(entries) for name, entries in (manifest.files if manifest else {}).items()}
     for name, source in inputs.items():
         entries = files.setdefault(name, {})
         for f in source.files:
             entries[f.relative] = [f.size, f.rows, *(f.span or (None, None))]
-    return Manifest(generation, data_dir, window_s, loss_deadline_s, files, summary)
+    buckets = {**(manifest.buckets if manifest else {}), **{b: generation for b in touched}}
+    return Manifest(generation, data_dir, window_s, loss_deadline_s, files, summary, buckets)
+
+
+def bucket_of() -> Column:
+    """The bucket of an event's or a message's (run_id, probe, seq): a name safe in a path."""
+    run = F.substring(F.sha1(F.concat_ws("\n", "run_id", "probe")), 1, 16)
+    return F.concat_ws("-", run, F.shiftright(F.col("seq"), BUCKET_BITS).cast("string"))
 
 
 class Store:
@@ -94,6 +113,21 @@ class Store:
     def gen(self, generation: int) -> str:
         return f"{self.root}/gen-{generation:06d}"
 
+    def messages(self, generation: int) -> str:
+        return f"{self.root}/messages-{generation:06d}"
+
+    def buckets_in(self, generation: int) -> list[str]:
+        """The buckets messages-`generation` holds."""
+        where = self._path(self.messages(generation))
+        if not self.fs.exists(where):
+            return []
+        return sorted(n.removeprefix("bucket=") for s in self.fs.listStatus(where)
+                      if (n := s.getPath().getName()).startswith("bucket="))
+
+    def bucket_paths(self, buckets: Mapping[str, int], wanted: list[str]) -> list[str]:
+        """Where the `wanted` buckets that `buckets` (bucket -> run) holds are."""
+        return [f"{self.messages(buckets[b])}/bucket={b}" for b in wanted if b in buckets]
+
     def _names(self) -> list[str]:
         path = self._path(self.root)
         return [s.getPath().getName() for s in self.fs.listStatus(path)] if self.fs.exists(path) else []
@@ -108,7 +142,7 @@ class Store:
         committed = sorted(int(m.group(1)) for n in names if (m := _MANIFEST.match(n)))
         last = committed[-1] if committed else None
         for n in names:  # a run that died: its generation, its manifest's temporary file
-            m = re.match(r"^(?:gen-|_manifest-)(\d{6})", n)
+            m = re.match(r"^(?:gen-|_manifest-|messages-)(\d{6})", n)
             if m and (last is None or int(m.group(1)) > last):
                 self.fs.delete(self._path(f"{self.root}/{n}"), True)
         if last is None:
@@ -123,7 +157,8 @@ class Store:
                                    f"{raw.get('format')!r}, and this ackscope keeps format {FORMAT}: run with "
                                    "--rebuild to start over")
             manifest = Manifest(int(raw["generation"]), str(raw["data_dir"]), int(raw["window_s"]),
-                                float(raw["loss_deadline_s"]), raw["files"], raw.get("summary", {}))
+                                float(raw["loss_deadline_s"]), raw["files"], raw.get("summary", {}),
+                                {str(b): int(g) for b, g in raw["buckets"].items()})
         except (ValueError, KeyError, TypeError, Py4JJavaError) as e:
             # Hadoop's own checksum may be first to find the damage (Py4JJavaError), or the JSON.
             why = e.java_exception.getMessage() if isinstance(e, Py4JJavaError) else str(e)
@@ -147,7 +182,7 @@ class Store:
         """Make `manifest`'s run the committed one (write, then rename: atomic), then drop the runs before it."""
         body = {"format": FORMAT, "generation": manifest.generation, "data_dir": manifest.data_dir,
                 "window_s": manifest.window_s, "loss_deadline_s": manifest.loss_deadline_s,
-                "files": manifest.files, "summary": manifest.summary}
+                "files": manifest.files, "summary": manifest.summary, "buckets": manifest.buckets}
         final = f"{self.root}/manifest-{manifest.generation:06d}.json"
         temporary = f"{self.root}/_manifest-{manifest.generation:06d}.json"
         self._write(temporary, json.dumps(body, sort_keys=True))
@@ -157,6 +192,19 @@ class Store:
             m = _MANIFEST.match(n) or re.match(r"^gen-(\d{6})$", n)
             if m and int(m.group(1)) < manifest.generation:
                 self.fs.delete(self._path(f"{self.root}/{n}"), True)
+            elif (m := _MESSAGES.match(n)) and int(m.group(1)) < manifest.generation:
+                self._superseded(int(m.group(1)), manifest.buckets)
+
+    def _superseded(self, generation: int, buckets: Mapping[str, int]) -> None:
+        """Remove what messages-`generation` holds that a later run wrote again (all of it, where nothing is left)."""
+        where = self.messages(generation)
+        if generation not in buckets.values():
+            self.fs.delete(self._path(where), True)
+            return
+        for status in self.fs.listStatus(self._path(where)):
+            name = status.getPath().getName()
+            if name.startswith("bucket=") and buckets.get(name.removeprefix("bucket=")) != generation:
+                self.fs.delete(status.getPath(), True)
 
     def _read(self, where: str) -> str:
         stream = self.fs.open(self._path(where))

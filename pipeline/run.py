@@ -220,8 +220,9 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
     """Only the event files no earlier run read; the state under OUT/_state holds what the reports need of the
     others (pipeline/incremental.py)."""
     from pyspark import StorageLevel
-    from pyspark.errors import AnalysisException
     from py4j.protocol import Py4JJavaError
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
 
     from . import audit, batching, incremental, latency, snapshots
     from .inputs import Input, qualified
@@ -253,7 +254,23 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
     def state_and_reports(frames: Mapping[str, Any]):
         from .inputs import read
         before = {name: spark.read.parquet(f"{earlier}/{name}") for name in incremental.PARTS} if earlier else {}
-        parts = _state_parts(frames, before, w)
+        # Per run: the buckets its new events reach (acks alone add nothing to a message) and its first new
+        # multi-message confirm frame (µs): one pass over the new events.
+        firsts = frames["events"].groupBy("run_id", "probe").agg(
+            F.collect_set(F.when(F.col("kind") != "acked", incremental.bucket_of())).alias("buckets"),
+            F.min(F.when((F.col("kind") == "confirmed") & (F.col("batch_size") > 1), F.unix_micros("ts")))
+            .alias("frame")).collect()
+        known = manifest.buckets if manifest else {}
+        reached = store.bucket_paths(known, sorted({b for r in firsts for b in r["buckets"]}))
+        parts, merged = _state_parts(frames, before, spark.read.parquet(*reached) if reached else None,
+                                     {(r["run_id"], r["probe"]): r["frame"] for r in firsts if r["frame"] is not None},
+                                     w)
+        progress.stage("state messages", lambda: _write_buckets(spark, merged, store.messages(generation)))
+        touched = store.buckets_in(generation)
+        progress.line(f"  {'':<24} {len(touched):>10,} of {len({*known, *touched}):,} buckets merged")
+        parts.update(_bucket_parts(
+            spark.read.parquet(*store.bucket_paths({b: generation for b in touched}, touched)) if touched else merged,
+            {n: before[n] for n in ("totals", "undelivered", "out_of_order") if n in before}, touched))
         ranges, window_events = None, frames["events"]
         if earlier:
             ranges = incremental.window_ranges(list(sources["events"].files), w)
@@ -271,7 +288,8 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
         for name, df in {**parts, **{f"windows/{n}": df for n, df in windows.items()}}.items():
             progress.stage(f"state {name}", lambda df=df, name=name: _write_state(spark, df, f"{here}/{name}"))
         state = {name: spark.read.parquet(f"{here}/{name}") for name in incremental.PARTS}
-        runs = audit.per_run(audit.judge(state["messages"], state["run_ends"], cfg.loss_deadline_s)) \
+        runs = audit.per_run_of(state["totals"], audit.judge(state["undelivered"], state["run_ends"],
+                                                              cfg.loss_deadline_s), state["out_of_order"]) \
             .persist(StorageLevel.MEMORY_AND_DISK)
         try:
             written = _write_reports(cfg.out, progress, {
@@ -286,10 +304,10 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
                 "publisher_safety": snapshots.safety_of(state["safety"])})
         finally:
             runs.unpersist()
-        return written, spark.read.parquet(f"{cfg.out.rstrip('/')}/delivery_audit").collect()
+        return written, spark.read.parquet(f"{cfg.out.rstrip('/')}/delivery_audit").collect(), touched
 
     try:
-        written, audit_rows = _with_damaged_set_aside(spark, sources, progress, state_and_reports)
+        written, audit_rows, touched = _with_damaged_set_aside(spark, sources, progress, state_and_reports)
     except (Py4JJavaError, AnalysisException) as e:
         if store.root.split("://")[-1] in str(e):
             raise incremental.StateRefused(f"the incremental state under {store.root} is damaged ({first_line(e)}): "
@@ -299,42 +317,83 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
     summary = {**_summary(spark, cfg, sources, written, headline(audit_rows, {}), started),
                "incremental": {"run": generation, "files_before": sum(len(v) for v in (
                    manifest.files.values() if manifest else ()))}}
-    store.commit(incremental.with_files(manifest, generation, data_dir, w, cfg.loss_deadline_s, sources, summary))
+    store.commit(incremental.with_files(manifest, generation, data_dir, w, cfg.loss_deadline_s, sources, summary,
+                                        touched))
     _write_text(spark, f"{cfg.out.rstrip('/')}/summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
 
-def _state_parts(frames: Mapping[str, Any], before: Mapping[str, Any], window_s: int) -> dict[str, Any]:
+def _state_parts(frames: Mapping[str, Any], before: Mapping[str, Any], reached, first_frames: Mapping[tuple, int],
+                 window_s: int):
     """The incremental state's parts (pipeline/incremental.py) from the new files' `frames`, combined with the
-    parts `before` them (none on the first run)."""
+    parts `before` them (none on the first run); and the messages of the buckets the new events reach, merged
+    with those buckets' messages before (`reached`, None where none was). `first_frames`: per run and probe, the
+    new events' first multi-message confirm frame (µs)."""
+    from pyspark.sql import functions as F
+
     from . import audit, batching, snapshots
+    from .incremental import bucket_of
     from .snapshots import CHANNEL, CHANNEL_COUNTERS, QUEUE, QUEUE_COUNTERS
 
     events, channels = frames["events"], frames["snapshots/channels"]
     queues, consumers = frames["snapshots/queues"], frames["snapshots/consumers"]
-    judged = audit.ordered(events, before.get("order_marks"), before.get("messages"))
-    new = {"messages": audit.messages(judged), "order_marks": audit.order_marks(judged),
-           "run_ends": audit.run_ends(events),
-           "batch_counts": batching.confirm_batch_counts(events), "frames": batching.multi_message_frames(events),
+    judged = audit.ordered(events, before.get("order_marks"), reached)
+    messages = audit.messages(judged)
+    if reached is not None:
+        messages = audit.merge_messages(reached, messages)
+    multi = batching.multi_message_frames(events)
+    new = {"order_marks": audit.order_marks(judged), "run_ends": audit.run_ends(events),
+           "batch_counts": batching.confirm_batch_counts(events),
+           "frames": batching.with_gaps(multi), "frame_ends": batching.frame_ends(multi),
            "saturation": snapshots.saturation_parts(channels), "consumer_queues": snapshots.consumer_queues(consumers),
            # A counter's first new sample counts from its channel's or queue's last sample before.
            "hotspots": snapshots.hotspot_parts(queues, before.get("queues_last")),
            "safety": snapshots.safety_parts(channels, window_s, before.get("channels_last")),
            "channels_last": snapshots.last_samples(channels, CHANNEL, CHANNEL_COUNTERS, before.get("channels_last")),
            "queues_last": snapshots.last_samples(queues, QUEUE, QUEUE_COUNTERS, before.get("queues_last"))}
+    merged = messages.withColumn("bucket", bucket_of())
     if not before:
-        return new
-    merge = {"messages": audit.merge_messages, "order_marks": audit.merge_order_marks,
-             "run_ends": audit.merge_run_ends,
+        return new, merged
+    last = {(r["run_id"], r["probe"]): r["last"] for r in before["frame_ends"].select(
+        "run_id", "probe", F.unix_micros("last_ts").alias("last")).collect()}
+    new["frames"] = batching.merge_frames(
+        before["frames"], before["frame_ends"], multi, min(first_frames.values(), default=None),
+        all(t >= last.get(run, t) for run, t in first_frames.items()))
+    merge = {"order_marks": audit.merge_order_marks, "run_ends": audit.merge_run_ends,
              "batch_counts": batching.merge_batch_counts,
-             "frames": lambda a, b: a.unionByName(b).distinct(),
+             "frame_ends": batching.merge_frame_ends,
              "saturation": snapshots.merge_saturation_parts, "consumer_queues": snapshots.merge_consumer_queues,
              "hotspots": snapshots.merge_hotspot_parts, "safety": snapshots.merge_safety_parts}
-    return {name: merge[name](before[name], df) if name in merge else df for name, df in new.items()}
+    return {name: merge[name](before[name], df) if name in merge else df for name, df in new.items()}, merged
+
+
+def _bucket_parts(messages, before: Mapping[str, Any], touched: list[str]) -> dict[str, Any]:
+    """Per bucket, what the audit needs of its messages (pipeline/incremental.py): from the `messages` of the
+    buckets this run wrote (`touched`), and `before` for those it did not."""
+    from pyspark.sql import functions as F
+
+    from . import audit
+    from .incremental import bucket_of
+    messages = messages.withColumn("bucket", bucket_of())
+    now = {"totals": audit.totals(messages, "bucket"), "undelivered": audit.undelivered(messages),
+           "out_of_order": audit.out_of_order(messages)}
+    return {name: before[name].where(~F.col("bucket").isin(touched)).unionByName(df) if name in before else df
+            for name, df in now.items()}
+
+
+def _write_buckets(spark, messages, where: str) -> int:
+    """The merged messages, a directory per bucket (none where there are no messages)."""
+    from pyspark.errors import AnalysisException
+    messages.write.partitionBy("bucket").option("compression", "zstd").parquet(where)
+    try:
+        return spark.read.parquet(where).count()
+    except AnalysisException:  # no bucket written: Spark finds no file to take a schema from
+        return 0
 
 
 def _write_state(spark, df, where: str) -> int:
-    df.write.mode("overwrite").option("compression", "zstd").parquet(where)
+    # One file a part: most are a few rows, and each file costs the next run a read.
+    df.coalesce(1).write.mode("overwrite").option("compression", "zstd").parquet(where)
     return spark.read.parquet(where).count()
 
 

@@ -83,7 +83,8 @@ def _incremental(data: Path, out: Path, **kw) -> tuple[dict, list[str]]:
     return summary, said.getvalue().splitlines()
 
 
-def test_each_incremental_run_reads_only_new_files_and_writes_what_a_full_run_writes(spark, tmp_path):
+def test_each_incremental_run_reads_only_new_files_merges_only_the_buckets_they_reach_and_writes_what_a_full_run_writes(
+        spark, tmp_path):
     data = tmp_path / "data"
     for n in (1, 2, 3):
         _batch(data, n)
@@ -107,9 +108,30 @@ def test_each_incremental_run_reads_only_new_files_and_writes_what_a_full_run_wr
     hotspot, = read_reports(full)["redelivery_hotspots"]
     # 0 → 260 s counted across the parts' files, then the restart: 10 s more.
     assert (hotspot["delivered"], hotspot["redelivered"]) == (3 * 260 + 3 * 10, 260 // 2 + 10 // 2)
-    # Only the committed run's state is kept.
-    state = sorted(p.name for p in (tmp_path / "incremental" / "_state").iterdir() if not p.name.startswith("."))
-    assert state == ["gen-000003", "manifest-000003.json"], state
+    # Only the committed run's state is kept, and the messages of the buckets part 3 reached (both runs').
+    state_dir = tmp_path / "incremental" / "_state"
+    state = sorted(p.name for p in state_dir.iterdir() if not p.name.startswith("."))
+    assert state == ["gen-000003", "manifest-000003.json", "messages-000003"], state
+    # Part 4 reaches run1's first bucket (seq 84) and a second of run2 (seq 2^20 + 1): run2's first bucket, which
+    # nothing new reaches, is neither read nor written again.
+    run1, run2 = Log(run_id="run1", consumer="ctag1"), Log(run_id="run2", probe="quorum", queue_type="quorum")
+    run1.happy(84, 500)
+    run2.happy(2**20 + 1, 501)
+    write_events(data, run1, name="part-4.parquet")
+    write_events(data, run2, name="part-4-run2.parquet")
+    kept = {p: p.stat().st_mtime_ns for p in (state_dir / "messages-000003").rglob("*.parquet")}
+    _, said = _incremental(data, tmp_path / "incremental")
+    assert any(line.split() == ["2", "of", "3", "buckets", "merged"] for line in said), said
+    buckets = json.loads((state_dir / "manifest-000004.json").read_text())["buckets"]
+    assert sorted(buckets.values()) == [3, 4, 4], buckets
+    left = {p: p.stat().st_mtime_ns for p in (state_dir / "messages-000003").rglob("*.parquet")}
+    assert len(left) == 1 and all(kept[p] == t for p, t in left.items()), (kept, left)  # run2's first, untouched
+    assert sorted(p.name for p in state_dir.iterdir() if not p.name.startswith(".")) == [
+        "gen-000004", "manifest-000004.json", "messages-000003", "messages-000004"]
+    _run(data, tmp_path / "full-4")
+    assert read_reports(tmp_path / "incremental") == read_reports(tmp_path / "full-4")
+    assert {r["run_id"]: r["published"] for r in read_reports(tmp_path / "full-4")["delivery_audit"]} == {
+        "run1": 84, "run2": 21}
 
 
 def test_a_run_with_nothing_new_reads_and_writes_nothing(spark, tmp_path):
@@ -153,7 +175,7 @@ def test_a_run_killed_mid_way_neither_loses_nor_double_counts(spark, java, tmp_p
     _run(data, tmp_path / "full")
     assert read_reports(out) == read_reports(tmp_path / "full")
     assert sorted(p.name for p in (out / "_state").iterdir() if not p.name.startswith(".")) == [
-        "gen-000002", "manifest-000002.json"]
+        "gen-000002", "manifest-000002.json", "messages-000002"]
 
 
 def test_a_damaged_state_or_one_of_other_input_is_refused_in_one_line_and_rebuild_starts_over(spark, java,
@@ -192,9 +214,9 @@ def test_a_damaged_state_or_one_of_other_input_is_refused_in_one_line_and_rebuil
     (manifest.parent / f".{manifest.name}.crc").unlink(missing_ok=True)
     manifest.write_text(json.dumps({**json.loads(good), "format": 1}))
     assert refused() == (f"the incremental state under {out}/_state was written in format 1, and this ackscope "
-                         "keeps format 2: run with --rebuild to start over")
+                         "keeps format 3: run with --rebuild to start over")
     manifest.write_text(good)
-    part = next((out / "_state" / "gen-000001" / "messages").glob("*.parquet"))
+    part = next((out / "_state" / "messages-000001").rglob("*.parquet"))  # run1's bucket, which part 2 reaches
     part.write_bytes(part.read_bytes()[:100])
     _batch(data, 2)
     # The command says it in one line, after its progress, and exits 1.
