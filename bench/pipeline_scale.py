@@ -1,7 +1,8 @@
 """The Spark pipeline against plain pandas on synthetic probe event logs (a benchmark, not a test).
 
 Generates 1M, 10M, 30M and 100M events (once, kept in --workdir outside the repository) in the documented
-schema (docs/events.md): three probes, published → confirmed (in frames of 1–20) → delivered → acked, 2%
+schema (docs/events.md): three probes, published → confirmed (in frames of 1–20) → delivered (to the probe's one
+consumer, in publish order, so that the order audit runs as on the probes' own logs) → acked, 2%
 requeued and redelivered, a few confirmed and never delivered (lost), spread over two days, in files of 100,000
 rows like the probes' own rotation. Then, side by side in one run, each in a process of its own:
   - `ackscope pipeline --master local[2]`: all ten reports and summary.json;
@@ -9,11 +10,13 @@ rows like the probes' own rotation. Then, side by side in one run, each in a pro
     percentiles per minute (exact, where Spark's are approximate), reading the same files.
 Prints wall time and peak RSS (the process and its children: Spark's JVM) of each, and whether the two
 audits agree; pandas is stopped past 20 GiB (the machine has 24). Target: at 100M events, all ten reports in
-Spark local[2] within 10 minutes and 4 GiB of RSS. Then `--incremental`: a state built over 30M events, 1M
-events added and read incrementally, against a full run over the 31M (reports equal?) and a full run over 1M
-alone (target: within 3x its time). The results also go to DIR/results.json.
+Spark local[2] within 10 minutes and 4 GiB of RSS. Then `--incremental`: a state built over each of
+--incremental-histories (30M events by default), 1M events added and read incrementally, against a full run over
+both (reports equal?) and a full run over 1M alone (target: within 2x its time); with --before, the baseline's
+code does the same beside it. The results also go to DIR/results.json.
 
     python bench/pipeline_scale.py [--sizes 1000000,10000000,30000000,100000000] [--workdir DIR]
+        [--incremental-histories 30000000,100000000] [--before DIR]
 """
 
 from __future__ import annotations
@@ -97,11 +100,12 @@ def _slice(n: int, seq0: int, t0: int, width: int, rng) -> pa.Table:
                                          np.flatnonzero(np.r_[True, np.diff(frame_id) != 0]))
         confirmed_at = frame_last[frame_id - frame_id[0]]
         deliver_lat = rng.lognormal(-7.0, 0.5, n)
-        delivered_at = published + (deliver_lat * 1e6).astype(np.int64)
+        # One consumer per probe, as the probes run: it receives in publish order.
+        delivered_at = np.maximum.accumulate(published + (deliver_lat * 1e6).astype(np.int64))
         lost = rng.random(n) < 1e-4
         requeued = (rng.random(n) < 0.02) & ~lost
         kept = ~lost
-        cols = {"seq": [], "kind": [], "ts": [], "latency_s": [], "batch_size": [], "redelivered": []}
+        cols = {"seq": [], "kind": [], "ts": [], "latency_s": [], "batch_size": [], "redelivered": [], "consumer": []}
 
         def add(mask, kind, ts, latency=None, batch=None, redelivered=None):
             k = int(mask.sum())
@@ -112,6 +116,7 @@ def _slice(n: int, seq0: int, t0: int, width: int, rng) -> pa.Table:
             cols["batch_size"].append(np.full(k, -1) if batch is None else batch[mask])
             cols["redelivered"].append(np.full(k, -1, dtype=np.int8) if redelivered is None
                                        else np.full(k, redelivered, dtype=np.int8))
+            cols["consumer"].append(np.full(k, None if kind != "delivered" else f"ctag-{probe}", dtype=object))
 
         every = np.ones(n, dtype=bool)
         add(every, "published", published)
@@ -134,6 +139,7 @@ def _slice(n: int, seq0: int, t0: int, width: int, rng) -> pa.Table:
             "latency_s": pa.array(merged["latency_s"], pa.float64(), from_pandas=True),
             "batch_size": pa.array(merged["batch_size"], pa.int64(), mask=merged["batch_size"] < 0),
             "redelivered": pa.array(merged["redelivered"] == 1, pa.bool_(), mask=merged["redelivered"] < 0),
+            "consumer": pa.array(merged["consumer"], pa.string()),
         }, schema=SCHEMA))
     return pa.concat_tables(tables).sort_by([("ts", "ascending")])
 
@@ -252,9 +258,11 @@ def _linked(source: Path, target: Path) -> None:
         os.link(f, link)
 
 
-def incremental(work: Path, ackscope: str, history: int, added: int, full_alone: float | None) -> dict:
-    """An incremental state built over `history` events, then `added` more read incrementally, against a full
-    run over both and against a full run over `added` alone (the target: within 3x its time)."""
+def incremental(work: Path, commands: dict[str, list[str]], history: int, added: int,
+                full_alone: float | None) -> dict:
+    """An incremental state built over `history` events, then `added` more read incrementally, by each of
+    `commands` (label -> the ackscope command: before and after), against a full run over both and against a
+    full run over `added` alone (the target: within 2x its time)."""
     base, rows = dataset(work, history)
     more = work / f"next-{history}-{added}"
     if not (more / ".rows").exists():
@@ -262,31 +270,53 @@ def incremental(work: Path, ackscope: str, history: int, added: int, full_alone:
         (more / ".rows").parent.mkdir(parents=True, exist_ok=True)
         (more / ".rows").write_text(str(extend(history, added, more)))
     added_rows = int((more / ".rows").read_text())
-    data, out, full = (work / f"{kind}-{history}" for kind in ("inc-data", "inc-out", "inc-full"))
-    for d in (data, out, full):
+    data, full = work / f"inc-data-{history}", work / f"inc-full-{history}"
+    for d in (data, full):
         shutil.rmtree(d, ignore_errors=True)
     _linked(base, data)
-    pipeline = [ackscope, "pipeline", "--data-dir", str(data), "--master", "local[2]"]
-    build = measure([*pipeline, "--out", str(out), "--incremental"])
+    options = ["pipeline", "--data-dir", str(data), "--master", "local[2]"]
+    outs = {label: work / f"inc-out-{history}-{label}" for label in commands}
+    builds = {}
+    for label, command in commands.items():
+        shutil.rmtree(outs[label], ignore_errors=True)
+        builds[label] = measure([*command, *options, "--out", str(outs[label]), "--incremental"])
     _linked(more, data)
-    step = measure([*pipeline, "--out", str(out), "--incremental"])
-    whole = measure([*pipeline, "--out", str(full)])
-    for m in (build, step, whole):
+    steps = {label: measure([*command, *options, "--out", str(outs[label]), "--incremental"])
+             for label, command in commands.items()}
+    whole = measure([*commands["after"], *options, "--out", str(full)])
+    for m in (*builds.values(), *steps.values(), whole):
         if m.failure:
             raise SystemExit(f"ackscope pipeline failed: {m.failure}\n{m.err[-2000:]}")
-    agree = "yes" if _reports(out) == _reports(full) else "NO"
-    state = sum(f.stat().st_size for f in (out / "_state").rglob("*") if f.is_file())
-    print(f"{rows:>12,} {'spark, --incremental':<22} {build.wall:8.1f} {build.peak / 2**20:8.0f} MiB  the state "
-          f"built over the history: {state / 2**20:.0f} MiB on disk")
-    print(f"{rows + added_rows:>12,} {'spark, + incremental':<22} {step.wall:8.1f} {step.peak / 2**20:8.0f} MiB  "
-          f"{added_rows:,} events added"
-          + (f"; {step.wall / full_alone:.1f}x a full run over 1M alone (target 3x)" if full_alone else ""))
-    print(f"{rows + added_rows:>12,} {'spark, full run':<22} {whole.wall:8.1f} {whole.peak / 2**20:8.0f} MiB  "
-          f"reports equal to the incremental run's: {agree}")
+    result = {"history": rows, "added": added_rows, "full_s": whole.wall, "full_peak_bytes": whole.peak,
+              "full_1m_alone_s": full_alone}
+    for label in commands:
+        build, step = builds[label], steps[label]
+        agree = "yes" if _reports(outs[label]) == _reports(full) else "NO"
+        state = sum(f.stat().st_size for f in (outs[label] / "_state").rglob("*") if f.is_file())
+        print(f"{rows:>12,} {f'{label}: --incremental':<22} {build.wall:8.1f} {build.peak / 2**20:8.0f} MiB  the "
+              f"state built over the history: {state / 2**20:.0f} MiB on disk")
+        print(f"{rows + added_rows:>12,} {f'{label}: + incremental':<22} {step.wall:8.1f} "
+              f"{step.peak / 2**20:8.0f} MiB  {added_rows:,} events added"
+              + (f"; {step.wall / full_alone:.1f}x a full run over 1M alone (target 2x)" if full_alone else "")
+              + f"; reports equal to a full run's: {agree}")
+        prefix = "" if label == "after" else f"{label}_"
+        result.update({f"{prefix}incremental_build_s": build.wall, f"{prefix}incremental_s": step.wall,
+                       f"{prefix}incremental_peak_bytes": step.peak, f"{prefix}state_bytes": state,
+                       f"{prefix}reports_equal": agree})
+    print(f"{rows + added_rows:>12,} {'spark, full run':<22} {whole.wall:8.1f} {whole.peak / 2**20:8.0f} MiB")
     sys.stdout.flush()
-    return {"history": rows, "added": added_rows, "incremental_build_s": build.wall, "incremental_s": step.wall,
-            "incremental_peak_bytes": step.peak, "full_s": whole.wall, "full_peak_bytes": whole.peak,
-            "state_bytes": state, "reports_equal": agree, "full_1m_alone_s": full_alone}
+    return result
+
+
+def _before(source: Path, work: Path) -> list[str]:
+    """The ackscope command of the code in `source` (a checkout of the baseline, e.g. a git worktree), run by this
+    interpreter, whose libraries it shares."""
+    link = work / "before-package"
+    shutil.rmtree(link, ignore_errors=True)
+    link.mkdir(parents=True)
+    (link / "ackscope").symlink_to(source.resolve(), target_is_directory=True)
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(link)!r}); "
+            "from ackscope.apps.cli import main; sys.exit(main())"]
 
 
 def chart(results: list[dict], path: Path) -> None:
@@ -324,6 +354,9 @@ def main() -> int:
     parser.add_argument("--incremental-histories", default="30000000",
                         help="history sizes an incremental run adds --added events to (empty: none)")
     parser.add_argument("--added", type=int, default=1_000_000)
+    parser.add_argument("--before", type=Path,
+                        help="a checkout of the baseline's code (git worktree add DIR COMMIT): its incremental runs "
+                             "beside this one's")
     parser.add_argument("--chart", type=Path, help="draw the figures as a PNG here (e.g. docs/pipeline_scale.png)")
     parser.add_argument("--from-results", action="store_true",
                         help="only draw --chart from DIR/results.json of an earlier run")
@@ -336,6 +369,7 @@ def main() -> int:
         return 0
     work.mkdir(parents=True, exist_ok=True)
     ackscope = str(Path(sys.executable).with_name("ackscope"))
+    commands = {**({"before": _before(args.before, work)} if args.before else {}), "after": [ackscope]}
     results = []
     print(f"{'events':>12} {'engine, work':<22} {'wall s':>8} {'peak RSS':>12}  notes")
     for size in (int(s) for s in args.sizes.split(",")):
@@ -368,7 +402,7 @@ def main() -> int:
                         "pandas_failure": pandas.failure, "audits_agree": agree})
     full_1m = next((r["spark_all_s"] for r in results if r["events"] < 1_500_000), None)
     for history in (int(s) for s in args.incremental_histories.split(",") if s):
-        results.append(incremental(work, ackscope, history, args.added, full_1m))
+        results.append(incremental(work, commands, history, args.added, full_1m))
     (work / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {work / 'results.json'}")
     if args.chart:
