@@ -310,12 +310,21 @@ def incremental(work: Path, commands: dict[str, list[str]], history: int, added:
 
 def _before(source: Path, work: Path) -> list[str]:
     """The ackscope command of the code in `source` (a checkout of the baseline, e.g. a git worktree), run by this
-    interpreter, whose libraries it shares."""
+    interpreter, whose libraries it shares: its packages laid out as pyproject.toml's package-dir maps them (the
+    root package is a folder of its own), ahead of the installed ones."""
+    import tomllib
+    mapping = tomllib.loads((source / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     link = work / "before-package"
     shutil.rmtree(link, ignore_errors=True)
-    link.mkdir(parents=True)
-    (link / "ackscope").symlink_to(source.resolve(), target_is_directory=True)
-    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(link)!r}); "
+    root = link / "ackscope"
+    root.mkdir(parents=True)
+    for f in (source / mapping["ackscope"]).iterdir():
+        (root / f.name).symlink_to(f.resolve())
+    for package, folder in mapping.items():
+        if package != "ackscope":
+            (root / package.removeprefix("ackscope.")).symlink_to((source / folder).resolve(), target_is_directory=True)
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(link)!r}); import ackscope; "
+            f"assert ackscope.__file__.startswith({str(link)!r}), ackscope.__file__; "
             "from ackscope.apps.cli import main; sys.exit(main())"]
 
 

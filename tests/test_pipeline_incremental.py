@@ -116,6 +116,9 @@ def test_each_incremental_run_reads_only_new_files_merges_only_the_buckets_they_
     # nothing new reaches, is neither read nor written again.
     run1, run2 = Log(run_id="run1", consumer="ctag1"), Log(run_id="run2", probe="quorum", queue_type="quorum")
     run1.happy(84, 500)
+    for seq in (85, 86):  # a confirm frame of a time before part 3's (410 s): every frame's gap is computed again
+        run1.add(seq, "published", 299).add(seq, "confirmed", 300, 1.0, batch_size=2)
+        run1.add(seq, "delivered", 502, 203.0, redelivered=False)
     run2.happy(2**20 + 1, 501)
     write_events(data, run1, name="part-4.parquet")
     write_events(data, run2, name="part-4-run2.parquet")
@@ -131,7 +134,9 @@ def test_each_incremental_run_reads_only_new_files_merges_only_the_buckets_they_
     _run(data, tmp_path / "full-4")
     assert read_reports(tmp_path / "incremental") == read_reports(tmp_path / "full-4")
     assert {r["run_id"]: r["published"] for r in read_reports(tmp_path / "full-4")["delivery_audit"]} == {
-        "run1": 84, "run2": 21}
+        "run1": 86, "run2": 21}
+    assert {r["probe"]: r["multi_message_frames"] for r in read_reports(tmp_path / "full-4")["confirm_batch_interval"]
+            } == {"classic-persistent": 3}
 
 
 def test_a_run_with_nothing_new_reads_and_writes_nothing(spark, tmp_path):
