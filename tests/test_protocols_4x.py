@@ -162,6 +162,12 @@ def test_idle_connections_are_not_asked_again_and_a_receiver_that_starts_holding
             channel.confirm_delivery()
             for i in range(300):
                 channel.basic_publish("", "later", f"job {i}".encode(), pika.BasicProperties(delivery_mode=2))
+
+        def held():
+            return node.api("GET", f"/queues/{vhost}/later").json().get("messages_unacknowledged", 0) > 0
+        # Polls count from when the broker says the receiver holds deliveries: on a loaded machine the client may
+        # take seconds to take them (the clean-clone run of 5ec58f1 named it in the third poll after the publish).
+        wait_for(held, 30, "the broker's word that the receiver holds deliveries")
         published = time.time()
         after: list[dict] = []  # the polls that started after the deliveries, each once, in order
 
