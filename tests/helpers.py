@@ -221,6 +221,20 @@ def private_broker(name: str, **settings) -> Iterator[LocalBroker]:
         node.remove()
 
 
+@contextmanager
+def memory_alarm(node: LocalBroker) -> Iterator[None]:
+    """A memory alarm on `node` for the block's length. The node may be shared: it is left as found, down to its
+    API, which reports the alarm gone only at its next statistics emission (until then, a test reading /api/nodes
+    on this node would still see it)."""
+    node.ctl("set_vm_memory_high_watermark", "0.0000001")
+    try:
+        yield
+    finally:
+        node.ctl("set_vm_memory_high_watermark", "0.4")
+        wait_for(lambda: not any(n.get("mem_alarm") for n in node.api("GET", "/nodes").json()
+                                 if n["name"] == node.nodename), 30, "the node's API to report its alarm cleared")
+
+
 def require_binary(name: str, package: str) -> str:
     """The path of a tool the suite needs; fail (never skip) saying what to install."""
     path = shutil.which(name)

@@ -10,7 +10,7 @@ import pika
 import pytest
 import requests
 from dashboard_helpers import frames, page
-from helpers import finding_on, findings, scrape, value, wait_for
+from helpers import finding_on, findings, memory_alarm, scrape, value, wait_for
 from probe_helpers import probe_config, probe_samples, probe_value, quick, running_probes, settled_since, wait_probe
 
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
@@ -178,13 +178,10 @@ def test_a_quorum_leader_change_cancels_no_consumer_and_probes_move_to_the_next_
 def test_a_memory_alarm_on_one_member_is_named(cluster: LocalCluster, start_exporter):
     _, _, third = cluster.nodes
     exporter = start_exporter(cluster.nodes[0].management_url, source="management", interval=0.5, timeout=5.0)
-    third.ctl("set_vm_memory_high_watermark", "0.0000001")
-    try:
+    with memory_alarm(third):
         alarm = wait_for(lambda: finding_on(exporter.url, "memory-alarm", f"node {third.nodename}"), 30,
                          "memory-alarm naming the third node")
         assert alarm["severity"] == "critical"
-    finally:
-        third.ctl("set_vm_memory_high_watermark", "0.4")
     wait_for(lambda: finding_on(exporter.url, "memory-alarm", f"node {third.nodename}") is None, 30, "the alarm to clear")
 
 

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import pika
 import requests
-from helpers import finding_on, scrape, value, wait_for
+from helpers import finding_on, memory_alarm, scrape, value, wait_for
 
 from ackscope_testkit.cluster import LocalCluster
 
@@ -75,14 +75,11 @@ def each_nodes_plugin_is_read(cluster: LocalCluster, start_exporter) -> None:
         assert [c["queue"] for c in seen["consumers"] if c["channel"] == held[0]["name"]] == [queue]
 
         # An alarm only node 3 raises, and only node 3's plugin says: the nodes' list has none, statistics off.
-        third.ctl("set_vm_memory_high_watermark", "0.0000001")
-        try:
+        with memory_alarm(third):
             alarm = wait_for(lambda: finding_on(every.url, "memory-alarm", f"node {third.nodename}"), 30,
                              "memory-alarm naming node 3, from node 3's plugin")
             assert alarm["severity"] == "critical"
             assert finding_on(one.url, "memory-alarm", f"node {third.nodename}") is None  # node 3's plugin unread
-        finally:
-            third.ctl("set_vm_memory_high_watermark", "0.4")
         wait_for(lambda: finding_on(every.url, "memory-alarm", f"node {third.nodename}") is None, 30, "the alarm to clear")
 
 

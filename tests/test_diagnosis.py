@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import requests
-from helpers import findings, only_vhost, parse, polls_seen, scenarios_running, suspended_queue, value, wait_for
+from helpers import findings, memory_alarm, only_vhost, parse, polls_seen, scenarios_running, suspended_queue, value, wait_for
 
 from ackscope.diagnosis.rules import RULES
 from ackscope.diagnosis.thresholds import Thresholds
@@ -93,8 +93,7 @@ def _diagnose(broker, vhost, *extra, password=ADMIN_PASSWORD, url=None):
 
 def test_memory_alarm_is_critical_blocks_the_publisher_and_exits_2(broker, vhost):
     with scenarios_running(broker, vhost, "blocked-publisher"):
-        broker.ctl("set_vm_memory_high_watermark", "0.000001")
-        try:
+        with memory_alarm(broker):
             def blocked():
                 done = _diagnose(broker, vhost, "--format", "json")
                 report = json.loads(done.stdout)
@@ -102,8 +101,6 @@ def test_memory_alarm_is_critical_blocks_the_publisher_and_exits_2(broker, vhost
                 return (done.returncode, rules) if ("connection-blocked", "warning",
                                                     "ackscope-scenario blocked-publisher") in rules else None
             code, rules = wait_for(blocked, timeout=60, what="the scenario's publisher to be blocked")
-        finally:
-            broker.ctl("set_vm_memory_high_watermark", "0.4")
     assert code == 2
     assert any(r == "memory-alarm" and s == "critical" for r, s, _ in rules)
 
@@ -123,7 +120,7 @@ def test_diagnose_text_names_the_culprit_and_the_remedy_and_exits_1_on_a_warning
 def test_diagnose_json_has_findings_and_broker(broker, vhost):
     done = _diagnose(broker, vhost, "--format", "json")
     report = json.loads(done.stdout)
-    assert done.returncode == 0 and report["findings"] == []
+    assert (done.returncode, report["findings"]) == (0, [])
     assert report["broker"]["rabbitmq_version"] == "3.10.8" and report["broker"]["vhosts"] == [vhost]
 
 

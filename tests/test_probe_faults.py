@@ -10,7 +10,7 @@ import time
 
 import pika
 import requests
-from helpers import only_vhost, suspended_queue, value, wait_for, wait_for_sample
+from helpers import memory_alarm, only_vhost, suspended_queue, value, wait_for, wait_for_sample
 from probe_helpers import (
     captured_log,
     connection_failures,
@@ -70,15 +70,12 @@ def test_memory_alarm_blocks_the_probe_publisher_and_it_says_so(broker, vhost):
     target = quick("classic-persistent", burst_size=0)
     with captured_log() as lines, running_probes(probe_config(broker, vhost, (target,), confirm_timeout=60)) as probes:
         wait_probe(probes, "ackscope_probe_confirmed_total", target.name, 10)
-        broker.ctl("set_vm_memory_high_watermark", "0.000001")
-        try:
+        with memory_alarm(broker):
             wait_for(lambda: _blocked(probes) == 1, what="the probe to report its publisher blocked")
             published = probe_value(probes, "ackscope_probe_published_total", target.name)
             # Blocked: a second of ticks (20/s) held back instead of piling up unconfirmed messages.
             wait_probe(probes, "ackscope_probe_held_back_total", target.name, 20)
             assert probe_value(probes, "ackscope_probe_published_total", target.name) <= published + 1
-        finally:
-            broker.ctl("set_vm_memory_high_watermark", "0.4")
         wait_for(lambda: _blocked(probes) == 0, what="the probe to report its publisher unblocked")
         published = probe_value(probes, "ackscope_probe_published_total", target.name)
         wait_probe(probes, "ackscope_probe_published_total", target.name, published + 10)
