@@ -286,10 +286,13 @@ EXCLUSIVE_GROUP_OF_FIXTURE = {
 # A local Spark is a JVM of 1 GiB that keeps both cores busy while it works: one on every worker starved the rest
 # (a Spark test took 5 minutes instead of 2, and clusters beside them missed their net ticks). Spark's tests run in
 # two lanes, about even in time; a module not named here goes to the second.
-# (In CI, issue 43's incremental tests took lane 1 to 10.7 minutes beside the live ones, lane 2 to 4.1.)
+# A test named here goes to its lane whatever its module's: in CI, issue 43's incremental tests alone took lane 1 to
+# 13.2 minutes, lane 2 to 5.7 (the killed runs are JVMs of their own).
 SPARK_LANES = {"tests/test_pipeline_incremental.py": "spark lane 1", "tests/test_pipeline_live.py": "spark lane 2",
                "tests/test_pipeline_command.py": "spark lane 2", "tests/test_pipeline_transforms.py": "spark lane 2",
-               "tests/test_pipeline_cluster.py": "spark lane 2"}
+               "tests/test_pipeline_cluster.py": "spark lane 2",
+               "tests/test_pipeline_incremental.py::test_a_run_killed_mid_way_neither_loses_nor_double_counts":
+                   "spark lane 2"}
 # What takes longest goes first, so that no long group starts last and alone: the exclusive groups, then what
 # runs Spark, then the release matrix's groups, then the rest, each in the order collected.
 # Each worker picks ports in a range of its own, below the kernel's ephemeral ones (32768 and up): two
@@ -305,9 +308,9 @@ def _group(item) -> str | None:
     exclusive = sorted({EXCLUSIVE_GROUP_OF_FIXTURE[f] for f in fixtures if f in EXCLUSIVE_GROUP_OF_FIXTURE})
     if exclusive:
         return exclusive[0]
-    module = item.nodeid.split("::")[0]
+    module, test = item.nodeid.split("::")[0], item.nodeid.split("[")[0]
     if module in SPARK_LANES or "spark" in fixtures:
-        return SPARK_LANES.get(module, "spark lane 2")
+        return SPARK_LANES.get(test) or SPARK_LANES.get(module, "spark lane 2")
     params = getattr(getattr(item, "callspec", None), "params", {})
     definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
     shared = "release" in params or any(defs[-1].scope == "module" for defs in definitions.values())

@@ -85,10 +85,15 @@ def wait_for_sample(exporter: Exporter, name: str, expected: Callable[[float], b
     return wait_for(ready, timeout, lambda: f"{name}{labels} (last seen: {last.get('value')!r})")
 
 
+# How long a test waits for an exporter's document: most run in the test's own process, whose threads (the poller,
+# probes, clients) share its GIL, and under the parallel phase's load one answer took more than 5 s in CI.
+DOCUMENT_TIMEOUT = 15.0
+
+
 def findings_document(exporter: Exporter | str) -> dict:
     """/api/findings of an exporter (or its URL): the latest poll's findings, and the rules not evaluated."""
     url = exporter if isinstance(exporter, str) else exporter.url
-    return requests.get(url + "/api/findings", timeout=5).json()
+    return requests.get(url + "/api/findings", timeout=DOCUMENT_TIMEOUT).json()
 
 
 def findings(exporter: Exporter | str) -> list[dict]:
@@ -111,7 +116,7 @@ def polls_seen(exporter_url: str, count: int, timeout: float = 30.0) -> list[dic
     seen: dict[float, dict] = {}
 
     def enough():
-        doc = requests.get(exporter_url + "/api/findings", timeout=5).json()
+        doc = requests.get(exporter_url + "/api/findings", timeout=DOCUMENT_TIMEOUT).json()
         if doc["taken_at"] is not None:
             seen.setdefault(doc["taken_at"], doc)
         return len(seen) >= count

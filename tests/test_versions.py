@@ -21,6 +21,7 @@ import requests
 from client_processes import Clients
 from helpers import (
     CHANNEL,
+    DOCUMENT_TIMEOUT,
     MATRIX,
     findings,
     findings_document,
@@ -440,6 +441,13 @@ def test_celery_beside_other_publishers_on_the_default_exchange_is_named_with_it
     assert replies["severity"] == "info" and replies["evidence"]["queues"][0]["exclusive"] is True, replies
 
 
+def _channels_of(exporter, client: str) -> list[dict]:
+    """What the exporter last saw of a client's channels (by its product), for a failure's message."""
+    snapshot = requests.get(exporter.url + "/api/snapshot", timeout=DOCUMENT_TIMEOUT).json()["snapshot"] or {}
+    return [{k: ch.get(k) for k in ("name", "confirm", "messages_unconfirmed", "message_stats")}
+            for ch in snapshot.get("channels", []) if (ch.get("client") or "").startswith(client)]
+
+
 def test_publishers_waiting_for_each_confirm_are_named_on_pika_and_java_and_one_streaming_confirms_is_not(
         release, release_broker, release_vhost, start_exporter, release_clients):
     """pika's BlockingChannel after confirm_delivery() and the Java client's waitForConfirmsOrDie after each
@@ -457,13 +465,15 @@ def test_publishers_waiting_for_each_confirm_are_named_on_pika_and_java_and_one_
     rule = "publisher-waits-each-confirm"
 
     def both_named():
+        release_clients.check()  # a client that died is named with its own words, not waited for
         found = [f for f in findings(exporter) if f["rule"] == rule]
         assert not [f for f in found if f["connection_name"] == "aio-pika-streaming"], [f["evidence"] for f in found]
         pika_one = [f for f in found if f["connection_name"] == "pika-confirm-each"]
         java_one = [f for f in found if f["client"].startswith("RabbitMQ")]  # the Java client's product
         return (pika_one[0], java_one[0]) if pika_one and java_one else None
     # A clean-clone run took 115 s on 4.0 under the suite's load: six refreshes of 5 s, and polls that lag.
-    named = wait_for(both_named, 240, lambda: f"{rule} on pika and Java (last: {findings(exporter)})")
+    named = wait_for(both_named, 240, lambda: f"{rule} on pika and Java (the Java client's channels: "
+                     f"{_channels_of(exporter, 'RabbitMQ')}; last findings: {findings(exporter)})")
     release_clients.check()
     for f in named:
         e = f["evidence"]
