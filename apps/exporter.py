@@ -212,6 +212,7 @@ class Exporter:
         source = Source(self._metrics_body, healthy, {"/api/snapshot": lambda: self.poller.exposition.snapshot.gz(),
                                                       "/api/findings": lambda: self.poller.exposition.findings.gz(),
                                                       "/api/breaks": lambda: self.poller.exposition.breaks.gz(),
+                                                      "/api/overview": lambda: self.poller.exposition.overview.gz(),
                                                       "/api/probes": self._probes_json})
         try:
             self.server = make_server(*cfg.listen, source, cfg.web)

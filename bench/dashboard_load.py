@@ -1,38 +1,44 @@
 """The dashboard's landing page at scale, in Debian's chromium (a benchmark, not a test), on a private node.
 
 Builds --queues queues (every tenth with 20 messages) and --connections connections x 3 consuming channels
-(prefetch 10, never acking), runs `ackscope exporter` against the node (three exporters, named as three brokers,
-for the landing page of several), then `ackscope dashboard` against one, then against the three, and opens the
-landing page --loads times, each in a fresh browser context, timing from navigation until it shows:
+(prefetch 10, never acking). Then, for this checkout (and with --before, a baseline's checkout first), runs
+`ackscope exporter` against the node and `ackscope dashboard` against it, then three exporters (named as three
+brokers) and the dashboard against the three, and opens the landing page --loads times, each in a fresh browser
+context, timing from navigation until it shows:
   - one broker: the findings and the unacked-against-prefetch view (its cells, each fill drawn as a bar);
   - three brokers: every broker's line and the table of their findings.
-The first load after the dashboard starts is reported apart. Beside each, what the dashboard's server fetched
-from the exporters for one load (its documents, as the exporter sends them).
+The exporters poll at their default interval (10 s); only the phase's own exporters run. The first load after the
+dashboard starts is reported apart. Beside each, what the dashboard's server fetched from the exporters for one
+load: the documents it asked for (seen by one more load through the suite's proxy, untimed), at their size when
+the exporter has polled since the last fetch.
 Target (issue 43): the landing page under 1.5 s at 5,000 queues.
 
-    python bench/dashboard_load.py [--queues 5000] [--connections 200] [--loads 5]
+    python bench/dashboard_load.py [--queues 5000] [--connections 200] [--loads 5] [--before DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import requests
+from baseline import baseline_command
 from exporter_scale import grow_queues, hold_channels
 from playwright.sync_api import sync_playwright
 
 from ackscope.core.processes import stop_process
-from ackscope.dashboard.source import DOCUMENTS
 from ackscope.workloads.ports import free_port
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
+from ackscope_testkit.fault_proxy import FaultProxy
 
-ACKSCOPE = str(Path(sys.executable).with_name("ackscope"))
+ACKSCOPE = [str(Path(sys.executable).with_name("ackscope"))]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
@@ -51,9 +57,9 @@ def _until(condition, timeout: float, what: str) -> None:
         time.sleep(0.5)
 
 
-def _exporter(broker: LocalBroker, queues: int) -> tuple[str, subprocess.Popen]:
+def _exporter(command: list[str], broker: LocalBroker, queues: int) -> tuple[str, subprocess.Popen]:
     port = free_port()
-    proc = subprocess.Popen([ACKSCOPE, "--log-level", "warning", "exporter", "--management-url",
+    proc = subprocess.Popen([*command, "--log-level", "warning", "exporter", "--management-url",
                              broker.management_url, "--prometheus-url", broker.prometheus_url, "--username",
                              ADMIN_USER, "--listen", f"127.0.0.1:{port}"],
                             env=dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD))
@@ -69,11 +75,10 @@ def _exporter(broker: LocalBroker, queues: int) -> tuple[str, subprocess.Popen]:
     return url, proc
 
 
-def _loads(exporters: list[str], loads: int, shown) -> list[float]:
+def _dashboard(command: list[str], given: list[str], loads: int, shown) -> list[float]:
     """Seconds from navigation until `shown(page)` returns, per load, each in a fresh context."""
     port = free_port()
-    given = [arg for url in exporters for arg in ("--exporter-url", url)]
-    dashboard = subprocess.Popen([ACKSCOPE, "dashboard", *given, "--port", str(port), "--address", "127.0.0.1"],
+    dashboard = subprocess.Popen([*command, "dashboard", *given, "--port", str(port), "--address", "127.0.0.1"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -96,6 +101,20 @@ def _loads(exporters: list[str], loads: int, shown) -> list[float]:
         stop_process(dashboard)
 
 
+def _fetched(command: list[str], urls: list[str], named: bool, shown) -> int:
+    """The bytes of the documents one load of the landing page asks each exporter for."""
+    proxies = [FaultProxy(u) for u in urls]  # no fault set: it passes every answer on, noting what was asked
+    given = [arg for name, p in zip("abc", proxies) for arg in ("--exporter-url", f"{name}={p.url}" if named
+                                                                 else p.url)]
+    try:
+        _dashboard(command, given, 1, shown)
+        return sum(len(requests.get(f"{u}/api/{endpoint}", timeout=30).content) for u, p in zip(urls, proxies)
+                   for endpoint in set(p.requests))
+    finally:
+        for p in proxies:
+            p.close()
+
+
 def _one_broker(page) -> None:
     page.locator("text=/What is wrong:|No findings at/").first.wait_for(timeout=120_000)
     page.locator("[data-testid=stMarkdown] table").filter(has_text="prefetch limit").locator("td").first \
@@ -108,8 +127,26 @@ def _three_brokers(page) -> None:
     page.get_by_role("link", name="Open c").wait_for(timeout=120_000)
 
 
-def _fetched(url: str, documents: tuple[str, ...]) -> int:
-    return sum(len(requests.get(f"{url}/api/{d}", timeout=30).content) for d in documents)
+def _measure(label: str, command: list[str], broker: LocalBroker, queues: int, loads: int) -> list[tuple]:
+    """(label, page, load times, bytes fetched per load) for one broker, then three."""
+    procs: list[subprocess.Popen] = []
+    try:
+        urls = []
+        rows = []
+        for count, page, shown in ((1, "one broker: findings and unacked against prefetch", _one_broker),
+                                   (3, "three brokers: each broker and their findings", _three_brokers)):
+            while len(urls) < count:
+                url, proc = _exporter(command, broker, queues)
+                urls.append(url)
+                procs.append(proc)
+            named = count > 1
+            given = [arg for name, u in zip("abc", urls) for arg in ("--exporter-url", f"{name}={u}" if named else u)]
+            times = _dashboard(command, given, loads, shown)
+            rows.append((label, page, times, _fetched(command, urls, named, shown)))
+        return rows
+    finally:
+        for proc in procs:
+            stop_process(proc, timeout=30)
 
 
 def main() -> int:
@@ -117,37 +154,32 @@ def main() -> int:
     ap.add_argument("--queues", type=int, default=5000)
     ap.add_argument("--connections", type=int, default=200)
     ap.add_argument("--loads", type=int, default=5)
+    ap.add_argument("--before", type=Path, help="a checkout of the baseline's code (git worktree add DIR COMMIT): "
+                    "its exporters and dashboard measured first, the same way")
     args = ap.parse_args()
     broker = LocalBroker(name="ackscope-bench-dash")
     broker.start()
-    procs: list[subprocess.Popen] = []
+    work = Path(tempfile.mkdtemp(prefix="ackscope-bench-dash-"))
     try:
         grow_queues(broker, args.queues)
         held = hold_channels(broker, args.connections, 3, args.queues)
-        urls = []
-        for _ in range(3):
-            url, proc = _exporter(broker, args.queues)
-            urls.append(url)
-            procs.append(proc)
-        one = _loads(urls[:1], args.loads, _one_broker)
-        three = _loads([f"{name}={url}" for name, url in zip("abc", urls)], args.loads, _three_brokers)
+        commands = {**({"before": baseline_command(args.before, work)} if args.before else {}), "after": ACKSCOPE}
+        rows = [row for label, command in commands.items()
+                for row in _measure(label, command, broker, args.queues, args.loads)]
         print(f"{args.queues:,} queues, {args.connections * 3} consuming channels; {args.loads} loads each")
-        print("| landing page | first load | later loads, median | later, max | fetched from the exporters "
+        print("| landing page | code | first load | later loads, median | later, max | fetched from the exporters "
               "per load | target |")
-        print("|---|---:|---:|---:|---:|---|")
-        for name, times, fetched in (
-                ("one broker: findings and unacked against prefetch", one, _fetched(urls[0], DOCUMENTS)),
-                ("three brokers: each broker and their findings", three,
-                 sum(_fetched(u, ("findings",)) for u in urls))):
-            rest = times[1:] or times
-            print(f"| {name} | {times[0]:.2f} s | {statistics.median(rest):.2f} s | {max(rest):.2f} s | "
-                  f"{fetched / 2**20:.2f} MiB | < 1.5 s |")
+        print("|---|---|---:|---:|---:|---:|---|")
+        for page in dict.fromkeys(r[1] for r in rows):
+            for label, _, times, fetched in (r for r in rows if r[1] == page):
+                rest = times[1:] or times
+                print(f"| {page} | {label} | {times[0]:.2f} s | {statistics.median(rest):.2f} s | {max(rest):.2f} s "
+                      f"| {fetched / 2**20:.3f} MiB | < 1.5 s |")
         del held
     finally:
-        for proc in procs:
-            stop_process(proc, timeout=30)
         broker.stop()
         broker.remove()
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

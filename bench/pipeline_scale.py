@@ -37,6 +37,7 @@ import numpy as np
 import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
+from baseline import baseline_command
 
 from ackscope.model.schemas import EVENTS as SCHEMA
 
@@ -308,26 +309,6 @@ def incremental(work: Path, commands: dict[str, list[str]], history: int, added:
     return result
 
 
-def _before(source: Path, work: Path) -> list[str]:
-    """The ackscope command of the code in `source` (a checkout of the baseline, e.g. a git worktree), run by this
-    interpreter, whose libraries it shares: its packages laid out as pyproject.toml's package-dir maps them (the
-    root package is a folder of its own), ahead of the installed ones."""
-    import tomllib
-    mapping = tomllib.loads((source / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    link = work / "before-package"
-    shutil.rmtree(link, ignore_errors=True)
-    root = link / "ackscope"
-    root.mkdir(parents=True)
-    for f in (source / mapping["ackscope"]).iterdir():
-        (root / f.name).symlink_to(f.resolve())
-    for package, folder in mapping.items():
-        if package != "ackscope":
-            (root / package.removeprefix("ackscope.")).symlink_to((source / folder).resolve(), target_is_directory=True)
-    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(link)!r}); import ackscope; "
-            f"assert ackscope.__file__.startswith({str(link)!r}), ackscope.__file__; "
-            "from ackscope.apps.cli import main; sys.exit(main())"]
-
-
 def chart(results: list[dict], path: Path) -> None:
     """Time and peak memory against events, Spark beside pandas (where pandas was stopped, its last point is
     marked), and the incremental run beside the full one."""
@@ -378,7 +359,7 @@ def main() -> int:
         return 0
     work.mkdir(parents=True, exist_ok=True)
     ackscope = str(Path(sys.executable).with_name("ackscope"))
-    commands = {**({"before": _before(args.before, work)} if args.before else {}), "after": [ackscope]}
+    commands = {**({"before": baseline_command(args.before, work)} if args.before else {}), "after": [ackscope]}
     results = []
     print(f"{'events':>12} {'engine, work':<22} {'wall s':>8} {'peak RSS':>12}  notes")
     for size in (int(s) for s in args.sizes.split(",")):

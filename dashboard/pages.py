@@ -16,21 +16,16 @@ import streamlit as st
 
 from ackscope.dashboard import charts, reports, views
 from ackscope.dashboard.settings import Exporter, Settings
-from ackscope.dashboard.source import ExporterSource, Live, fetch_side_by_side
+from ackscope.dashboard.source import DOCUMENTS, LANDING, ExporterSource, Live, fetch_side_by_side
 
 TOP = 50
 
 
 @st.cache_resource
-def _source(url: str, auth: tuple[str, str] | None) -> ExporterSource:
-    # One per exporter for the whole server: every browser session shares its last good data.
-    return ExporterSource(url, auth)
-
-
-@st.cache_resource
-def _findings_source(url: str, auth: tuple[str, str] | None) -> ExporterSource:
-    # The landing page of several brokers asks each exporter for its findings only: a source of its own.
-    return ExporterSource(url, auth, documents=("findings",))
+def _source(url: str, auth: tuple[str, str] | None, documents: tuple[str, ...] = DOCUMENTS) -> ExporterSource:
+    # One per exporter and set of documents for the whole server: every browser session shares its last good data.
+    # The landing pages ask for what they show (/api/overview), a broker's other pages for everything.
+    return ExporterSource(url, auth, documents=documents)
 
 
 @st.cache_resource
@@ -58,9 +53,9 @@ def _broker_choice() -> None:
         st.query_params["broker"] = chosen
 
 
-def _live(exporter: Exporter) -> Live:
+def _live(exporter: Exporter, documents: tuple[str, ...]) -> Live:
     s = _settings()
-    data = _source(exporter.url, s.auth).fetch()
+    data = _source(exporter.url, s.auth, documents).fetch()
     history = _probe_history(exporter.url)
     if data.error is None and data.probes and (not history or history[-1][0] != data.fetched_at):
         history.append((data.fetched_at, data.probes))
@@ -227,14 +222,14 @@ def _latency_section(data: Live) -> None:
     _table(df)
 
 
-def _live_page(render: Callable[[Live], None]) -> None:
-    """Refresh `render` in place every interval: fetch (or reuse) the chosen broker's exporter's data, say
-    whether it is stale, then draw it."""
+def _live_page(render: Callable[[Live], None], documents: tuple[str, ...] = DOCUMENTS) -> None:
+    """Refresh `render` in place every interval: fetch (or reuse) the chosen broker's exporter's `documents`,
+    say whether they are stale, then draw them."""
     exporter = _selected()
 
     @st.fragment(run_every=_refresh_every())
     def body():
-        data = _live(exporter)
+        data = _live(exporter, documents)
         _banner(data, exporter)
         render(data)
     body()
@@ -253,7 +248,7 @@ def overview() -> None:
             _redelivery_section(data)
         with right:
             _latency_section(data)
-    _live_page(render)
+    _live_page(render, LANDING)
 
 
 BROKERS_TOP = 20  # the landing page of several: its table of the worst findings
@@ -268,7 +263,7 @@ def brokers() -> None:
     @st.fragment(run_every=_refresh_every())
     def body():
         s = _settings()
-        fetched = fetch_side_by_side([_findings_source(e.url, s.auth) for e in s.exporters])
+        fetched = fetch_side_by_side([_source(e.url, s.auth, ("overview",)) for e in s.exporters])
         table, found = views.brokers([(e.name, live) for e, live in zip(s.exporters, fetched)])
         for row in table.to_dict("records"):
             counts = ", ".join(f"{row[k]} {k}" for k in ("critical", "warning") if row[k]) or "no findings"

@@ -15,6 +15,8 @@ from typing import Any
 import requests
 
 DOCUMENTS = ("snapshot", "findings", "probes", "breaks")
+# The landing page's: the exporter's /api/overview holds what it shows and no more (a few kB against megabytes).
+LANDING = ("overview", "probes")
 
 
 @dataclass(frozen=True)
@@ -39,13 +41,15 @@ class Live:
 
 
 class ExporterSource:
-    """Fetches /api/snapshot, /api/findings, /api/probes and /api/breaks; keeps the last good result."""
+    """Fetches /api/snapshot, /api/findings, /api/probes and /api/breaks (or /api/overview in place of the first
+    two, for the landing pages); keeps the last good result."""
 
     def __init__(self, url: str, auth: tuple[str, str] | None = None, timeout: float = 5.0,
                  verify: bool | str = True, reuse_seconds: float = 1.0, documents: tuple[str, ...] = DOCUMENTS):
         self.url = url.rstrip("/")
-        # What each fetch asks for: all for a broker's pages; only the findings for the landing page of several,
-        # which shows no more (its other fields stay empty).
+        # What each fetch asks for: all for a broker's pages; /api/overview (its cut snapshot in `snapshot`, the
+        # same queues before in `previous`) and the probes for the landing page, /api/overview alone for the
+        # landing page of several.
         self.documents = documents
         self._session = requests.Session()
         self._session.auth = auth
@@ -68,21 +72,24 @@ class ExporterSource:
                 return last
             try:
                 docs = {name: self._get(name) for name in self.documents}
-                docs.setdefault("snapshot", {"up": docs["findings"].get("up", True),
-                                             "last_error": docs["findings"].get("last_error")})
             except FetchFailed as e:
                 self._last = replace(self._last, error=str(e))
                 return self._last
-            snapshot = docs["snapshot"].get("snapshot")  # None when only the findings were asked for
-            previous = self._last.snapshot
-            if previous is not None and snapshot is not None and previous.get("taken_at") == snapshot.get("taken_at"):
-                previous = self._last.previous  # the exporter has not polled since: keep the older one for rates
-            poll_error = None if docs["snapshot"].get("up") else (docs["snapshot"].get("last_error")
-                                                                   or "the exporter's last poll failed")
-            self._last = Live(snapshot, previous, docs["findings"].get("findings", []),
+            # /api/overview carries what /api/snapshot's head and /api/findings do, and the snapshot before.
+            head, found = docs.get("overview") or docs["snapshot"], docs.get("overview") or docs["findings"]
+            snapshot = head.get("snapshot")
+            if "overview" in docs:
+                previous = head.get("previous")
+            else:
+                previous = self._last.snapshot
+                if previous is not None and snapshot is not None and previous.get("taken_at") == snapshot.get(
+                        "taken_at"):
+                    previous = self._last.previous  # the exporter has not polled since: keep the older one for rates
+            poll_error = None if head.get("up") else (head.get("last_error") or "the exporter's last poll failed")
+            self._last = Live(snapshot, previous, found.get("findings", []),
                               docs.get("probes", {}).get("probes", []), time.time(), None, poll_error,
-                              docs["snapshot"].get("source"), docs["findings"].get("not_evaluated", []),
-                              docs.get("breaks", {}), docs["findings"].get("upgrades", []))
+                              head.get("source"), found.get("not_evaluated", []),
+                              docs.get("breaks", {}), found.get("upgrades", []))
             return self._last
 
     def _get(self, name: str) -> dict:

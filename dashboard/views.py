@@ -12,6 +12,7 @@ import pandas as pd
 
 from ackscope.core.durations import describe
 from ackscope.core.quantile import histogram_quantile
+from ackscope.model.snapshot import prefetch_fill
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
@@ -114,12 +115,14 @@ def prefetch(snapshot: dict[str, Any] | None, search: str = "", top: int = 50) -
         rows.append({"client": ch.get("identity") or ch.get("connection_name") or "(unnamed)", "channel": ch["name"],
                      "vhost": ch["vhost"],
                      "user": ch.get("user", ""), "unacked": unacked, "prefetch_limit": limit,
-                     "fill": (unacked / limit) if limit else math.inf if unacked else 0.0,
+                     "fill": prefetch_fill(unacked, limit),
                      "mark": ", ".join(marks), "queues": ", ".join(sorted({c["queue"] for c in consumers}))})
     df = pd.DataFrame(rows, columns=columns)
     df = _search(df, search, ("client", "channel", "queues", "vhost"))
     df = df.sort_values(["fill", "unacked"], ascending=False, kind="stable")
-    return df.head(top).reset_index(drop=True), len(df)
+    # The landing page's document (the exporter's /api/overview) holds only the fullest, and says how many in all.
+    total = len(df) if search else snapshot.get("consuming_channels", len(df))
+    return df.head(top).reset_index(drop=True), total
 
 
 def receivers(snapshot: dict[str, Any] | None, search: str = "", top: int = 50) -> tuple[pd.DataFrame, int]:

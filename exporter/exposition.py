@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ackscope.model.events import Breaks, cause
 from ackscope.model.findings import Diagnosis
 from ackscope.model.probes import ProbeStats
-from ackscope.model.snapshot import Snapshot
+from ackscope.model.snapshot import Snapshot, fullest_consuming
 
 from .cardinality import Limits, shape
 from .collectors.breaks import BreakCollector
@@ -82,6 +82,7 @@ class Exposition:
     snapshot_taken_at: float | None
     findings: Document
     breaks: Document
+    overview: Document
 
     def age_text(self, now: float | None = None) -> bytes:
         """The scrape-time family: seconds since the snapshot behind /api/snapshot was taken."""
@@ -101,12 +102,12 @@ class Exposition:
 
 def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
            diagnosis: Diagnosis = Diagnosis(), label_sets: LabelSets | None = None,
-           breaks: Breaks | None = None) -> Exposition:
+           breaks: Breaks | None = None, previous: Snapshot | None = None) -> Exposition:
     """The exposition for the latest poll. Broker series come only from a snapshot the last poll produced:
     after a failed poll /metrics says so (ackscope_up 0) instead of repeating stale numbers, while
     /api/snapshot keeps the last good snapshot, marked stale, for the UI. `label_sets`: the last render's,
     kept by the caller from poll to poll. `breaks`: what the broker's log told, counted whether or not the
-    broker's API answered."""
+    broker's API answered. `previous`: the good snapshot before `snapshot`, for the landing page's rates."""
     shaped = shape(snapshot, limits) if snapshot is not None and status.up else None
     collectors = [SelfCollector(status, shaped), BreakCollector(breaks)]
     if shaped is not None:
@@ -121,6 +122,7 @@ def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
         snapshot_taken_at=snapshot.taken_at if snapshot is not None else None,
         findings=Document(lambda: findings_json(diagnosis, snapshot, status)),
         breaks=Document(lambda: breaks_json(breaks)),
+        overview=Document(lambda: overview_json(snapshot, previous, diagnosis, status)),
     )
 
 
@@ -140,6 +142,37 @@ def findings_json(diagnosis: Diagnosis, snapshot: Snapshot | None, status: PollS
                        "not_evaluated": [n.to_json() for n in diagnosis.not_evaluated],
                        "upgrades": [o.to_json() for o in diagnosis.upgrades]},
                       separators=(",", ":")).encode()
+
+
+# The consuming channels /api/overview holds: the dashboard's landing page shows the 15 fullest.
+OVERVIEW_CHANNELS = 15
+
+
+def overview_json(snapshot: Snapshot | None, previous: Snapshot | None, diagnosis: Diagnosis,
+                  status: PollStatus) -> bytes:
+    """/api/overview: what the dashboard's landing page shows and no more (a few kB where /api/snapshot and
+    /api/findings are megabytes at 5,000 queues): /api/snapshot's status, /api/findings without the upgrade
+    outlooks, and a snapshot cut to the OVERVIEW_CHANNELS fullest consuming channels with their consumers (and
+    how many consume in all) and the queues that have redelivered, beside the same queues in the snapshot before
+    for their rates."""
+    document = {"up": status.up, "stale": not status.up, "last_error": status.last_error,
+                "last_success_at": status.last_success_at, "source": status.source,
+                "findings": [f.to_json() for f in diagnosis.findings],
+                "not_evaluated": [n.to_json() for n in diagnosis.not_evaluated], "snapshot": None, "previous": None}
+    if snapshot is not None:
+        channels, consuming = fullest_consuming(snapshot, OVERVIEW_CHANNELS)
+        names = {ch.name for ch in channels}
+        redelivered = [q for q in snapshot.queues if q.message_stats.redeliver]
+        keys = {(q.vhost, q.name) for q in redelivered}
+        document["snapshot"] = {
+            "taken_at": snapshot.taken_at, "unread": [_record(u) for u in snapshot.unread],
+            "channels": [dict(_record(c), prefetch_limit=c.prefetch_limit) for c in channels],
+            "consumers": [_record(c) for c in snapshot.consumers if c.channel in names],
+            "consuming_channels": consuming, "queues": [_record(q) for q in redelivered]}
+        if previous is not None:
+            document["previous"] = {"taken_at": previous.taken_at, "queues": [
+                _record(q) for q in previous.queues if (q.vhost, q.name) in keys]}
+    return json.dumps(document, separators=(",", ":")).encode()
 
 
 def breaks_json(breaks: Breaks | None) -> bytes:

@@ -41,6 +41,7 @@ class Poller:
         self.limits = limits
         self.status = PollStatus()
         self.snapshot: Snapshot | None = None
+        self.previous: Snapshot | None = None  # the good snapshot before self.snapshot
         self.diagnose = diagnose
         self.record = record  # keeps each good snapshot (the history under --data-dir)
         # Reads the event sources (the broker's log) at each poll, given this poll's snapshot or None where it
@@ -89,7 +90,7 @@ class Poller:
             self._say_overrun(time.monotonic() - started)  # a failed poll is down, not slow: said as such
             self._read_breaks(snapshot)
             self.diagnosis = self._diagnose(snapshot, self.snapshot)
-            self.snapshot = snapshot
+            self.previous, self.snapshot = self.snapshot, snapshot
             if self.record is not None:
                 self.record(snapshot)
             if self._outage.update(False) == "end":
@@ -99,7 +100,7 @@ class Poller:
                 log.info("%s", note)
                 self._notes_logged.add(note)
         self.exposition = render(self.snapshot, self.status, self.limits, self.diagnosis, self._label_sets,
-                                 self.breaks)
+                                 self.breaks, self.previous)
 
     def _read_breaks(self, snapshot: Snapshot | None) -> None:
         if self.read_breaks is None:

@@ -6,6 +6,7 @@ object too new to have stats): the collectors then emit no series, never a made-
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -567,6 +568,23 @@ class Snapshot:
     # features in use, where the release offers no such list (before 3.13).
     policies: tuple[Policy, ...] | None = None
     deprecated_used: tuple[DeprecatedFeature, ...] | None = None
+
+
+def prefetch_fill(unacked: int | None, limit: int | None) -> float:
+    """How full a channel's prefetch is: its unacked deliveries against the limit that binds them; infinite where
+    nothing limits a channel that holds some (the broker may send it every message), 0 where it holds none."""
+    held = unacked or 0
+    return held / limit if limit else math.inf if held else 0.0
+
+
+def fullest_consuming(s: Snapshot, top: int) -> tuple[tuple[Channel, ...], int]:
+    """The `top` consuming channels (a consumer, or unacked deliveries) fullest first: by prefetch_fill, then by
+    unacked, ties in the snapshot's order; and how many channels consume in all."""
+    with_consumers = {c.channel for c in s.consumers}
+    consuming = [ch for ch in s.channels if ch.name in with_consumers or ch.messages_unacked]
+    ranked = sorted(consuming, key=lambda ch: (prefetch_fill(ch.messages_unacked, ch.prefetch_limit),
+                                               ch.messages_unacked or 0), reverse=True)
+    return tuple(ranked[:top]), len(consuming)
 
 
 def attribution(connection: Connection | None, connection_name: str, client: str | None = None

@@ -181,7 +181,9 @@ def test_when_the_exporter_fails_the_last_good_data_stays_marked_stale(monkeypat
         app = page(monkeypatch, "overview", proxy.url)
         before = frames(app)[0]
         assert not app.error and len(before) > 0
-        proxy.faults["snapshot"] = "malformed"
+        # The landing page fetches what it shows and no more: not the megabytes of /api/snapshot and /api/findings.
+        assert set(proxy.requests) == {"overview", "probes"}, proxy.requests
+        proxy.faults["overview"] = "malformed"
         # Sessions within a second share one fetch: the banner comes with the first fetch after it.
         wait_for(lambda: app.run().error, timeout=10, what="the dashboard to fetch again and fail")
         assert not app.exception

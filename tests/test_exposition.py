@@ -114,13 +114,16 @@ def test_management_api_tls_is_verified_against_ca_file_unless_turned_off(start_
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     fake = start_exporter("http://127.0.0.1:9", web=WebSecurity(tls_cert=str(tmp_path / "server.pem"),
                                                                  tls_key=str(tmp_path / "server.pem")))
-    exporter = start_exporter(fake.url, interval=0.3)  # an HTTPS server with an unknown CA, as "management"
+    # An HTTPS server with an unknown CA, as "management", under a path prefix where it serves nothing (an exporter
+    # serves an /api/overview of its own).
+    management = fake.url + "/elsewhere"
+    exporter = start_exporter(management, interval=0.3)
     wait_for_sample(exporter, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="overview", reason="tls")
-    unverified = start_exporter(fake.url, interval=0.3, verify=False)  # --insecure-skip-verify
+    unverified = start_exporter(management, interval=0.3, verify=False)  # --insecure-skip-verify
     s = wait_for_sample(unverified, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="overview",
                         reason="not_found")  # past TLS: that server has no /api/overview
     assert value(s, "ackscope_poll_errors_total", endpoint="overview", reason="tls") is None
-    with_ca = start_exporter(fake.url, interval=0.3, verify=str(tmp_path / "ca.pem"))  # --ca-file
+    with_ca = start_exporter(management, interval=0.3, verify=str(tmp_path / "ca.pem"))  # --ca-file
     s = wait_for_sample(with_ca, "ackscope_poll_errors_total", lambda v: v >= 1, endpoint="overview",
                         reason="not_found")
     assert value(s, "ackscope_poll_errors_total", endpoint="overview", reason="tls") is None

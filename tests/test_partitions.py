@@ -83,7 +83,7 @@ def test_a_two_against_one_split_is_named_on_each_side_and_no_running_node_is_ca
                                                                                           start_exporter):
     first, second, third = split_cluster.nodes
     # A split 3.10 node's management answers slowly while its peers time out: under the parallel phase's load 2 s
-    # passed before a poll completed, and in CI node 1's /api/overview once took more than 5 s for two minutes.
+    # passed before a poll completed, and in CI node 1's management /api/overview once took more than 5 s for two minutes.
     exporter = start_exporter(first.management_url, timeout=SPLIT_TIMEOUT)
     wait_for(lambda: value(scrape(exporter), "ackscope_node_running", node=third.nodename) == 1, 30, "a whole poll")
     # A probe on each side, each on a quorum queue it declares where it connects (its leader there).
@@ -133,7 +133,7 @@ def test_a_two_against_one_split_is_named_on_each_side_and_no_running_node_is_ca
 def test_a_full_split_leaves_each_node_alone_and_named_so(split_cluster, release, start_exporter):
     first, second, third = split_cluster.nodes
     # A split 3.10 node's management answers slowly while its peers time out: under the parallel phase's load 2 s
-    # passed before a poll completed, and in CI node 1's /api/overview once took more than 5 s for two minutes.
+    # passed before a poll completed, and in CI node 1's management /api/overview once took more than 5 s for two minutes.
     exporter = start_exporter(first.management_url, timeout=SPLIT_TIMEOUT)
     wait_for(lambda: value(scrape(exporter), "ackscope_node_running", node=third.nodename) == 1, 30, "a whole poll")
     with split(_ends(first), _ends(second), _ends(third)):
