@@ -16,7 +16,7 @@ import streamlit as st
 
 from ackscope.dashboard import charts, reports, views
 from ackscope.dashboard.settings import Exporter, Settings
-from ackscope.dashboard.source import DOCUMENTS, LANDING, ExporterSource, Live, fetch_side_by_side
+from ackscope.dashboard.source import DOCUMENTS, LANDING, ExporterSource, Live, latest_side_by_side
 
 TOP = 50
 
@@ -53,9 +53,12 @@ def _broker_choice() -> None:
         st.query_params["broker"] = chosen
 
 
-def _live(exporter: Exporter, documents: tuple[str, ...]) -> Live:
+def _live(exporter: Exporter, documents: tuple[str, ...], every: float) -> Live:
     s = _settings()
-    data = _source(exporter.url, s.auth, documents).fetch()
+    source = _source(exporter.url, s.auth, documents)
+    # The landing page shows what the background last fetched (at most `every` old) and waits on no exporter;
+    # the other pages, opened to look closer, fetch as they load.
+    data = source.latest(every) if documents == LANDING else source.fetch()
     history = _probe_history(exporter.url)
     if data.error is None and data.probes and (not history or history[-1][0] != data.fetched_at):
         history.append((data.fetched_at, data.probes))
@@ -226,10 +229,11 @@ def _live_page(render: Callable[[Live], None], documents: tuple[str, ...] = DOCU
     """Refresh `render` in place every interval: fetch (or reuse) the chosen broker's exporter's `documents`,
     say whether they are stale, then draw them."""
     exporter = _selected()
+    every = _refresh_every()
 
-    @st.fragment(run_every=_refresh_every())
+    @st.fragment(run_every=every)
     def body():
-        data = _live(exporter, documents)
+        data = _live(exporter, documents, every)
         _banner(data, exporter)
         render(data)
     body()
@@ -257,13 +261,16 @@ _STATE_COLOUR = {"critical": "red", "unreadable": "red", "warning": "orange", "o
 
 def brokers() -> None:
     """The landing page of several brokers: each broker's state worst first, a link to its pages, and every
-    broker's findings worst first. It asks each exporter for its findings only, all at once."""
+    broker's findings worst first, from each exporter's /api/overview."""
     st.title("ackscope — every broker, worst first")
 
-    @st.fragment(run_every=_refresh_every())
+    every = _refresh_every()
+
+    @st.fragment(run_every=every)
     def body():
         s = _settings()
-        fetched = fetch_side_by_side([_source(e.url, s.auth, ("overview",)) for e in s.exporters])
+        # What the background last fetched from each: a page load waits on no exporter (ExporterSource.latest).
+        fetched = latest_side_by_side([_source(e.url, s.auth, ("overview",)) for e in s.exporters], every)
         table, found = views.brokers([(e.name, live) for e, live in zip(s.exporters, fetched)])
         for row in table.to_dict("records"):
             counts = ", ".join(f"{row[k]} {k}" for k in ("critical", "warning") if row[k]) or "no findings"

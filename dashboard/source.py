@@ -45,7 +45,8 @@ class ExporterSource:
     two, for the landing pages); keeps the last good result."""
 
     def __init__(self, url: str, auth: tuple[str, str] | None = None, timeout: float = 5.0,
-                 verify: bool | str = True, reuse_seconds: float = 1.0, documents: tuple[str, ...] = DOCUMENTS):
+                 verify: bool | str = True, reuse_seconds: float = 1.0, documents: tuple[str, ...] = DOCUMENTS,
+                 idle_seconds: float = 60.0):
         self.url = url.rstrip("/")
         # What each fetch asks for: all for a broker's pages; /api/overview (its cut snapshot in `snapshot`, the
         # same queues before in `previous`) and the probes for the landing page, /api/overview alone for the
@@ -63,6 +64,12 @@ class ExporterSource:
         # Browser sessions that refresh within this long of each other share one fetch: the exporter's
         # snapshot of 5,000 queues is megabytes, and it changes only once per poll anyway.
         self.reuse_seconds = reuse_seconds
+        # latest(): the fetches in the background, while pages read them.
+        self.idle_seconds = idle_seconds
+        self._attempted_at: float | None = None  # monotonic: the last fetch's start, whatever came of it
+        self._read_at = 0.0
+        self._every = 10.0
+        self._refresher: threading.Thread | None = None
 
     def fetch(self) -> Live:
         """Fetch every document (one caller at a time; a fetch younger than reuse_seconds is reused)."""
@@ -70,6 +77,7 @@ class ExporterSource:
             last = self._last
             if last.error is None and last.fetched_at and time.time() - last.fetched_at < self.reuse_seconds:
                 return last
+            self._attempted_at = time.monotonic()
             try:
                 docs = {name: self._get(name) for name in self.documents}
             except FetchFailed as e:
@@ -91,6 +99,29 @@ class ExporterSource:
                               head.get("source"), found.get("not_evaluated", []),
                               docs.get("breaks", {}), found.get("upgrades", []))
             return self._last
+
+    def latest(self, every: float) -> Live:
+        """What the last fetch got, at once, kept fresh by a fetch in the background every `every` seconds while
+        pages read it (until none has for idle_seconds): a page load waits on no exporter, and one that hangs
+        delays nothing; it is shown stale once its fetch has failed. Waits only where there is nothing that recent
+        to show: the first read, or the first after the background stopped."""
+        self._read_at, self._every = time.monotonic(), every
+        with self._lock:
+            if self._refresher is None or not self._refresher.is_alive():
+                self._refresher = threading.Thread(target=self._keep_fresh, daemon=True,
+                                                   name=f"ackscope-fetch {self.url}")
+                self._refresher.start()
+        attempted = self._attempted_at
+        if attempted is None or time.monotonic() - attempted > 2 * every:
+            return self.fetch()
+        return self._last
+
+    def _keep_fresh(self) -> None:
+        while True:
+            time.sleep(self._every)  # a timer: the next fetch is due
+            if time.monotonic() - self._read_at > self.idle_seconds:
+                return
+            self.fetch()
 
     def _get(self, name: str) -> dict:
         url = f"{self.url}/api/{name}"
@@ -122,11 +153,11 @@ class ExporterSource:
         return doc
 
 
-def fetch_side_by_side(sources: list[ExporterSource]) -> list[Live]:
-    """Each source's fetch, all at once: a broker whose exporter hangs delays the others by nothing more than
-    its own timeout."""
+def latest_side_by_side(sources: list[ExporterSource], every: float) -> list[Live]:
+    """Each source's latest(), those that must fetch all at once: a broker whose exporter hangs delays the others
+    by nothing more than its own timeout, and that only where there is nothing recent to show."""
     with ThreadPoolExecutor(max(1, len(sources)), thread_name_prefix="ackscope-exporters") as pool:
-        return list(pool.map(ExporterSource.fetch, sources))
+        return list(pool.map(lambda source: source.latest(every), sources))
 
 
 class FetchFailed(Exception):

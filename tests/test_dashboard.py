@@ -178,13 +178,14 @@ def test_unreachable_exporter_is_a_banner_not_a_traceback(monkeypatch):
 def test_when_the_exporter_fails_the_last_good_data_stays_marked_stale(monkeypatch, live):
     proxy = FaultProxy(live.url)
     try:
-        app = page(monkeypatch, "overview", proxy.url)
+        # Refreshed every second: the landing page shows what the background fetches (ExporterSource.latest).
+        app = page(monkeypatch, "overview", proxy.url, ACKSCOPE_REFRESH="1")
         before = frames(app)[0]
         assert not app.error and len(before) > 0
         # The landing page fetches what it shows and no more: not the megabytes of /api/snapshot and /api/findings.
         assert set(proxy.requests) == {"overview", "probes"}, proxy.requests
         proxy.faults["overview"] = "malformed"
-        # Sessions within a second share one fetch: the banner comes with the first fetch after it.
+        # The banner comes with the background's first fetch after it.
         wait_for(lambda: app.run().error, timeout=10, what="the dashboard to fetch again and fail")
         assert not app.exception
         assert "malformed JSON" in app.error[0].value and "stale" in app.error[0].value

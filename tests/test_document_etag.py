@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
+import time
 
 import requests
+from helpers import wait_for
 
 from ackscope.core.http_server import Source, make_server, serve_in_background
-from ackscope.dashboard.source import ExporterSource
+from ackscope.dashboard.source import LANDING, ExporterSource
 
 
 def serving(documents: dict[str, bytes]):
@@ -76,3 +79,32 @@ def test_a_polls_document_is_rendered_when_first_asked_for_and_only_once():
     assert rendered == []  # a poll nobody reads builds nothing
     first, again = document.gz(), document.gz()
     assert first is again and gzip.decompress(first) == b'{"snapshot":null}' and rendered == [1]
+
+
+def test_the_landing_page_reads_the_last_fetch_at_once_kept_fresh_in_the_background_and_a_hang_delays_nothing():
+    documents = {"/api/overview": doc(1.0), "/api/probes": doc(1.0)}
+    hanging = threading.Event()
+
+    def answer(path: str) -> bytes:
+        if hanging.is_set():
+            time.sleep(3)  # an exporter that does not answer (its poll holding it, or worse)
+        return documents[path]
+    server = make_server("127.0.0.1", 0, Source(metrics=lambda gz: b"", healthy=lambda: True,
+                                                documents={p: (lambda p=p: answer(p)) for p in documents}))
+    serve_in_background(server)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    fetcher = f"ackscope-fetch {url}"
+    try:
+        source = ExporterSource(url, timeout=0.5, reuse_seconds=0, documents=LANDING, idle_seconds=1.0)
+        assert source.latest(0.2).snapshot["taken_at"] == 1.0  # the first read waits: there is nothing to show
+        documents["/api/overview"] = doc(2.0)  # the exporter's next poll, fetched in the background
+        wait_for(lambda: source.latest(0.2).snapshot["taken_at"] == 2.0, 5, "the background to fetch the next poll")
+        hanging.set()
+        started = time.monotonic()
+        assert source.latest(0.2).snapshot["taken_at"] == 2.0 and time.monotonic() - started < 0.1
+        stale = wait_for(lambda: (live := source.latest(0.2)).stale and live, 5, "the hang to be said")
+        assert stale.error == f"the exporter at {url} did not answer within 0.5 s" and stale.snapshot
+        # Nobody reads: the background stops after idle_seconds.
+        wait_for(lambda: fetcher not in {t.name for t in threading.enumerate()}, 10, "the background to stop")
+    finally:
+        server.shutdown()
