@@ -10,6 +10,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from html import escape
+from urllib.parse import quote
 
 import pandas as pd
 import streamlit as st
@@ -279,8 +281,11 @@ def brokers() -> None:
                         f"{counts}{worst}")
             if row["problem"]:
                 st.text(row["problem"])  # as plain text: Markdown would show a URL's escapes as typed
-            st.page_link(_NAVIGATION["overview"], label=f"Open {row['broker']}",
-                         query_params={"broker": row["broker"]})
+            # A plain link in this tab (Markdown's open a new one): st.page_link cost the page 0.3 s in chromium
+            # before it showed anything, at three links; the broker's Overview loads in a second after the click.
+            name = row["broker"]
+            st.markdown(f'<a href="overview?broker={quote(name)}" target="_self">Open {escape(name)}</a>',
+                        unsafe_allow_html=True)
         if found.empty:
             st.success("No findings at warning or above on any broker that answers.")
         else:
@@ -524,15 +529,12 @@ def one(name: str) -> None:
     PAGES[name]()
 
 
-_NAVIGATION: dict[str, st.Page] = {}  # main()'s pages by their path, for links between them
-
-
 def main() -> None:
     st.set_page_config(page_title="ackscope", layout="wide")
     several = len(_settings().exporters) > 1
-    _broker_choice()
     # With several brokers the landing page is all of them; each broker's Overview is its own landing page.
-    pages = [*([st.Page(brokers, title="All brokers", url_path="brokers", default=True)] if several else []),
+    every = st.Page(brokers, title="All brokers", url_path="brokers", default=True)
+    pages = [*([every] if several else []),
              st.Page(overview, title="Overview", url_path="overview", default=not several),
              st.Page(confirms, title="Confirms", url_path="confirms"),
              st.Page(consumers, title="Consumers & prefetch", url_path="consumers"),
@@ -542,5 +544,7 @@ def main() -> None:
              st.Page(history, title="History", url_path="history"),
              st.Page(broker, title="Broker", url_path="broker"),
              st.Page(upgrade, title="Upgrade", url_path="upgrade")]
-    _NAVIGATION.update({p.url_path: p for p in pages})
-    st.navigation(pages).run()
+    chosen = st.navigation(pages)
+    if chosen.title != every.title:  # the page of every broker has no broker to choose
+        _broker_choice()
+    chosen.run()
