@@ -54,7 +54,8 @@ public class Client {
                 System.out.println("ready");
                 while (true) {
                     ch.basicPublish("", queue, MessageProperties.PERSISTENT_BASIC, "order".getBytes());
-                    ch.waitForConfirmsOrDie(5000);
+                    // A minute: in CI's parallel phase a confirm on 3.10 took more than 5 s, and the client died.
+                    ch.waitForConfirmsOrDie(60000);
                 }
             }
             default -> throw new IllegalArgumentException("unknown mode " + mode);
