@@ -70,6 +70,7 @@ class ExporterSource:
         self._read_at = 0.0
         self._every = 10.0
         self._refresher: threading.Thread | None = None
+        self._refresher_lock = threading.Lock()  # not _lock: a fetch holds that for as long as the exporter takes
 
     def fetch(self) -> Live:
         """Fetch every document (one caller at a time; a fetch younger than reuse_seconds is reused)."""
@@ -106,7 +107,7 @@ class ExporterSource:
         delays nothing; it is shown stale once its fetch has failed. Waits only where there is nothing that recent
         to show: the first read, or the first after the background stopped."""
         self._read_at, self._every = time.monotonic(), every
-        with self._lock:
+        with self._refresher_lock:
             if self._refresher is None or not self._refresher.is_alive():
                 self._refresher = threading.Thread(target=self._keep_fresh, daemon=True,
                                                    name=f"ackscope-fetch {self.url}")

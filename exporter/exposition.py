@@ -133,11 +133,20 @@ def probe_metrics(stats: ProbeStats, gzipped: bool = False) -> bytes:
     return compressed([body]) if gzipped else body
 
 
+def _status(status: PollStatus) -> dict:
+    """What every /api/ document says of the last poll: whether it succeeded, and why not."""
+    return {"up": status.up, "stale": not status.up, "last_error": status.last_error}
+
+
+def _channel(c) -> dict:
+    """A channel's record with the prefetch limit RabbitMQ applies to it, which the UI should not recompute."""
+    return dict(_record(c), prefetch_limit=c.prefetch_limit)
+
+
 def findings_json(diagnosis: Diagnosis, snapshot: Snapshot | None, status: PollStatus) -> bytes:
     """/api/findings: the findings of the last good snapshot, worst first, marked stale when the last poll
     failed (and why); the rules its source could not give what they need; and what each later release would change."""
-    return json.dumps({"up": status.up, "stale": not status.up, "last_error": status.last_error,
-                       "taken_at": None if snapshot is None else snapshot.taken_at,
+    return json.dumps({**_status(status), "taken_at": None if snapshot is None else snapshot.taken_at,
                        "findings": [f.to_json() for f in diagnosis.findings],
                        "not_evaluated": [n.to_json() for n in diagnosis.not_evaluated],
                        "upgrades": [o.to_json() for o in diagnosis.upgrades]},
@@ -155,8 +164,7 @@ def overview_json(snapshot: Snapshot | None, previous: Snapshot | None, diagnosi
     outlooks, and a snapshot cut to the OVERVIEW_CHANNELS fullest consuming channels with their consumers (and
     how many consume in all) and the queues that have redelivered, beside the same queues in the snapshot before
     for their rates."""
-    document = {"up": status.up, "stale": not status.up, "last_error": status.last_error,
-                "last_success_at": status.last_success_at, "source": status.source,
+    document = {**_status(status), "last_success_at": status.last_success_at, "source": status.source,
                 "findings": [f.to_json() for f in diagnosis.findings],
                 "not_evaluated": [n.to_json() for n in diagnosis.not_evaluated], "snapshot": None, "previous": None}
     if snapshot is not None:
@@ -166,7 +174,7 @@ def overview_json(snapshot: Snapshot | None, previous: Snapshot | None, diagnosi
         keys = {(q.vhost, q.name) for q in redelivered}
         document["snapshot"] = {
             "taken_at": snapshot.taken_at, "unread": [_record(u) for u in snapshot.unread],
-            "channels": [dict(_record(c), prefetch_limit=c.prefetch_limit) for c in channels],
+            "channels": [_channel(c) for c in channels],
             "consumers": [_record(c) for c in snapshot.consumers if c.channel in names],
             "consuming_channels": consuming, "queues": [_record(q) for q in redelivered]}
         if previous is not None:
@@ -192,8 +200,7 @@ _SLICE = 200
 
 def snapshot_json(snapshot: Snapshot | None, status: PollStatus) -> bytes:
     """/api/snapshot: the last good snapshot with the poller's status, `stale` when the last poll failed."""
-    head = json.dumps({"up": status.up, "stale": not status.up, "last_error": status.last_error,
-                       "last_success_at": status.last_success_at, "source": status.source},
+    head = json.dumps({**_status(status), "last_success_at": status.last_success_at, "source": status.source},
                       separators=(",", ":"))
     if snapshot is None:
         return (head[:-1] + ',"snapshot":null}').encode()
@@ -236,7 +243,7 @@ def _plain(snapshot: Snapshot) -> dict:
         "nodes": [_record(n) for n in snapshot.nodes],
         "connections": [dict(_record(c), blocked=c.blocked, identity=c.identity) for c in snapshot.connections],
         # Derived facts the UI needs and should not recompute.
-        "channels": [dict(_record(c), prefetch_limit=c.prefetch_limit) for c in snapshot.channels],
+        "channels": [_channel(c) for c in snapshot.channels],
         "consumers": [_record(c) for c in snapshot.consumers],
         "queues": [_record(q) for q in snapshot.queues],
         "dead_lettered": [_record(d) for d in snapshot.dead_lettered],
