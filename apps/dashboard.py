@@ -1,19 +1,17 @@
-"""`ackscope dashboard`: the Streamlit UI, in a process of its own, against one exporter or several (a broker
-each)."""
+"""`ackscope dashboard`: the Streamlit UI against one exporter or several (a broker each). The command becomes the
+Streamlit server (exec): one process, which a signal or a kill ends whole."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import signal
-import subprocess
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from ackscope.core import config
 from ackscope.core.config import ConfigError, Option
-from ackscope.core.processes import stop_process
 from ackscope.dashboard.launch import environment, streamlit_command
 from ackscope.dashboard.settings import DEFAULT_URL, Exporter, listed, named
 
@@ -73,13 +71,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     print(f"ackscope dashboard: http://{'localhost' if values['address'] == '0.0.0.0' else values['address']}:"
           f"{values['port']}/ (exporter " + ", ".join(e.url if len(values["exporters"]) == 1 else f"{e.name} {e.url}"
                                                      for e in values["exporters"]) + ")", file=sys.stderr)
-    # SIGTERM (systemd, kill) ends this process through its finally, so Streamlit goes with it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    proc = subprocess.Popen(streamlit_command(values["port"], values["address"]),
-                            env=environment(values, environ))
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        stop_process(proc, timeout=10)
+    sys.stderr.flush()
+    # Replaced, not a parent: a server started as a child outlived this process when it was killed (SIGKILL, the
+    # OOM killer), kept the port, and the next start failed on it.
+    command = streamlit_command(values["port"], values["address"])
+    os.execve(command[0], command, environment(values, environ))

@@ -50,6 +50,15 @@ FORMAT = 3  # 2: the order audit (order_marks; messages with republished_at and 
 PARTS = ("totals", "undelivered", "out_of_order", "order_marks", "run_ends", "batch_counts", "frames", "frame_ends",
          "saturation", "consumer_queues", "hotspots", "safety", "channels_last", "queues_last")
 WINDOWED = ("confirm_latency", "delivery_latency", "redelivery")
+# The inputs each part (and each report) is made of; the rest are made of the probes' events alone. A run with no
+# new file in any of a part's inputs carries it from the run before as it was, instead of computing and writing it
+# again unchanged: a run of new probe events leaves the snapshot history's parts and reports alone, and the
+# other way round.
+_MADE_OF = {"saturation": ("snapshots/channels",), "consumer_queues": ("snapshots/consumers",),
+            "hotspots": ("snapshots/queues",), "safety": ("snapshots/channels",),
+            "channels_last": ("snapshots/channels",), "queues_last": ("snapshots/queues",),
+            "prefetch_saturation": ("snapshots/channels", "snapshots/consumers"),
+            "redelivery_hotspots": ("snapshots/queues",), "publisher_safety": ("snapshots/channels",)}
 _MANIFEST = re.compile(r"^manifest-(\d{6})\.json$")
 _MESSAGES = re.compile(r"^messages-(\d{6})$")
 BUCKET_BITS = 18  # sequence numbers per bucket: 2^18; a probe publishing 10 a second fills one in 7 hours
@@ -94,6 +103,12 @@ def with_files(manifest: Manifest | None, generation: int, data_dir: str, window
     return Manifest(generation, data_dir, window_s, loss_deadline_s, files, summary, buckets)
 
 
+def made_of(name: str) -> tuple[str, ...]:
+    """The inputs (as the pipeline names them: "events", "snapshots/channels" ...) that part or report `name` is
+    made of."""
+    return _MADE_OF.get(name, ("events",))
+
+
 def bucket_of() -> Column:
     """The bucket of an event's or a message's (run_id, probe, seq): a name safe in a path."""
     run = F.substring(F.sha1(F.concat_ws("\n", "run_id", "probe")), 1, 16)
@@ -127,6 +142,21 @@ class Store:
     def bucket_paths(self, buckets: Mapping[str, int], wanted: list[str]) -> list[str]:
         """Where the `wanted` buckets that `buckets` (bucket -> run) holds are."""
         return [f"{self.messages(buckets[b])}/bucket={b}" for b in wanted if b in buckets]
+
+    def carry(self, name: str, generation: int) -> None:
+        """Part `name` of run `generation` - 1, copied as it is into run `generation` (which must not lose it when
+        the run before is removed at its commit)."""
+        jvm = self.spark._jvm  # noqa: SLF001 - Hadoop's FileUtil, as for the FileSystem
+        conf = self.spark._jsc.hadoopConfiguration()  # noqa: SLF001
+        source, target = (self._path(f"{self.gen(g)}/{name}") for g in (generation - 1, generation))
+        if not jvm.org.apache.hadoop.fs.FileUtil.copy(self.fs, source, self.fs, target, False, conf):
+            raise OSError(f"could not copy {source} to {target}")
+
+    def written_whole(self, where: str, by_date: bool) -> bool:
+        """Whether a report's last write to `where` was committed: its _SUCCESS marker, which a run killed while
+        writing leaves none of. Partitioned by date, the report is there: Spark replaces each date's directory
+        whole, and leaves no marker."""
+        return bool(self.fs.exists(self._path(where if by_date else f"{where}/_SUCCESS")))
 
     def _names(self) -> list[str]:
         path = self._path(self.root)

@@ -109,11 +109,19 @@ class HttpReader:
                                  "(a proxy's error page?)")
             return
         if status == 401:
-            if "not management user" in _broker_reason(response).lower():  # the password was right
+            # The management API answers 401 to a refused login and to a login it accepts for a user that may not
+            # read this path; only the broker's reason tells them apart.
+            said = _broker_reason(response)
+            lowered = said.lower()
+            if "not management user" in lowered:  # the password was right
                 raise FetchError(endpoint, "unauthorized", f"user {self.username!r} has no management tag, so the "
                                  "management API refuses it: give it the 'monitoring' tag")
+            if "not authorised to access" in lowered:  # the password was right, the object is out of reach
+                raise FetchError(endpoint, "forbidden", f"user {self.username!r} may not read {path} "
+                                 f"(the broker: {said})")
             raise FetchError(endpoint, "unauthorized", f"login failed for user {self.username!r}: check "
-                             "ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD / ACKSCOPE_PASSWORD_FILE")
+                             "ACKSCOPE_USERNAME and ACKSCOPE_PASSWORD / ACKSCOPE_PASSWORD_FILE"
+                             + (f" (the broker: {said})" if said else ""))
         if status == 403:
             raise FetchError(endpoint, "forbidden", f"user {self.username!r} may not read {path}: "
                              "give it the 'monitoring' tag")

@@ -70,10 +70,10 @@ class Clients:
         """Node's amqplib (tests/clients/node/client.js) doing `mode` on `queue`."""
         return self.start(shutil.which("node") or "node", str(NODE_CLIENT), mode, queue, ready=ready)
 
-    def java_client(self, mode: str, queue: str, ready: bool = True) -> subprocess.Popen:
+    def java_client(self, mode: str, queue: str, ready: bool = True, env: dict | None = None) -> subprocess.Popen:
         """The Java client (tests/clients/java/Client.java, run from source) doing `mode` on `queue`."""
         return self.start(tool("java", "openjdk-17-jdk-headless"), "-cp", JAVA_CLASSPATH,
-                          str(CLIENTS / "java" / "Client.java"), mode, queue, ready=ready)
+                          str(CLIENTS / "java" / "Client.java"), mode, queue, ready=ready, env=env)
 
     def run(self, *argv: str, env: dict | None = None) -> None:
         """Run one to completion (a producer)."""

@@ -40,6 +40,23 @@ def frames(app: AppTest) -> list:
 
 ARTIFACTS = Path(os.environ.get("ACKSCOPE_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+# How long a browser test waits for a page's part. Generous: on a loaded CI machine (4 workers, 2 cores, load
+# 14) a page took more than 30 s; a timeout then says what the page showed instead (seen, below).
+SHOWN_WITHIN_MS = 60_000
+
+
+def seen(tab, locator, what: str, timeout_ms: int = SHOWN_WITHIN_MS) -> None:
+    """Wait for `locator` on the Playwright page `tab`; failing that, fail with what the page showed (its text,
+    and a screenshot in ARTIFACTS) rather than a selector's name alone."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    try:
+        locator.wait_for(timeout=timeout_ms)
+    except PlaywrightTimeout:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / f"not-seen-{what.replace(' ', '-')[:40]}.png"
+        tab.screenshot(path=str(shot), full_page=True)
+        raise AssertionError(f"{what} not shown within {timeout_ms / 1000:g} s; the page ({shot}) said:\n"
+                             + tab.inner_text("body")[:3000]) from None
 
 
 @contextmanager
@@ -54,7 +71,7 @@ def dashboard(*exporter_urls: str, **env: str) -> Iterator[str]:
                             env={**os.environ, **env})
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _answers(f"{url}/_stcore/health") or proc.poll() is not None, timeout=60,
+        wait_for(lambda: answers(f"{url}/_stcore/health") or proc.poll() is not None, timeout=60,
                  what="the dashboard's health endpoint")
         assert proc.poll() is None, proc.stderr.read()
         yield url
@@ -62,7 +79,7 @@ def dashboard(*exporter_urls: str, **env: str) -> Iterator[str]:
         stop_process(proc, 15, signal.SIGINT)
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
     try:
         return requests.get(url, timeout=2).status_code == 200
     except requests.RequestException:

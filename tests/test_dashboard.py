@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
+import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,13 +17,14 @@ import pytest
 import requests
 from client_processes import Clients
 from conftest import exporter_config
-from dashboard_helpers import ARTIFACTS, CHROMIUM_ARGS, dashboard, frames, page, run_page
+from dashboard_helpers import ARTIFACTS, CHROMIUM_ARGS, answers, dashboard, frames, page, run_page, seen
 from helpers import markdown_table, only_vhost, prometheus_query, wait_for
 from probe_helpers import probe_config, quick
 from streamlit.testing.v1 import AppTest
 
 from ackscope.apps.exporter import Exporter
 from ackscope.core.secret import Secret
+from ackscope.workloads.ports import free_port
 from ackscope.workloads.private_broker import ADMIN_USER
 from ackscope.workloads.scenarios import BY_NAME, PREFIX, Running
 from ackscope_testkit.fault_proxy import FaultProxy
@@ -205,10 +209,10 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
             script_errors: list[str] = []
             tab.on("pageerror", lambda e: script_errors.append(str(e)))
             tab.goto(url)
-            tab.get_by_text("What is wrong:").wait_for(timeout=30_000)
+            seen(tab, tab.get_by_text("What is wrong:"), "the findings")
             cells = tab.locator("[data-testid=stMarkdown] table").filter(has_text="prefetch limit").locator("td")
-            cells.first.wait_for(timeout=30_000)
-            tab.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+            seen(tab, cells.first, "the prefetch table")
+            seen(tab, tab.locator(".js-plotly-plot").first, "a chart")
             text = tab.inner_text("body")
             prefetch = " ".join(cells.all_text_contents())
             for scenario in ("prefetch-saturated", "auto-ack-consumer", "prefetch-unlimited"):
@@ -216,13 +220,13 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
             assert "ackscope-scenario prefetch-saturated" in text  # and so does a finding card
             assert "Remedy:" in text
             # The charts are drawn one after another: wait for the second, do not count at the first.
-            tab.locator(".js-plotly-plot").nth(1).wait_for(timeout=30_000)
+            seen(tab, tab.locator(".js-plotly-plot").nth(1), "the second chart")
             assert "Traceback" not in text
             tab.screenshot(path=str(ARTIFACTS / "dashboard-landing.png"), full_page=True)
             # The refresh (every 5 s here) redraws the data in place: the tab is not reloaded.
             tab.evaluate("window.ackscopeMarker = 42")
             updated = tab.get_by_text("Updated ").first.inner_text()
-            wait_for(lambda: tab.get_by_text("Updated ").first.inner_text() != updated, timeout=20,
+            wait_for(lambda: tab.get_by_text("Updated ").first.inner_text() != updated, timeout=60,
                      what="the live data to refresh")
             assert tab.evaluate("window.ackscopeMarker") == 42
             assert not script_errors, script_errors
@@ -258,7 +262,7 @@ def test_the_browser_is_sent_none_of_the_credentials_the_dashboard_and_the_expor
                 ws.on("framereceived", lambda f: carried.append(f if isinstance(f, bytes) else f.encode())),
                 ws.on("framesent", lambda f: carried.append(f if isinstance(f, bytes) else f.encode()))))
             tab.goto(url)
-            tab.get_by_text("Updated ").first.wait_for(timeout=30_000)  # the data came through the basic auth
+            seen(tab, tab.get_by_text("Updated ").first, "the data")  # it came through the basic auth
             assert "refused" not in tab.inner_text("body")
             carried.append(tab.content().encode())
             tab.goto(url + "/broker")
@@ -309,3 +313,23 @@ def test_history_page_draws_the_probes_p99_from_a_real_prometheus(monkeypatch, l
         assert not app.exception and _charts(app) == 1
     stopped = page(monkeypatch, "history", live.url, ACKSCOPE_PROMETHEUS_URL=url)
     assert stopped.warning[0].value == f"Prometheus at {url} cannot be reached"
+
+
+@pytest.mark.thorough
+def test_killing_the_dashboard_command_leaves_no_server_holding_its_port():
+    # `ackscope dashboard` is the server (exec): a child it started once kept answering after the command was
+    # killed, and the next start failed on the port.
+    port = free_port()
+    health = f"http://127.0.0.1:{port}/_stcore/health"
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("ackscope")), "dashboard", "--exporter-url",
+                             "http://127.0.0.1:9", "--port", str(port), "--address", "127.0.0.1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: answers(health) or proc.poll() is not None, timeout=60, what="the dashboard's health")
+        assert proc.poll() is None, proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for(lambda: not answers(health), timeout=10, what="nothing answering on the killed dashboard's port")
+    with socket.socket() as s:  # and the port is free for the next start
+        s.bind(("127.0.0.1", port))

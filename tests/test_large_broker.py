@@ -11,7 +11,7 @@ import time
 
 import pika
 import pytest
-from helpers import polls_seen, private_broker, scrape, value, wait_for, wait_for_sample
+from helpers import connect, polls_seen, private_broker, scrape, value, wait_for, wait_for_sample
 
 from ackscope.sources.choice import LARGE_BROKER_QUEUES
 
@@ -33,10 +33,9 @@ def large_broker():
 
 @pytest.fixture
 def holding_client(large_broker):
-    """A named client holding 5 unacknowledged messages at its prefetch of 5."""
-    params = pika.URLParameters(large_broker.amqp_url())
-    params.client_properties = {"connection_name": "large-broker-worker"}
-    connection = pika.BlockingConnection(params)
+    """A named client holding 5 unacknowledged messages at its prefetch of 5. Without heartbeats: it runs no I/O
+    loop between the test's steps, and on a slow day the node closed it as dead before the teardown."""
+    connection = connect(large_broker, "/", "large-broker-worker", heartbeat=0)
     channel = connection.channel()
     for _ in range(12):
         channel.basic_publish("", "large-00007", b"x")
@@ -73,9 +72,7 @@ def test_on_a_large_broker_consumers_that_come_and_go_are_seen_though_their_list
     large = auto.large
     assert auto.chosen is large
 
-    params = pika.URLParameters(large_broker.amqp_url())
-    params.client_properties = {"connection_name": "large-broker-latecomer"}
-    latecomer = pika.BlockingConnection(params)
+    latecomer = connect(large_broker, "/", "large-broker-latecomer", heartbeat=0)
     try:
         channel = latecomer.channel()
         channel.basic_qos(prefetch_count=3)

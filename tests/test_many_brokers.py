@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from dashboard_helpers import ARTIFACTS, CHROMIUM_ARGS, dashboard
+from dashboard_helpers import ARTIFACTS, CHROMIUM_ARGS, dashboard, seen
 from helpers import MATRIX, only_vhost, own_vhost, private_broker, scenarios_running, wait_for
 
 from ackscope.diagnosis.thresholds import Thresholds
@@ -96,8 +96,8 @@ def test_three_releases_at_once_are_reported_worst_first_and_a_stopped_one_hides
                     script_errors: list[str] = []
                     tab.on("pageerror", lambda e: script_errors.append(str(e)))
                     tab.goto(url)
-                    tab.get_by_text("every broker, worst first").wait_for(timeout=30_000)
-                    tab.get_by_text("Every broker's findings").wait_for(timeout=30_000)
+                    seen(tab, tab.get_by_text("every broker, worst first"), "the title")
+                    seen(tab, tab.get_by_text("Every broker's findings"), "the findings")
                     states = _states(tab)
                     assert states[:3] == [("critical", "3.10"), ("warning", "4.0"), ("ok", "newest")], states
 
@@ -111,7 +111,7 @@ def test_three_releases_at_once_are_reported_worst_first_and_a_stopped_one_hides
                     tab.screenshot(path=str(ARTIFACTS / "dashboard-brokers.png"), full_page=True)
                     # A click on a broker opens its own pages.
                     tab.get_by_role("link", name="Open 4.0").click()
-                    tab.get_by_text("broker 4.0 · Updated").wait_for(timeout=30_000)
+                    seen(tab, tab.get_by_text("broker 4.0 · Updated"), "4.0's page")
                     assert "What is wrong:" in tab.inner_text("body")
                     assert not script_errors, script_errors
                 finally:

@@ -30,8 +30,9 @@ def _channel(t: float, unacked: int, published: int) -> dict:
             "transactional": False, "published_total": published, "client": "pika 1.3.2", "identity": "app"}
 
 
-def _batch(data: Path, n: int) -> None:
-    """Part n (1–3) of one history, each part in files of its own, written as the probes and exporter would."""
+def _batch(data: Path, n: int, events: bool = True) -> None:
+    """Part n (1–3) of one history, each part in files of its own, written as the probes and exporter would (the
+    exporter's alone without `events`)."""
     run1 = Log(run_id="run1", consumer="ctag1")
     if n == 1:
         for seq in range(1, 41):
@@ -56,8 +57,10 @@ def _batch(data: Path, n: int) -> None:
         run2 = Log(run_id="run2", probe="quorum", queue_type="quorum")
         for seq in range(1, 21):
             run2.happy(seq, 420 + seq)
-        write_events(data, run2, name=f"part-{n}-run2.parquet")
-    write_events(data, run1, name=f"part-{n}.parquet")
+        if events:
+            write_events(data, run2, name=f"part-{n}-run2.parquet")
+    if events:
+        write_events(data, run1, name=f"part-{n}.parquet")
     # Snapshots every 30 s: a channel at its prefetch limit in two samples of three, publishing; a queue whose
     # counters restart in the last part (the node restarted); the channel's consumers, on another queue later.
     times = range(n * 100 - 100, n * 100, 30)
@@ -125,6 +128,11 @@ def test_each_incremental_run_reads_only_new_files_merges_only_the_buckets_they_
     kept = {p: p.stat().st_mtime_ns for p in (state_dir / "messages-000003").rglob("*.parquet")}
     _, said = _incremental(data, tmp_path / "incremental")
     assert any(line.split() == ["2", "of", "3", "buckets", "merged"] for line in said), said
+    # Probe events alone: the snapshot history's parts and reports are carried, not computed again.
+    assert [line.split()[1] for line in said if "carried from run 3: nothing new in its input" in line] == [
+        "saturation", "consumer_queues", "hotspots", "safety", "channels_last", "queues_last"], said
+    assert [line.split()[0] for line in said if "as the run before wrote them" in line] == [
+        "prefetch_saturation", "redelivery_hotspots", "publisher_safety"], said
     buckets = json.loads((state_dir / "manifest-000004.json").read_text())["buckets"]
     assert sorted(buckets.values()) == [3, 4, 4], buckets
     left = {p: p.stat().st_mtime_ns for p in (state_dir / "messages-000003").rglob("*.parquet")}
@@ -139,7 +147,8 @@ def test_each_incremental_run_reads_only_new_files_merges_only_the_buckets_they_
             } == {"classic-persistent": 3}
 
 
-def test_a_run_with_nothing_new_reads_and_writes_nothing(spark, tmp_path):
+def test_a_run_with_nothing_new_reads_and_writes_nothing_and_one_of_one_input_leaves_the_others_reports_alone(
+        spark, tmp_path):
     data, out = tmp_path / "data", tmp_path / "out"
     _batch(data, 1)
     _incremental(data, out)
@@ -148,6 +157,21 @@ def test_a_run_with_nothing_new_reads_and_writes_nothing(spark, tmp_path):
     assert said[0] == "read events: 0 new files, 0 rows" and said[-1] == "nothing new since run 1: the reports stand"
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == written
     assert summary["incremental"]["run"] == 1
+    # The exporter's history alone: the probes' parts and reports stand as run 1 left them, and the run's
+    # reports are still a full run's.
+    _batch(data, 2, events=False)
+    summary, said = _incremental(data, out)
+    assert said[0] == "read events: 0 new files, 0 rows", said
+    assert not [line for line in said if line.startswith("  state ") and "carried" not in line
+                and line.split()[1] not in ("messages", "saturation", "consumer_queues", "hotspots", "safety",
+                                            "channels_last", "queues_last")], said
+    probe_reports = ("delivery_audit", "lost_messages", "out_of_order_messages", "confirm_latency",
+                     "confirm_batches", "confirm_batch_interval", "delivery_latency", "redelivery")
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.parts[len(out.parts)]
+            in probe_reports} == {p: t for p, t in written.items() if p.parts[len(out.parts)] in probe_reports}
+    _run(data, tmp_path / "full")
+    assert read_reports(out) == read_reports(tmp_path / "full")
+    assert summary["outputs"] == json.loads((tmp_path / "full" / "summary.json").read_text())["outputs"]
 
 
 def _cli(data: Path, out: Path, *args: str) -> subprocess.Popen:
@@ -155,25 +179,30 @@ def _cli(data: Path, out: Path, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("killed_at", ["  state frames", "  confirm_latency"])
-def test_a_run_killed_mid_way_neither_loses_nor_double_counts(spark, java, tmp_path, killed_at):
-    """Killed once its state is half written, or once half the reports are: the next run starts again from the
-    last committed run, and its reports are those of a full run. Only the run that is killed is a process of its
-    own; the others run in this one, on the suite's Spark."""
-    data, out = tmp_path / "data", tmp_path / "out"
-    _batch(data, 1)
-    _incremental(data, out)
-    _batch(data, 2)
+def _killed_at(data: Path, out: Path, stage: str) -> None:
+    """`ackscope pipeline --incremental` in a process of its own, killed (SIGKILL) as it begins `stage`."""
     doomed = _cli(data, out, "--incremental")
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(doomed.stderr), daemon=True).start()
     deadline = time.monotonic() + 480  # CI's parallel phase once took more than 240 s to reach the reports
-    while not any(line.startswith(killed_at) for line in lines):
+    while not any(line.startswith(stage) for line in lines):
         assert doomed.poll() is None and time.monotonic() < deadline, "".join(lines)
         time.sleep(0.02)
     doomed.send_signal(signal.SIGKILL)
     doomed.wait(30)
-    assert (out / "_state" / "gen-000002").exists()  # what the killed run left
+
+
+def test_a_run_killed_mid_way_neither_loses_nor_double_counts(spark, java, tmp_path):
+    """Killed once its state is half written, then (the same run again) once half the reports are: the next run
+    starts again from the last committed run, and its reports are those of a full run. Only the runs that are
+    killed are processes of their own; the others run in this one, on the suite's Spark."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    _batch(data, 1)
+    _incremental(data, out)
+    _batch(data, 2)
+    for stage in ("  state frames", "  confirm_latency"):
+        _killed_at(data, out, stage)
+        assert (out / "_state" / "gen-000002").exists()  # what the killed run left
     _batch(data, 3)
     _, said = _incremental(data, out)
     assert said[0].startswith("read events: 3 new files"), said  # part 2's file, and part 3's two

@@ -67,6 +67,11 @@ def test_monitoring_tag_without_vhost_permissions_sees_everything(broker, vhost,
     finally:
         out = _stop(proc)
     assert "Traceback" not in out
+    # The one path the tag does not open (shovel definitions are parameters) is said as such: the management API
+    # answers it 401, as it does a wrong password, and only its reason tells them apart.
+    assert "login failed" not in out, out
+    assert ("user 'watcher' may not read /api/parameters/shovel (the broker: User not authorised to access object)"
+            in out), out
 
 
 def test_password_appears_nowhere_a_user_or_attacker_could_read(broker, vhost, clients, monitoring_user):

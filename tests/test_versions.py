@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 
 import pika
@@ -40,9 +41,12 @@ from helpers import (
 )
 from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
 
+from ackscope.core.secret import Secret
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.model.events import EVENTS
+from ackscope.model.source import FetchError
 from ackscope.sources import Selection
+from ackscope.sources.management.client import ManagementClient
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
 from ackscope.workloads.scenarios import PREFIX, SCENARIOS
@@ -86,6 +90,27 @@ def release_vhost(release_broker) -> Iterator[str]:
 
 
 # -- the exporter's truths ------------------------------------------------------------------------------
+def test_a_refused_login_and_a_path_the_user_may_not_read_both_401_and_are_told_apart(release_broker):
+    """The management API answers both with 401; its reason tells the exporter which to say."""
+    node, user, password = release_broker, f"watcher-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    node.api("PUT", f"/users/{user}", json={"password": password, "tags": "monitoring"})
+
+    def refusal(given: str) -> FetchError:
+        client = ManagementClient(node.management_url, user, Secret(given))
+        with pytest.raises(FetchError) as refused:
+            client.http.json("shovel-definitions", "/api/parameters/shovel", {}, time.monotonic() + 10)
+        return refused.value
+
+    try:
+        denied, wrong = refusal(password), refusal(password + "-wrong")
+    finally:
+        node.api("DELETE", f"/users/{user}")
+    assert (denied.reason, str(denied)) == ("forbidden", f"shovel-definitions: user '{user}' may not read "
+                                            "/api/parameters/shovel (the broker: User not authorised to access object)")
+    assert wrong.reason == "unauthorized" and f"login failed for user '{user}': check ACKSCOPE_USERNAME" in str(wrong)
+    assert password not in str(wrong)
+
+
 def test_the_exporters_families_agree_with_the_raw_api(release, release_broker, release_vhost, start_exporter,
                                                         caplog):
     caplog.set_level(logging.INFO, logger="ackscope")
@@ -453,23 +478,29 @@ def test_publishers_waiting_for_each_confirm_are_named_on_pika_and_java_and_one_
     """pika's BlockingChannel after confirm_delivery() and the Java client's waitForConfirmsOrDie after each
     publish, persistent messages without pause: one unconfirmed at a time, waiting most of their time (their rate
     times the probes' confirm latency: the broker's own count misses the round trip, measured 30-50% on 4.3.6).
-    aio-pika awaiting 100 publishes together, as fast: quiet. RabbitMQ 4 refreshes a channel's figures every 5 s
-    or so: a 45 s window gives it the samples asked for."""
+    The Java client streaming its confirms (a ConfirmListener, up to 32 unconfirmed), as fast: quiet. (aio-pika
+    awaiting 100 publishes together was quiet too, until a CI machine slowed it to 240/s: its writes then came
+    slower than the broker's confirms, and in all 6 samples the broker held at most one of them unconfirmed, as it
+    would for a publisher waiting for each. Only a streamer faster than the broker's confirms is told apart.)
+    RabbitMQ 4 refreshes a channel's figures every 5 s or so: a 45 s window gives it the samples asked for."""
     exporter = start_exporter(release_broker.management_url, interval=0.5, selection=only_vhost(release_vhost),
                               thresholds=Thresholds(window_seconds=45.0, confirm_wait_samples=6),
                               probes=probe_config(release_broker, release_vhost, (quick("waits"),)))
     release_clients.start(sys.executable, "pika_confirms.py", "waits.pika")
-    release_clients.java_client("confirm-each", "waits.java")
-    release_clients.start(sys.executable, "aio_pika_client.py", "streaming-publisher", "streams.aio",
-                          env={"CONNECTION_NAME": "aio-pika-streaming"})
+    # Two JVMs compile their source at once, awaited after.
+    jvms = [release_clients.java_client("confirm-each", "waits.java", ready=False),
+            release_clients.java_client("confirm-stream", "streams.java", ready=False,
+                                        env={"CONNECTION_NAME": "java-streaming"})]
+    for jvm in jvms:
+        release_clients.await_ready(jvm)
     rule = "publisher-waits-each-confirm"
 
     def both_named():
         release_clients.check()  # a client that died is named with its own words, not waited for
         found = [f for f in findings(exporter) if f["rule"] == rule]
-        assert not [f for f in found if f["connection_name"] == "aio-pika-streaming"], [f["evidence"] for f in found]
+        assert not [f for f in found if f["connection_name"] == "java-streaming"], [f["evidence"] for f in found]
         pika_one = [f for f in found if f["connection_name"] == "pika-confirm-each"]
-        java_one = [f for f in found if f["client"].startswith("RabbitMQ")]  # the Java client's product
+        java_one = [f for f in found if f["client"].startswith("RabbitMQ")]  # the Java client's product, unnamed
         return (pika_one[0], java_one[0]) if pika_one and java_one else None
     # A clean-clone run took 115 s on 4.0 under the suite's load: six refreshes of 5 s, and polls that lag.
     named = wait_for(both_named, 240, lambda: f"{rule} on pika and Java (the Java client's channels: "
@@ -481,13 +512,13 @@ def test_publishers_waiting_for_each_confirm_are_named_on_pika_and_java_and_one_
         assert e["waiting_share_from"].startswith("inferred: ") and "'ackscope bench confirms'" in f["remedy"]
         assert e["probe_confirm_p50_seconds"] > 0
     # The streaming publisher publishes with confirms all along, and stays quiet poll after poll.
-    aio = {c["name"] for c in release_broker.api("GET", f"/vhosts/{release_vhost}/connections").json()
-           if c.get("user_provided_name") == "aio-pika-streaming"}
+    java = {c["name"] for c in release_broker.api("GET", f"/vhosts/{release_vhost}/connections").json()
+            if c.get("user_provided_name") == "java-streaming"}
     streaming = [c for c in release_broker.api("GET", f"/vhosts/{release_vhost}/channels").json()
-                 if c["connection_details"]["name"] in aio and c.get("message_stats", {}).get("publish")]
+                 if c["connection_details"]["name"] in java and c.get("message_stats", {}).get("publish")]
     assert streaming and all(c["confirm"] for c in streaming), streaming
     for doc in polls_seen(exporter.url, 6):
-        assert not [f for f in doc["findings"] if f["rule"] == rule and f["connection_name"] == "aio-pika-streaming"]
+        assert not [f for f in doc["findings"] if f["rule"] == rule and f["connection_name"] == "java-streaming"]
     print(f"RabbitMQ {release.version}: " + "; ".join(
         f"{'pika' if f['connection_name'] == 'pika-confirm-each' else 'Java'} {f['severity']}, "
         f"{f['evidence']['publish_rate']}/s, waiting {f['evidence']['waiting_share']:.0%}" for f in named))

@@ -5,8 +5,6 @@ With CONNECTION_NAME set, the connection is named as aio-pika's documentation na
       process-requeue      a prefetch-10 consumer whose handler fails inside message.process(requeue=True)
       confirming-publisher 5 a second through the default (confirming) channel, and a prefetch-50
                            consumer that processes them
-      streaming-publisher  persistent messages as fast as their confirms come, 100 publishes awaited together,
-                           into a quorum queue of its own
       process-reject       5 a second through the default channel into <queue>, declared by the caller (of any
                            type), and a prefetch-10 consumer whose handler fails inside message.process()
                            (rejected without requeue: dead-lettered)
@@ -49,11 +47,8 @@ async def main(mode: str, queue_name: str) -> None:
             print("ready", flush=True)
             await stop.wait()
             return
-        # The streaming publisher's own queue is a quorum queue, bounded: it publishes as fast as it can and fills no
-        # disk. (The other modes' queues are shared with other clients, which declare them as plain classic queues.)
-        arguments = {"x-expires": 600_000, **({"x-max-length": 10_000, "x-queue-type": "quorum"}
-                                              if mode == "streaming-publisher" else {})}
-        queue = await channel.declare_queue(queue_name, durable=True, arguments=arguments)
+        # Shared with other clients, which declare it as a plain classic queue.
+        queue = await channel.declare_queue(queue_name, durable=True, arguments={"x-expires": 600_000})
         if mode == "process-requeue":
             async def fails(message: aio_pika.abc.AbstractIncomingMessage) -> None:
                 async with message.process(requeue=True):
@@ -74,14 +69,6 @@ async def main(mode: str, queue_name: str) -> None:
                         routing_key=queue_name)
                     await asyncio.sleep(0.2)
             asyncio.get_running_loop().create_task(publish())
-        elif mode == "streaming-publisher":
-            async def publish_many() -> None:
-                # Persistent messages as fast as confirms come, 100 awaited together: the confirms stream in.
-                while True:
-                    await asyncio.gather(*(channel.default_exchange.publish(
-                        aio_pika.Message(b"order", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
-                        routing_key=queue_name) for _ in range(100)))
-            asyncio.get_running_loop().create_task(publish_many())
         else:
             raise SystemExit(f"unknown mode {mode}")
         print("ready", flush=True)
