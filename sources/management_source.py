@@ -112,9 +112,13 @@ class ManagementSource:
             unseen = [n.name for n in nodes if n.running is False and n.name in answered]
             snapshot = replace(snapshot, dead_lettered=counted, protocol_counts=deliveries,
                                nodes=reconciled(nodes, snapshot.overview.node, answered, self._views(unseen)))
-        members = {n.name for n in snapshot.nodes}
-        self._known_urls = {node: url for node, url in self._known_urls.items() if node in members}
-        self._known_apis = {node: url for node, url in self._known_apis.items() if node in members}
+        if not any(e.endpoint == "nodes" for e in errors):
+            # Members that left the cluster are forgotten, as the node list says: only where it was read. A poll
+            # without it (a 3.10 node's API waits for its peers' net ticks in a split's first seconds) forgot
+            # them all, and the cut-off members, whose listeners are no longer listed, were never asked again.
+            members = {n.name for n in snapshot.nodes}
+            self._known_urls = {node: url for node, url in self._known_urls.items() if node in members}
+            self._known_apis = {node: url for node, url in self._known_apis.items() if node in members}
         snapshot, failed = protocols.read(snapshot, self.client, deadline, self._pool, self._sessions)
         snapshot, moved = transfers.read(snapshot, self.client, deadline, self._pool, self.selection)
         errors = sorted([*errors, *failed, *moved], key=lambda e: e.endpoint)
