@@ -84,8 +84,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         log.info("starting a private RabbitMQ node in %s ...", broker.base_dir)
         try:
             broker.start()
-        except LocalBrokerError as e:
-            broker.remove()
+        except LocalBrokerError as e:  # its directory stays: the message points at the node's log there
+            broker.stop()
             raise ConfigError(str(e)) from None
     management_url = args.management_url or broker.management_url
     username = args.username if args.management_url else ADMIN_USER

@@ -334,18 +334,23 @@ def test_a_memory_alarm_is_critical_and_with_the_cli_the_blocked_publisher_is_na
     cli = " ".join(statsoff_broker.cli_command())
     with scenarios_running(statsoff_broker, off_vhost, "blocked-publisher"):
         statsoff_broker.ctl("set_vm_memory_high_watermark", "0.000001")
+        last = {}
         try:
             def blocked():
+                # rabbitmqctl boots a VM of its own for each listing: under the parallel phase's load it took longer
+                # than the 5 s a request may take by default, and every run dropped the CLI's part.
                 done = subprocess.run(
                     [sys.executable, "-m", "ackscope", "diagnose", "--management-url", statsoff_broker.management_url,
                      "--prometheus-url", statsoff_broker.prometheus_url, "--cli", cli, "--include-vhosts",
-                     re.escape(off_vhost), "--window", "1s", "--format", "json"], capture_output=True, text=True,
-                    timeout=120, env=dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD))
+                     re.escape(off_vhost), "--window", "1s", "--timeout", "20", "--format", "json"],
+                    capture_output=True, text=True, timeout=120, env=dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD))
                 report = json.loads(done.stdout)
                 found = {(f["rule"], f["severity"], f["connection_name"]) for f in report["findings"]}
+                last.update(code=done.returncode, found=sorted(found, key=str), said=done.stderr.strip()[-600:])
                 return (done.returncode, found) if ("connection-blocked", "warning",
                                                     "ackscope-scenario blocked-publisher") in found else None
-            code, found = wait_for(blocked, timeout=60, what="the scenario's publisher, blocked, named by the CLI")
+            code, found = wait_for(blocked, timeout=120,
+                                   what=lambda: f"the scenario's publisher, blocked, named by the CLI (last run {last})")
         finally:
             statsoff_broker.ctl("set_vm_memory_high_watermark", "0.4")
     assert code == 2  # critical: the node's alarm, from its Prometheus plugin

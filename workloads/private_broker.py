@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -32,6 +33,8 @@ from .rabbitmq_release import (
     mount_kernel_filesystems,
     root_user,
 )
+
+PORT_ATTEMPTS = 3  # first starts on fresh ports, where another process took one (PortTaken)
 
 # The broker's own default account; RabbitMQ lets it log in from loopback only.
 ADMIN_USER = "guest"
@@ -59,6 +62,7 @@ class LocalBroker:
         self.settings = NodeConf(stats_interval_ms, statistics, plugins, net_ticktime, config)
         self.cookie = cookie or secrets.token_hex(16).upper()
         self._process: subprocess.Popen | None = None
+        self._printed_from = 0
         self._user = "rabbitmq" if os.geteuid() == 0 else None
         if self.root is not None and self._user is None:
             raise LocalBrokerError("a node from a Debian root is started through chroot, which needs root")
@@ -83,19 +87,31 @@ class LocalBroker:
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> None:
-        """Start the node (first time: lay out its directories) and wait until its HTTP API answers."""
+        """Start the node (first time: lay out its directories) and wait until its HTTP API answers. A first start
+        whose port another process took between the choice and the node's listen (the kernel's free port given
+        to an outgoing connection meanwhile: seen on a loaded machine) starts again on other free ports."""
         ensure_installed(self.root)
         if self.root is not None:
             mount_kernel_filesystems(self.root)
-        if not (self.base_dir / "rabbitmq.conf").exists():
-            self._lay_out()
-        with open(self.base_dir / "log" / "console.log", "ab") as log:
-            self._process = subprocess.Popen(
-                self._command("rabbitmq-server"),
-                env=self._env(), cwd=self.base_dir, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, user=self._run_as, start_new_session=True,
-            )
-        self._wait_ready(timeout)
+        first = not (self.base_dir / "rabbitmq.conf").exists()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if first:
+                self._lay_out()
+            with open(self.base_dir / "log" / "console.log", "ab") as log:
+                self._printed_from = log.tell()  # what this start prints, after what earlier ones did
+                self._process = subprocess.Popen(
+                    self._command("rabbitmq-server"),
+                    env=self._env(), cwd=self.base_dir, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, user=self._run_as, start_new_session=True,
+                )
+            try:
+                self._wait_ready(timeout)
+                return
+            except PortTaken:
+                self._reap(30)
+                if not first or attempt == PORT_ATTEMPTS:
+                    raise
+                self.ports = Ports.free()
 
     def stop(self, timeout: float = 60.0) -> None:
         """Stop the node gracefully (SIGTERM to the VM), killing it if it does not stop in time."""
@@ -204,7 +220,12 @@ class LocalBroker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process and self._process.poll() is not None:
-                raise LocalBrokerError(f"node {self.nodename} exited while starting; see {self.base_dir}/log")
+                with open(self.base_dir / "log" / "console.log", "rb") as log:
+                    log.seek(self._printed_from)
+                    said = boot_failure(log.read().decode(errors="replace"))
+                error = PortTaken if said and "eaddrinuse" in said else LocalBrokerError
+                raise error(f"node {self.nodename} exited while starting" + (f": {said}" if said else "")
+                            + f"; see {self.base_dir}/log")
             if self._http_answers() and self._amqp_listens():
                 return
             time.sleep(0.3)
@@ -243,6 +264,37 @@ class LocalBroker:
                 self._process.wait()
             self._process = None
         (self.base_dir / "beam.pid").unlink(missing_ok=True)
+
+
+_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+ \[\w+\] <[\d.]+>")
+_LOG_ERROR = re.compile(r"^\d{4}-\d\d-\d\d \S+ \[error\] <[\d.]+>(.*)$")
+
+
+class PortTaken(LocalBrokerError):
+    """The node could not listen on one of its ports: another process holds it."""
+
+
+def boot_failure(console: str) -> str | None:
+    """Why a node's boot failed, in one line, from what this start printed to its console: a port another
+    process holds; else the first error it logged before it failed (a setting it does not know, say) and its
+    "Error during startup" term; None when it printed neither. Cut at 300 characters."""
+    if "eaddrinuse" in console:  # a listener's, or the Erlang distribution's, which prints no startup error
+        listener = re.search(r'could_not_start_listener,\s*"?([\d.:]+)"?,\s*(\d+)', console)
+        where = f" {listener.group(1)}:{listener.group(2)}" if listener else ""
+        return f"a port it was given{where} is held by another process (eaddrinuse)"
+    before, found, rest = console.partition("Error during startup:")
+    logged = (m.group(1).strip() for line in before.splitlines() if (m := _LOG_ERROR.match(line)))
+    first = next(filter(None, logged), None)
+    term = []
+    for line in rest.splitlines():
+        line = _LOG_PREFIX.sub("", line).strip()  # printed to the console as it is also logged, prefixed
+        if not line:
+            break  # the term ends with a blank line
+        term.append(line)
+    said = " ".join(filter(None, [first, f"({' '.join(term)})" if first and term else " ".join(term)]))
+    if not said:
+        return None
+    return said if len(said) <= 300 else said[:297] + "..."
 
 
 def _alive(pid: int) -> bool:
