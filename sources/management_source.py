@@ -28,7 +28,7 @@ from .management.client import PAGES_UP_TO, ManagementClient
 from .management.session_reads import SessionReads
 from .prometheus_plugin import normalise as plugin_normalise
 from .prometheus_plugin.listeners import MANAGEMENT, plugin_urls
-from .reachability import reconciled
+from .reachability import Rejoining, reconciled
 from .selection import Selection
 
 log = logging.getLogger("ackscope.sources")
@@ -85,6 +85,7 @@ class ManagementSource:
         self._known_urls: dict[str, str] = {}
         self._known_apis: dict[str, str] = {}  # and each member's management API, to ask a cut-off node's own view
         self._peers = Readers(username, password, timeout=timeout, verify=verify, what="management plugin")
+        self._rejoining = Rejoining()
 
     def read(self) -> Snapshot:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline
@@ -109,6 +110,7 @@ class ManagementSource:
             counted, latency, deliveries, answered = per_node
             nodes = tuple(replace(n, quorum_commit_latency_seconds=latency[n.name])
                           if latency.get(n.name) is not None else n for n in snapshot.nodes)
+            answered = self._rejoining.heard(nodes, answered, time.monotonic())
             unseen = [n.name for n in nodes if n.running is False and n.name in answered]
             snapshot = replace(snapshot, dead_lettered=counted, protocol_counts=deliveries,
                                nodes=reconciled(nodes, snapshot.overview.node, answered, self._views(unseen)))

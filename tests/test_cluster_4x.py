@@ -101,7 +101,8 @@ def test_under_khepri_a_node_silent_past_net_ticktime_is_down_then_rejoins_and_n
         second.resume()
     wait_for(lambda: finding_on(url, "node-down", f"node {second.nodename}") is None, 60, "node 2 back by itself")
     after = polls_seen(url, 6)
-    assert not [f for doc in after for f in doc["findings"] if f["rule"] == "network-partition"]
+    named = [f for doc in after for f in doc["findings"] if f["rule"] == "network-partition"]
+    assert not named, [(f["object"], f["evidence"]) for f in named]
     samples = scrape(exporter)
     assert value(samples, "ackscope_node_partitions", node=first.nodename) == 0
     assert value(samples, "ackscope_node_partitions", node=second.nodename) == 0

@@ -9,7 +9,7 @@ from snapshot_builders import OVERVIEW, connection, consumer, node, queue, snaps
 
 from ackscope.diagnosis.rules import Context, evaluate
 from ackscope.sources.prometheus_plugin.normalise import online_from_nodes
-from ackscope.sources.reachability import reconciled
+from ackscope.sources.reachability import REJOIN_WITHIN, Rejoining, reconciled
 
 A, B, C = "rabbit@a", "rabbit@b", "rabbit@c"
 
@@ -110,6 +110,22 @@ def test_a_full_split_leaves_each_node_alone_and_a_node_that_does_not_answer_is_
     assert [len(n.partitions) for n in alone] == [2, 2, 2]
     down = reconciled(_members(True, True, False), "rabbit@n1", {"rabbit@n1": 0, "rabbit@n2": 0})
     assert [n.running for n in down] == [True, True, False] and not any(n.partitions for n in down)
+
+
+def test_a_member_that_answers_again_after_a_silence_is_rejoining_for_a_while_then_cut_off_if_still_apart():
+    # As measured on 4.3.6 after n2 was paused past net_ticktime: resumed, it answers and counts n1 unreachable
+    # while n1 still lists it as not running, for the seconds until they reconnect.
+    rejoining, members = Rejoining(), _members(True, False)
+    assert rejoining.heard(members, {"rabbit@n1": 0}, now=100.0) == {"rabbit@n1": 0}  # paused: silent
+    back = rejoining.heard(members, {"rabbit@n1": 1, "rabbit@n2": 1}, now=105.0)
+    assert back == {"rabbit@n1": 1}
+    assert [n.running for n in reconciled(members, "rabbit@n1", back)] == [True, False]  # down, not partitioned
+    apart = rejoining.heard(members, {"rabbit@n1": 1, "rabbit@n2": 1}, now=100.0 + REJOIN_WITHIN)
+    assert [len(n.partitions) for n in reconciled(members, "rabbit@n1", apart)] == [1, 1]
+    # Whole again, the member's silence is forgotten: a split later is named at once.
+    assert rejoining.heard(_members(True, True), {"rabbit@n1": 0, "rabbit@n2": 0}, now=140.0) == {
+        "rabbit@n1": 0, "rabbit@n2": 0}
+    assert rejoining.heard(members, {"rabbit@n1": 1, "rabbit@n2": 1}, now=141.0) == {"rabbit@n1": 1, "rabbit@n2": 1}
 
 
 def test_3_10_lists_its_partitions_itself_and_they_are_kept():
