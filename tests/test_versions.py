@@ -409,8 +409,12 @@ def test_no_confirmed_persistent_message_is_lost_across_kill_9_and_restart(relea
                 assert probe_value(probes, "ackscope_probe_up", t.name) == 1
                 # What the node recovered came in publish order, before what was published after.
                 assert probe_value(probes, "ackscope_probe_out_of_order_first_total", t.name) == 0, t.name
-            awaiting = {p.t.name: p.audit.awaiting for p in probes.runner.probes}
-        assert all(n < 500 for n in awaiting.values()), awaiting
+            # What awaits the audit is what is in flight, bounded: the backlog the restart left drains (in CI on
+            # 3.10, 1,137 and 1,166 still awaited when every pre-crash message had settled).
+            def awaiting():
+                return {p.t.name: p.audit.awaiting for p in probes.runner.probes}
+            wait_for(lambda: all(n < 500 for n in awaiting().values()), 60,
+                     lambda: f"fewer than 500 messages awaiting the audit in each probe (now {awaiting()})")
 
 
 def test_two_consumers_with_requeues_see_redeliveries_out_of_order_and_first_deliveries_in_order(
