@@ -266,8 +266,9 @@ class LocalBroker:
         (self.base_dir / "beam.pid").unlink(missing_ok=True)
 
 
-_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+ \[\w+\] <[\d.]+>")
-_LOG_ERROR = re.compile(r"^\d{4}-\d\d-\d\d \S+ \[error\] <[\d.]+>(.*)$")
+_LOGGED = r"^\d{4}-\d\d-\d\d \S+ \[(%s)\] <[\d.]+>"  # a log line's head: its time, level and process
+_LOG_PREFIX = re.compile(_LOGGED % r"\w+")
+_LOG_ERROR = re.compile(_LOGGED % "error" + "(.*)$")
 
 
 class PortTaken(LocalBrokerError):
@@ -283,7 +284,7 @@ def boot_failure(console: str) -> str | None:
         where = f" {listener.group(1)}:{listener.group(2)}" if listener else ""
         return f"a port it was given{where} is held by another process (eaddrinuse)"
     before, found, rest = console.partition("Error during startup:")
-    logged = (m.group(1).strip() for line in before.splitlines() if (m := _LOG_ERROR.match(line)))
+    logged = (m.group(2).strip() for line in before.splitlines() if (m := _LOG_ERROR.match(line)))
     first = next(filter(None, logged), None)
     term = []
     for line in rest.splitlines():
