@@ -86,11 +86,14 @@ class Fault:
 
 class Soak:
     def __init__(self, minutes: float, interval: float = 3.0, fault_every: float = 120.0, hold: float = 20.0,
-                 workdir: Path | None = None, loss_percent: int = 20, latency_ms: int = 50):
-        """`loss_percent`: the packets lost both ways on the exporter's path to the broker in the packet-loss
+                 workdir: Path | None = None, loss_percent: int = 20, latency_ms: int = 50,
+                 calm: float | None = None):
+        """`calm`: the seconds before the first fault, the baseline faults are compared with (`fault_every` by
+        default). `loss_percent`: the packets lost both ways on the exporter's path to the broker in the packet-loss
         fault (0: no test host, the exporter on this host, no packet-loss fault). `latency_ms`: the delay added
         each way on that path in the latency fault (0: no latency fault)."""
         self.minutes, self.interval, self.fault_every, self.hold = minutes, interval, fault_every, hold
+        self.calm = fault_every if calm is None else calm
         self.loss_percent, self.latency_ms = loss_percent, latency_ms
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="ackscope-soak-"))
         self.samples: list[Sample] = []
@@ -138,7 +141,7 @@ class Soak:
         faults = itertools.cycle(self._faults(broker, proxy, relay, link))
         try:
             end = self.minutes * 60
-            next_fault = min(self.fault_every, end)
+            next_fault = min(self.calm, end)
             while self.now() < end:
                 time.sleep(max(0.0, min(next_fault, end) - self.now()))
                 if self.now() >= end:
