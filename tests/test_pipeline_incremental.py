@@ -212,8 +212,8 @@ def test_a_run_killed_mid_way_neither_loses_nor_double_counts(spark, java, tmp_p
         "gen-000002", "manifest-000002.json", "messages-000002"]
 
 
-def test_a_damaged_state_or_one_of_other_input_is_refused_in_one_line_and_rebuild_starts_over(spark, java,
-                                                                                                 tmp_path):
+def test_a_damaged_state_or_one_of_other_input_is_refused_in_one_line_and_rebuild_starts_over(spark, tmp_path,
+                                                                                                 capfd):
     data, out = tmp_path / "data", tmp_path / "out"
     _batch(data, 1)
     _incremental(data, out)
@@ -253,11 +253,13 @@ def test_a_damaged_state_or_one_of_other_input_is_refused_in_one_line_and_rebuil
     part = next((out / "_state" / "messages-000001").rglob("*.parquet"))  # run1's bucket, which part 2 reaches
     part.write_bytes(part.read_bytes()[:100])
     _batch(data, 2)
-    # The command says it in one line, after its progress, and exits 1.
-    run = _cli(data, out, "--incremental")
-    _, err = run.communicate(timeout=300)
+    # The command says it in one line, after its progress, and exits 1 (run in this process, on the suite's Spark:
+    # the JVM's own output would land in the same stderr).
+    capfd.readouterr()
+    code = main(["pipeline", "--data-dir", str(data), "--out", str(out), "--incremental"])
+    err = capfd.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("ackscope pipeline:")]
-    assert run.returncode == 1 and "Traceback" not in err and len(errors) == 1 and err.strip().endswith(errors[0])
+    assert code == 1 and "Traceback" not in err and len(errors) == 1 and err.strip().endswith(errors[0]), err
     assert errors[0].startswith(f"ackscope pipeline: the incremental state under {out}/_state is damaged ("), err
     summary, said = _incremental(data, out, rebuild=True)
     assert said[0].startswith("read events: 2 files") and summary["incremental"]["run"] == 1
