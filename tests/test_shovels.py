@@ -74,8 +74,8 @@ def pair(release) -> Iterator[Pair]:
     found = matrix_release(release)
     source = LocalBroker(name="ackscope-shovel-src", release=found, plugins=PLUGINS + TRANSFER_PLUGINS,
                          statistics=release != "newest")
-    # The destination logs at info: its account of a recovery after kill -9 (what it rebuilt, what it dropped) is
-    # the evidence should on-confirm ever come up short.
+    # The destination logs at info: its account of each recovery after kill -9 (the queues it recovered) is the
+    # evidence should on-confirm ever come up short.
     destination = LocalBroker(name="ackscope-shovel-dst", release=found, plugins=PLUGINS + ("rabbitmq_federation",),
                               config=("log.file.level = info",))
     try:
@@ -123,10 +123,17 @@ def test_a_destination_killed_mid_flow_loses_messages_with_no_ack_as_predicted_a
     dest_uri = f"amqp://{ADMIN_USER}:{ADMIN_PASSWORD}@127.0.0.1:{pair.destination.ports.amqp}/%2F"
     watching = _watch(start_exporter, pair.source)
     counted = {}
-    for mode in ("no-ack", "on-publish", "on-confirm"):
+    modes = ("no-ack", "on-publish", "on-confirm")
+    # The destination's queues exist on its disk before any kill: a clean restart writes them there. On 3.10 a
+    # durable queue declared seconds before a kill -9 came back missing (2 runs in about 20 under load: "Recovering
+    # 2 queues" where 3 were declared, then the shovel declared it again, empty), and with it what the node had
+    # confirmed into it: a loss of the destination's, not of the shovel's mode.
+    _declare(pair.destination, *(f"dst-{mode}" for mode in modes))
+    pair.destination.stop()
+    pair.destination.start()
+    for mode in modes:
         src, dst = f"src-{mode}", f"dst-{mode}"
         _declare(pair.source, src, publish_into=src, count=MESSAGES)
-        _declare(pair.destination, dst)
         _shovel(pair, f"move-{mode}", **{"src-queue": src, "dest-uri": dest_uri, "dest-queue": dst,
                                          "ack-mode": mode})
         # Mid-flow: a tenth has arrived.
@@ -148,8 +155,7 @@ def test_a_destination_killed_mid_flow_loses_messages_with_no_ack_as_predicted_a
         # deleted: each message is then at the destination, back at the source, or lost.
         pair.source.api("DELETE", f"/parameters/shovel/%2F/move-{mode}")
         # Counted once nothing is unacked at the source (the node's own count, no statistics lag): what the shovel
-        # held is then ready again. CI twice counted 7,173 of 8,000 when the wait was for no consumer; whether a
-        # held window was the cause is not proven (a quiet machine showed none unacked after the consumer went).
+        # held is then ready again.
         wait_for(lambda src=src, mode=mode: pair.status(f"move-{mode}") is None
                  and pair.unacked(pair.source, src) == 0, 60,
                  f"shovel move-{mode} to be gone and all it held back at {src}")
@@ -158,9 +164,9 @@ def test_a_destination_killed_mid_flow_loses_messages_with_no_ack_as_predicted_a
     assert counted["no-ack"] < MESSAGES, counted
     # On-confirm acked the source only for what the destination confirmed: the rest came again (duplicates allowed)
     # or is back at the source.
-    # If not, the destination's own account of its recovery says whether the broker dropped what it had confirmed.
+    # If not, the destination's own account of each recovery says whether it lost a queue.
     recovered = [line for line in pair.destination.log_file.read_text(errors="replace").splitlines()
-                 if "unclean" in line or "dropped" in line.lower()]
+                 if "Recovering" in line and "rabbit_classic_queue" in line or "no queue 'dst-" in line]
     assert counted["on-confirm"] >= MESSAGES, (counted, recovered)
     print(f"RabbitMQ {pair.slot}: of {MESSAGES} persistent messages the destination and the source kept {counted}")
 
