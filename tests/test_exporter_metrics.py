@@ -45,8 +45,11 @@ def test_prefetch_ten_consumer_saturated_with_backlog_behind_it(broker, vhost, e
     slow.basic_qos(prefetch_count=10)
     slow.basic_consume("orders", on_message_callback=lambda *a: None)
 
-    # The queue's consumer count comes with its statistics, which may reach a poll after the channel's.
+    # The queue's consumer count comes with its statistics, and the consumer with the consumer list, either of
+    # which may reach a poll after the channel's (CI once scraped between them).
     wait_for_sample(exporter, "ackscope_queue_consumers", 1, vhost=vhost, queue="orders")
+    wait_for_sample(exporter, "ackscope_consumer_prefetch_count", 10, vhost=vhost, queue="orders",
+                    connection_name="slow-worker")
     s = wait_for_sample(exporter, "ackscope_channel_prefetch_utilisation", 1.0, vhost=vhost,
                         connection_name="slow-worker")
     assert value(s, "ackscope_channel_messages_unacked", vhost=vhost, connection_name="slow-worker") == 10
