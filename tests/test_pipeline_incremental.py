@@ -253,8 +253,8 @@ def test_a_damaged_state_or_one_of_other_input_is_refused_in_one_line_and_rebuil
     part = next((out / "_state" / "messages-000001").rglob("*.parquet"))  # run1's bucket, which part 2 reaches
     part.write_bytes(part.read_bytes()[:100])
     _batch(data, 2)
-    # The command says it in one line, after its progress, and exits 1 (run in this process, on the suite's Spark:
-    # the JVM's own output would land in the same stderr).
+    # The command says it in one line, after its progress, and exits 1 (run in this process, on the suite's Spark,
+    # not in a JVM of its own: what Python prints is the command's; the killed-run test runs it as a process).
     capfd.readouterr()
     code = main(["pipeline", "--data-dir", str(data), "--out", str(out), "--incremental"])
     err = capfd.readouterr().err

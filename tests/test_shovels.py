@@ -129,8 +129,7 @@ def test_a_destination_killed_mid_flow_loses_messages_with_no_ack_as_predicted_a
     # 2 queues" where 3 were declared, then the shovel declared it again, empty), and with it what the node had
     # confirmed into it: a loss of the destination's, not of the shovel's mode.
     _declare(pair.destination, *(f"dst-{mode}" for mode in modes))
-    pair.destination.stop()
-    pair.destination.start()
+    pair.destination.restart()
     for mode in modes:
         src, dst = f"src-{mode}", f"dst-{mode}"
         _declare(pair.source, src, publish_into=src, count=MESSAGES)
