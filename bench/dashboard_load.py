@@ -14,6 +14,9 @@ measured slower than sharing both: no model of two machines). The first load aft
 reported apart. Beside each, what the dashboard's server fetched from the exporters for one load: the documents it
 asked for (seen by one more load through the suite's proxy, untimed), at their size when the exporter has polled
 since the last fetch.
+Beside the one broker's landing page, Streamlit's own floor: a page of a title and one line, served by the same
+Streamlit with the dashboard's settings and loaded the same way; and, for each, where a fresh load's time goes
+(until the document's scripts have run, the websocket opens, the server's last message).
 Target (issue 43): the landing page under 1.5 s at 5,000 queues.
 
     python bench/dashboard_load.py [--queues 5000] [--connections 200] [--loads 5] [--exporter-interval 10]
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import requests
@@ -38,6 +42,7 @@ from exporter_scale import grow_queues, hold_channels
 from playwright.sync_api import sync_playwright
 
 from ackscope.core.processes import stop_process
+from ackscope.dashboard.launch import APP, streamlit_command
 from ackscope.workloads.ports import free_port
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope_testkit.fault_proxy import FaultProxy
@@ -83,35 +88,77 @@ def _exporter(command: list[str], broker: LocalBroker, queues: int, interval: fl
 
 
 def _dashboard(command: list[str], given: list[str], loads: int, shown,
-               again: bool = True) -> tuple[list[float], list[float]]:
-    """Seconds from navigation until `shown(page)` returns, per load: each in a fresh context, then (with `again`)
-    as many in one context that has loaded the page once (a browser that has been there before)."""
+               again: bool = True) -> tuple[list[Load], list[Load]]:
+    """`ackscope dashboard` (of `command`, given `given`) loaded `loads` times until `shown(page)` returns: each
+    in a fresh context, then (with `again`) as many in one context that has loaded the page once (a browser that
+    has been there before)."""
+    port = free_port()
+    return _served([*command, "dashboard", *given, "--port", str(port), "--address", "127.0.0.1"], port, loads,
+                   shown, again)
+
+
+def _floor(work: Path, loads: int, watching: bool) -> tuple[list[Load], list[Load]]:
+    """Streamlit's own floor: a page of a title and one line, served as the dashboard is (its server, which has
+    imported the pages' libraries, and its settings), loaded as the landing page is. With `watching`, Streamlit
+    watches the sources for edits, its default, which the dashboard turns off (dashboard/launch.py)."""
+    app = work / "floor.py"
+    app.write_text('import streamlit as st\nst.title("floor")\nst.markdown("one line of the floor")\n')
+    port = free_port()
+    server = streamlit_command(port, "127.0.0.1")
+    server[server.index(str(APP))] = str(app)
+    if watching:
+        at = server.index("--server.fileWatcherType")
+        del server[at:at + 2]
+    return _served(server, port, loads, lambda page: page.get_by_text("one line of the floor").wait_for(
+        timeout=120_000), again=True)
+
+
+@dataclass(frozen=True)
+class Load:
+    """One load's seconds from navigation: until `shown`; until the document's scripts had run
+    (DOMContentLoaded); until the page opened its websocket to the server, and until the last message from the
+    server before `shown`."""
+    shown: float
+    scripts_run: float
+    websocket: float
+    last_message: float
+
+
+def _served(server: list[str], port: int, loads: int, shown, again: bool) -> tuple[list[Load], list[Load]]:
     cores = os.sched_getaffinity(0)
     if cores == BROKER_SIDE:  # --apart: the dashboard, playwright's driver and its chromium on the other side
         os.sched_setaffinity(0, DASHBOARD_SIDE)
     try:
-        return _loads(command, given, loads, shown, again)
+        return _loads(server, port, loads, shown, again)
     finally:
         os.sched_setaffinity(0, cores)
 
 
-def _loads(command: list[str], given: list[str], loads: int, shown, again: bool) -> tuple[list[float], list[float]]:
-    port = free_port()
-    dashboard = subprocess.Popen([*command, "dashboard", *given, "--port", str(port), "--address", "127.0.0.1"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _loads(server: list[str], port: int, loads: int, shown, again: bool) -> tuple[list[Load], list[Load]]:
+    process = subprocess.Popen(server, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:
         _until(lambda: _answers(url + "_stcore/health"), 120, "the dashboard")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
 
-            def timed(page) -> float:
+            def timed(page) -> Load:
+                opened_at: list[float] = []
+                messages: list[float] = []
+
+                def opened(ws) -> None:
+                    opened_at.append(time.perf_counter() - started)
+                    ws.on("framereceived", lambda _: messages.append(time.perf_counter() - started))
+                page.on("websocket", opened)
                 started = time.perf_counter()
                 page.goto(url)
                 shown(page)
                 took = time.perf_counter() - started
+                ran = page.evaluate("performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
+                page.remove_listener("websocket", opened)
                 time.sleep(2)
-                return took
+                return Load(took, ran / 1000, min(opened_at, default=took),
+                            max((t for t in messages if t <= took), default=took))
             fresh = []
             for _ in range(loads):
                 context = browser.new_context(viewport={"width": 1500, "height": 1300})
@@ -127,7 +174,7 @@ def _loads(command: list[str], given: list[str], loads: int, shown, again: bool)
             browser.close()
         return fresh, reloads
     finally:
-        stop_process(dashboard)
+        stop_process(process)
 
 
 def _fetched(command: list[str], urls: list[str], named: bool, shown) -> int:
@@ -144,6 +191,10 @@ def _fetched(command: list[str], urls: list[str], named: bool, shown) -> int:
             p.close()
 
 
+FLOOR = "Streamlit's floor: a title and one line"
+FLOOR_WATCHING = "Streamlit's floor, watching its sources (Streamlit's default)"
+
+
 def _one_broker(page) -> None:
     page.locator("text=/What is wrong:|No findings at/").first.wait_for(timeout=120_000)
     page.locator("[data-testid=stMarkdown] table").filter(has_text="prefetch limit").locator("td").first \
@@ -157,9 +208,9 @@ def _three_brokers(page) -> None:
 
 
 def _measure(label: str, command: list[str], broker: LocalBroker, queues: int, loads: int,
-             interval: float) -> list[tuple]:
-    """(label, page, load times in fresh contexts, again in one, bytes fetched per load) for one broker, then
-    three."""
+             interval: float, floor: Path | None) -> list[tuple]:
+    """(label, page, loads in fresh contexts, again in one, bytes fetched per load) for one broker, then three;
+    with `floor` (a directory for its page), Streamlit's own floor beside the one broker's."""
     procs: list[subprocess.Popen] = []
     try:
         urls = []
@@ -174,6 +225,9 @@ def _measure(label: str, command: list[str], broker: LocalBroker, queues: int, l
             given = [arg for name, u in zip("abc", urls) for arg in ("--exporter-url", f"{name}={u}" if named else u)]
             fresh, again = _dashboard(command, given, loads, shown)
             rows.append((label, page, fresh, again, _fetched(command, urls, named, shown)))
+            if floor is not None and count == 1:  # beside the same exporter's polls as the page
+                for page, watching in ((FLOOR, False), (FLOOR_WATCHING, True)):
+                    rows.append((label, page, *_floor(floor, loads, watching), None))
         return rows
     finally:
         for proc in procs:
@@ -206,19 +260,29 @@ def main() -> int:
         held = hold_channels(broker, args.connections, 3, args.queues)
         commands = {**({"before": baseline_command(args.before, work)} if args.before else {}), "after": ACKSCOPE}
         rows = [row for label, command in commands.items()
-                for row in _measure(label, command, broker, args.queues, args.loads, args.exporter_interval)]
+                for row in _measure(label, command, broker, args.queues, args.loads, args.exporter_interval,
+                                    work if label == "after" else None)]
         print(f"{args.queues:,} queues, {args.connections * 3} consuming channels; {args.loads} loads each; "
               f"the exporters poll every {args.exporter_interval:g} s"
               + ("; the node's side and the dashboard's on a core each" if args.apart else ""))
         print("| landing page | code | first load | later loads, median | later, max | again in one browser, "
               "median | again, max | fetched from the exporters per load | target |")
         print("|---|---|---:|---:|---:|---:|---:|---:|---|")
-        for page in dict.fromkeys(r[1] for r in rows):
+        for page in sorted(dict.fromkeys(r[1] for r in rows), key=lambda p: p.startswith("three")):
             for label, _, fresh, again, fetched in (r for r in rows if r[1] == page):
-                rest = fresh[1:] or fresh
-                print(f"| {page} | {label} | {fresh[0]:.2f} s | {statistics.median(rest):.2f} s | {max(rest):.2f} s "
-                      f"| {statistics.median(again):.2f} s | {max(again):.2f} s | {fetched / 2**20:.3f} MiB "
-                      "| < 1.5 s |")
+                rest, again = [load.shown for load in fresh[1:] or fresh], [load.shown for load in again]
+                print(f"| {page} | {label} | {fresh[0].shown:.2f} s | {statistics.median(rest):.2f} s | "
+                      f"{max(rest):.2f} s | {statistics.median(again):.2f} s | {max(again):.2f} s | "
+                      + (f"{fetched / 2**20:.3f} MiB | < 1.5 s |" if fetched is not None else "— | — |"))
+        print("\nWhere a fresh context's load goes (medians of the later loads, seconds from navigation):")
+        print("| landing page | code | the document's scripts run | websocket open | last message before shown "
+              "| shown |")
+        print("|---|---|---:|---:|---:|---:|")
+        for label, page, fresh, _, _ in rows:
+            later = fresh[1:] or fresh
+            print(f"| {page} | {label} | " + " | ".join(
+                f"{statistics.median(getattr(load, part) for load in later):.2f} s"
+                for part in ("scripts_run", "websocket", "last_message", "shown")) + " |")
         del held
     finally:
         broker.stop()

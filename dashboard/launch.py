@@ -11,11 +11,17 @@ APP = Path(__file__).with_name("app.py")
 
 
 def streamlit_command(port: int, address: str) -> list[str]:
-    """Headless, no usage statistics, no error details on pages; Streamlit's command line run by
-    dashboard/server.py, which imports the pages first."""
+    """Headless, no usage statistics, no error details on pages, no watching of source files; Streamlit's command
+    line run by dashboard/server.py, which imports the pages first.
+
+    Streamlit watches the app's sources for edits: each new browser session walks every module loaded (pandas,
+    plotly, pyarrow: thousands) for files to watch, before its first page is shown. The dashboard is an installed
+    tool whose sources change only with an upgrade, which restarts it; not watching took 0.4 s off a fresh
+    browser's first view (docs/benchmarks.md)."""
     return [sys.executable, "-m", "ackscope.dashboard.server", "run", str(APP), "--server.port", str(port),
-            "--server.address", address, "--server.headless", "true", "--browser.gatherUsageStats", "false",
-            "--client.showErrorDetails", "none", "--client.toolbarMode", "viewer", "--theme.base", "light"]
+            "--server.address", address, "--server.headless", "true", "--server.fileWatcherType", "none",
+            "--browser.gatherUsageStats", "false", "--client.showErrorDetails", "none", "--client.toolbarMode",
+            "viewer", "--theme.base", "light"]
 
 
 def environment(values: Mapping, environ: Mapping[str, str]) -> dict[str, str]:
