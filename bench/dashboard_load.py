@@ -14,9 +14,10 @@ measured slower than sharing both: no model of two machines). The first load aft
 reported apart. Beside each, what the dashboard's server fetched from the exporters for one load: the documents it
 asked for (seen by one more load through the suite's proxy, untimed), at their size when the exporter has polled
 since the last fetch.
-Beside the one broker's landing page, Streamlit's own floor: a page of a title and one line, served by the same
-Streamlit with the dashboard's settings and loaded the same way; and, for each, where a fresh load's time goes
-(until the document's scripts have run, the websocket opens, the server's last message).
+Beside the one broker's landing page, Streamlit's own floor: a page of a title and one line, served by the
+dashboard's own server with its settings and loaded the same way, then again with Streamlit's default of watching
+the sources (which the dashboard turns off); and, for each page, where a fresh load's time goes (until the
+document's scripts have run, the websocket opens, the server's last message before the page shows).
 Target (issue 43): the landing page under 1.5 s at 5,000 queues.
 
     python bench/dashboard_load.py [--queues 5000] [--connections 200] [--loads 5] [--exporter-interval 10]
@@ -52,6 +53,20 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 # With --apart: the cores of the node's side (the node, its clients, the exporters) and of the dashboard's (its
 # server and chromium). A process started from a thread takes that thread's cores.
 BROKER_SIDE, DASHBOARD_SIDE = {1}, {0}
+
+FLOOR = "Streamlit's floor: a title and one line"
+FLOOR_WATCHING = "Streamlit's floor, watching its sources (Streamlit's default)"
+
+
+@dataclass(frozen=True)
+class Load:
+    """One load's seconds from navigation: until `shown`; until the document's scripts had run
+    (DOMContentLoaded); until the page opened its websocket to the server, and until the last message from the
+    server before `shown`."""
+    shown: float
+    scripts_run: float
+    websocket: float
+    last_message: float
 
 
 def _answers(url: str) -> bool:
@@ -111,17 +126,6 @@ def _floor(work: Path, loads: int, watching: bool) -> tuple[list[Load], list[Loa
         del server[at:at + 2]
     return _served(server, port, loads, lambda page: page.get_by_text("one line of the floor").wait_for(
         timeout=120_000), again=True)
-
-
-@dataclass(frozen=True)
-class Load:
-    """One load's seconds from navigation: until `shown`; until the document's scripts had run
-    (DOMContentLoaded); until the page opened its websocket to the server, and until the last message from the
-    server before `shown`."""
-    shown: float
-    scripts_run: float
-    websocket: float
-    last_message: float
 
 
 def _served(server: list[str], port: int, loads: int, shown, again: bool) -> tuple[list[Load], list[Load]]:
@@ -191,10 +195,6 @@ def _fetched(command: list[str], urls: list[str], named: bool, shown) -> int:
             p.close()
 
 
-FLOOR = "Streamlit's floor: a title and one line"
-FLOOR_WATCHING = "Streamlit's floor, watching its sources (Streamlit's default)"
-
-
 def _one_broker(page) -> None:
     page.locator("text=/What is wrong:|No findings at/").first.wait_for(timeout=120_000)
     page.locator("[data-testid=stMarkdown] table").filter(has_text="prefetch limit").locator("td").first \
@@ -226,8 +226,8 @@ def _measure(label: str, command: list[str], broker: LocalBroker, queues: int, l
             fresh, again = _dashboard(command, given, loads, shown)
             rows.append((label, page, fresh, again, _fetched(command, urls, named, shown)))
             if floor is not None and count == 1:  # beside the same exporter's polls as the page
-                for page, watching in ((FLOOR, False), (FLOOR_WATCHING, True)):
-                    rows.append((label, page, *_floor(floor, loads, watching), None))
+                for floor_page, watching in ((FLOOR, False), (FLOOR_WATCHING, True)):
+                    rows.append((label, floor_page, *_floor(floor, loads, watching), None))
         return rows
     finally:
         for proc in procs:
