@@ -268,6 +268,7 @@ def main() -> int:
         print("| landing page | code | first load | later loads, median | later, max | again in one browser, "
               "median | again, max | fetched from the exporters per load | target |")
         print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+        # Each page's rows together, before and after; the floors beside the one broker, before the three.
         for page in sorted(dict.fromkeys(r[1] for r in rows), key=lambda p: p.startswith("three")):
             for label, _, fresh, again, fetched in (r for r in rows if r[1] == page):
                 rest, again = [load.shown for load in fresh[1:] or fresh], [load.shown for load in again]

@@ -14,10 +14,10 @@ def streamlit_command(port: int, address: str) -> list[str]:
     """Headless, no usage statistics, no error details on pages, no watching of source files; Streamlit's command
     line run by dashboard/server.py, which imports the pages first.
 
-    Streamlit watches the app's sources for edits: each new browser session walks every module loaded (pandas,
-    plotly, pyarrow: thousands) for files to watch, before its first page is shown. The dashboard is an installed
-    tool whose sources change only with an upgrade, which restarts it. Not watching took 0.6 s off every load of
-    an empty page, 0.1-0.3 s off the landing page's (docs/benchmarks.md, run 7)."""
+    Streamlit watches the app's sources for edits: each new browser session, once its first run has ended, walks
+    every module loaded (pandas, plotly, pyarrow: thousands) for files to watch, on the server's event loop. The
+    dashboard is an installed tool whose sources change only with an upgrade, which restarts it. Not watching took
+    0.6 s off every load of an empty page, 0.1-0.34 s off the landing page's (docs/benchmarks.md, run 7)."""
     return [sys.executable, "-m", "ackscope.dashboard.server", "run", str(APP), "--server.port", str(port),
             "--server.address", address, "--server.headless", "true", "--server.fileWatcherType", "none",
             "--browser.gatherUsageStats", "false", "--client.showErrorDetails", "none", "--client.toolbarMode",
