@@ -174,9 +174,11 @@ def requeue_fate(ctx: Context, q: Queue) -> Fate:
                     "acks it or rejects it without requeue.",
                     f"{_GIVE_UP}; or move the queue to a quorum queue with a delivery limit and a dead-letter "
                     f"exchange; see {ACKS_GUIDE}, 'Negative Acknowledgement and Requeuing of Deliveries'.")
-    dropped = not q.dead_letter_exchange
-    where = "dropped: no dead-letter exchange is set, so they are lost" if dropped else \
-        f"dead-lettered to exchange '{q.dead_letter_exchange}'"
+    # Not shown (the plugin alone): neither dropped nor kept is claimed.
+    dropped = q.dead_letters is False
+    where = ("dropped: no dead-letter exchange is set, so they are lost" if dropped else
+             f"dead-lettered to {q.dead_letter_target}" if q.dead_letters else
+             "dead-lettered or dropped (the source does not show the queue's dead-letter settings)")
     catch = ("Set a dead-letter exchange on the queue (policy key dead-letter-exchange) so that what the limit "
              "removes is kept, then find why consumers reject it" if dropped else
              "Read what reaches the dead-letter exchange and find why consumers reject it")
@@ -207,7 +209,7 @@ def _leaving_at_limit(ctx: Context, q: Queue) -> int | None:
         return ctx.removed_without_ack(q)
     return sum(sum(nodes.values()) for (reason, queue_type, strategy), nodes in counted.items()
                if reason == "delivery_limit" and queue_type == "quorum"
-               and (strategy == "disabled") == (not q.dead_letter_exchange))
+               and (q.dead_letters is None or (strategy == "disabled") == (not q.dead_letters)))
 
 
 def _delayed(q: Queue) -> str:

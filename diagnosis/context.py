@@ -300,6 +300,14 @@ def named(consumers: Iterable[Consumer]) -> Named:
                  few({c.identity or c.connection_name or f"channel {c.channel}" for c in consumers}))
 
 
+def named_channels(channels: Iterable[Channel]) -> Named:
+    """Some channels (publishers) as a finding's culprit, as `named` names consumers."""
+    channels = list(channels)
+    return Named(few({c.connection_name for c in channels if c.connection_name}),
+                 few({c.client for c in channels if c.client}),
+                 few({c.identity or c.connection_name or f"channel {c.name}" for c in channels}))
+
+
 def rounded(v: float | None) -> float | None:
     """A rate or duration for evidence: three decimals."""
     return None if v is None else round(v, 3)

@@ -10,7 +10,8 @@ from ackscope.model.findings import STAMPED, Finding
 from ackscope.model.snapshot import (DEAD_LETTER_COUNTS, QUEUE_COUNTS, QUEUE_DEAD_LETTERED_HELD, QUEUE_DURABILITY,
                                      QUEUE_PERSISTENT_COUNTS, Queue)
 
-from .context import RELIABILITY_GUIDE, Context, Rule, consumers_named, num, rounded
+from .context import MAX_NAMED, RELIABILITY_GUIDE, Context, Rule, consumers_named, few, named_channels, num, rounded
+from .stakes import publishers_into
 
 
 def _transient_in_durable(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -129,88 +130,158 @@ def _polled(ctx: Context, rule: Rule) -> Iterator[Finding]:
 
 
 # -- messages the broker gives up on ---------------------------------------------------------------------
+# The nodes' dead-letter counters' strategy labels, and whether each means the queue has a dead-letter target.
+_TARGETED = {"disabled": False, "at_most_once": True, "at_least_once": True}
+
+
 @dataclass(frozen=True)
 class Removal:
-    """Messages one reason removed over the window on one queue: from the nodes' counters (per node, queue type
-    and strategy, no queue named), attributed to the queue its own counters show them leaving."""
+    """Messages one reason removed over the window from queues of one type with one dead-letter strategy: what
+    the nodes counted (per node, queue type, reason and strategy: no queue named), and the queues that could
+    have done it. A queue is a candidate only where its settings can produce the reason and strategy and its own
+    counters show messages leaving it without acks; a queue deleted within the window that could have done it
+    is named as such. The count is the queue's only where it is the one candidate: else it is unattributed."""
 
-    queue: Queue
     reason: str  # delivery_limit | expired | maxlen | rejected
-    dropped: bool  # no dead-letter exchange: gone
-    counted: int | None  # the nodes' count of the reason and strategy over the window; None without it
+    queue_type: str
+    dropped: bool | None  # no dead-letter target: gone; None where neither the counters nor the queue say
+    counted: int | None  # the nodes' count over the window; None where the counters were not read
     nodes: tuple[str, ...]  # where they were counted
-    left: int  # what left the queue without acks over the window (removed_without_ack)
-    shared_with: int  # other queues the same count may belong to
+    candidates: tuple[tuple[Queue, int], ...]  # live queues that could have, with what left each without acks
+    deleted: tuple[Queue, ...]  # queues at the window's start, deleted since, whose settings could have
+
+    @property
+    def queue(self) -> Queue | None:
+        """The one queue that could have done it; None where none or several could (unattributed)."""
+        return self.candidates[0][0] if len(self.candidates) == 1 and not self.deleted else None
+
+    @property
+    def many(self) -> int:
+        """How many messages: the nodes' count where read, else what left the one candidate without acks."""
+        return self.counted if self.counted is not None else sum(left for _, left in self.candidates)
 
     def evidence(self, ctx: Context) -> dict:
-        q = self.queue
-        how = "dropped" if self.dropped else "dead_lettered"
+        how = "dropped" if self.dropped else "dead_lettered" if self.dropped is False else "dead_lettered_or_dropped"
         counted = {f"{how}_on_nodes": self.counted, "nodes": list(self.nodes)} if self.counted is not None else {}
-        return {"reason": self.reason, **counted, "left_queue_without_ack": self.left,
-                "window_seconds": rounded(ctx.window_seconds), "queue_type": q.type,
-                "delivery_limit": q.delivery_limit, "dead_letter_exchange": q.dead_letter_exchange or None,
-                "redelivered": ctx.over_window(q, "redeliver"),
-                "attribution": "inferred: the broker counts " + (
-                    f"these per node, not per queue; this queue's counters show {self.left} messages leaving it "
-                    "without acks" + (f", and {self.shared_with} other queue(s) could share the count"
-                                      if self.shared_with else "")
-                    if self.counted is not None else
-                    f"no removal per queue, and its Prometheus plugin was not read; this queue's counters show "
-                    f"{self.left} messages leaving it without acks after redeliveries")}
+        out = {"reason": self.reason, **counted, "window_seconds": rounded(ctx.window_seconds),
+               "queue_type": self.queue_type}
+        q = self.queue
+        if q is not None:
+            left = self.candidates[0][1]
+            refused = q.overflow_mode in ("reject-publish", "reject-publish-dlx")
+            out |= {"left_queue_without_ack": left, "delivery_limit": q.delivery_limit,
+                    "dead_letter_target": q.dead_letter_target, "overflow": q.overflow_mode,
+                    "max_length": q.max_length, "redelivered": ctx.over_window(q, "redeliver"),
+                    "attribution": "inferred: " + (
+                        "the broker counts these per node, not per queue; this queue is the only one whose settings "
+                        f"can do it and whose counters show messages leaving it without acks ({left})"
+                        if self.counted is not None else
+                        "its Prometheus plugin was not read, so nothing counts removals; this queue's counters show "
+                        f"{left} messages leaving it without acks after redeliveries")
+                    + (", an upper bound: the broker counts the publishes the queue refused as published"
+                       if refused else "")}
+        else:
+            out |= {"attribution": "unattributed: the broker counts these per node, not per queue",
+                    "could_have": [f"queue {c.name} ({c.vhost}): {left} left it without acks"
+                                   for c, left in self.candidates[:MAX_NAMED]] or "no live queue",
+                    "deleted_in_window": [f"queue {d.name} ({d.vhost})" for d in self.deleted[:MAX_NAMED]]
+                    or "none seen"}
+        return out
+
+    def unattributed(self) -> str:
+        """Why no queue is named, in words."""
+        if not self.candidates and not self.deleted:
+            return ("no live queue's settings and counters fit: a queue declared and deleted between two polls, or "
+                    "one whose counters have not moved yet")
+        could = [f"{c.name}" for c, _ in self.candidates] + [f"{d.name} (deleted in the window)" for d in self.deleted]
+        return f"one of {few(could)} could have"
 
 
 def removals(ctx: Context, reasons: tuple[str, ...]) -> Iterator[Removal]:
-    """Each queue that messages left for one of `reasons` over the window. With the nodes' dead-letter counters,
-    a reason's count (queue type, strategy) goes to the queues of that type and strategy whose counters show
-    messages leaving them without acks (for the delivery limit: quorum queues with a limit that redelivered).
-    Without the counters, only the delivery limit is inferred: from a limited quorum queue that redelivered and
-    lost messages without acks."""
+    """What each of `reasons` removed over the window. With the nodes' dead-letter counters, each count (reason,
+    queue type, strategy) goes with the queues whose settings can produce it (see _can_remove) and whose counters
+    show messages leaving them without acks. Without the counters only the delivery limit is inferred: from a
+    limited quorum queue that redelivered and lost messages without acks, one Removal per such queue."""
     counted = ctx.dead_lettered_over_window()
-    for reason in reasons:
-        groups = {(t, s): nodes for (r, t, s), nodes in (counted or {}).items() if r == reason}
-        if counted is None:
-            if reason != "delivery_limit":
-                continue
-            groups = {("quorum", None): {}}
-        for (queue_type, strategy), nodes in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1] or "")):
-            dropped = None if strategy is None else strategy == "disabled"
-            found = [(q, left) for q in ctx.snapshot.queues
-                     if q.type == queue_type and _may_remove(ctx, q, reason, dropped)
-                     for left in (ctx.removed_without_ack(q),) if left]
-            for q, left in found:
-                yield Removal(q, reason, not q.dead_letter_exchange if dropped is None else dropped,
-                              sum(nodes.values()) if counted is not None else None, tuple(sorted(nodes)), left,
-                              len(found) - 1)
+    if counted is None:
+        if "delivery_limit" in reasons:
+            for q in ctx.snapshot.queues:
+                left = ctx.removed_without_ack(q) if _can_remove(ctx, q, "delivery_limit", None) else None
+                if left and q.type == "quorum":
+                    yield Removal("delivery_limit", "quorum", None if q.dead_letters is None else not q.dead_letters,
+                                  None, (), ((q, left),), ())
+        return
+    start = ctx.window_start
+    for (reason, queue_type, strategy), nodes in sorted(counted.items()):
+        if reason not in reasons:
+            continue
+        targeted = _TARGETED.get(strategy)
+        found = tuple((q, left) for q in ctx.snapshot.queues
+                      if q.type == queue_type and _can_remove(ctx, q, reason, targeted)
+                      for left in (ctx.removed_without_ack(q),) if left)
+        deleted = tuple(q for q in start.queues if q.type == queue_type and ctx.queue(q.vhost, q.name) is None
+                        and _settings_fit(q, reason, targeted)) if start is not None else ()
+        yield Removal(reason, queue_type, None if targeted is None else not targeted, sum(nodes.values()),
+                      tuple(sorted(nodes)), found, deleted)
 
 
-def _may_remove(ctx: Context, q: Queue, reason: str, dropped: bool | None) -> bool:
-    """Whether the queue can be where the nodes counted `reason`: its dead-lettering matches the strategy
-    counted (unknown matches any), and for the delivery limit it has one and redelivered."""
-    if dropped is not None and q.dead_letter_exchange is not None and (q.dead_letter_exchange == "") != dropped:
+def _settings_fit(q: Queue, reason: str, targeted: bool | None) -> bool:
+    """Whether the queue's settings can remove a message for `reason` with a dead-letter target or without one
+    (`targeted`; None: either). Settings not shown fit anything: they cannot rule a queue out."""
+    if targeted is not None and q.dead_letters is not None and q.dead_letters != targeted:
         return False
-    return reason != "delivery_limit" or (q.delivery_limit is not None and bool(ctx.over_window(q, "redeliver")))
+    if reason == "maxlen":  # reject-publish refuses the new message instead: it never removes by length
+        return q.length_limited is not False and q.overflow_mode in (None, "drop-head", "reject-publish-dlx")
+    if reason == "delivery_limit":
+        return q.type == "quorum" and (q.delivery_limit is not None or not q.settings_shown)
+    return True  # any queue's messages can expire (a publisher's per-message TTL) or be rejected
+
+
+def _can_remove(ctx: Context, q: Queue, reason: str, targeted: bool | None) -> bool:
+    """Whether the live queue can be where the nodes counted `reason`: its settings fit, and it did what the
+    reason needs over the window (the delivery limit: redeliveries; a rejection: a delivery)."""
+    if not _settings_fit(q, reason, targeted):
+        return False
+    if reason == "delivery_limit":
+        return bool(ctx.over_window(q, "redeliver"))
+    if reason == "rejected":
+        return bool(ctx.over_window(q, "deliver_get"))
+    return True
+
+
+def _where(ctx: Context, r: Removal) -> tuple[str, str]:
+    """A removal's vhost and object: its queue's where it is attributed, else the nodes' count itself."""
+    q = r.queue
+    if q is not None:
+        return q.vhost, f"queue {q.name}"
+    return "", f"{r.queue_type} queues on {few(r.nodes) or 'the nodes'}: {r.reason}"
 
 
 def _delivery_limit(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for r in removals(ctx, ("delivery_limit",)):
         q = r.queue
-        many = r.counted if r.counted is not None and not r.shared_with else r.left
-        what = ("dropped: the queue has no dead-letter exchange, so messages the broker had confirmed are gone"
-                if r.dropped else f"dead-lettered to exchange '{q.dead_letter_exchange}'")
-        yield rule.finding("critical" if r.dropped else "warning", q.vhost, f"queue {q.name}", consumers_named(ctx, q),
-                           r.evidence(ctx),
-                           f"in the last {ctx.window_seconds:.0f}s about {many} messages reached the delivery limit "
-                           f"of quorum queue {q.name} ({q.delivery_limit} deliveries) and were {what}. Its "
-                           "consumers return them (reject or nack with requeue) until the broker gives up on them.",
+        what = ("dropped: no dead-letter exchange is set, so messages the broker had confirmed are gone"
+                if r.dropped else "dead-lettered" + (f" to {q.dead_letter_target}" if q is not None else "")
+                if r.dropped is False else "dead-lettered or dropped (the queue's settings are not shown)")
+        whose = (f"of quorum queue {q.name} ({q.delivery_limit} deliveries)" if q is not None
+                 else f"of a quorum queue, unattributed: {r.unattributed()}")
+        vhost, obj = _where(ctx, r)
+        yield rule.finding("critical" if r.dropped else "warning", vhost, obj,
+                           consumers_named(ctx, q) if q is not None else None, r.evidence(ctx),
+                           f"in the last {ctx.window_seconds:.0f}s about {r.many} messages reached the delivery limit "
+                           f"{whose} and were {what}. Its consumers return them (reject or nack with requeue) until the "
+                           "broker gives up on them.",
                            None if r.dropped else "Read what reaches the dead-letter exchange and find why the "
                            "consumers return these messages; see RabbitMQ guide 'Quorum Queues', 'Poison Message "
                            "Handling'.")
 
 
-# Why a reason removes messages, for the finding's sentence; and how grave each is without a dead-letter exchange.
+# Why a reason removes messages, for the finding's sentence; and how grave a drop is: a length limit destroys
+# messages the broker confirmed to their publisher (critical); a consumer's reject without requeue is its own
+# choice about a message it received (warning); a TTL drops by design (info).
 _WHY = {"expired": "expired (their TTL passed)", "maxlen": "pushed out of the full queue (its length limit, "
         "overflow drop-head)", "rejected": "rejected by consumers without requeue"}
-_GRAVITY = {"expired": "info", "maxlen": "warning", "rejected": "warning"}
+_GRAVITY = {"expired": "info", "maxlen": "critical", "rejected": "warning"}
 
 
 def _dropped(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -218,12 +289,26 @@ def _dropped(ctx: Context, rule: Rule) -> Iterator[Finding]:
         if not r.dropped:
             continue
         q = r.queue
-        many = r.counted if not r.shared_with else r.left
-        yield rule.finding(_GRAVITY[r.reason], q.vhost, f"queue {q.name}", consumers_named(ctx, q), r.evidence(ctx),
-                           f"in the last {ctx.window_seconds:.0f}s about {many} messages of {q.name} were "
-                           f"{_WHY[r.reason]} and dropped: the queue has no dead-letter exchange to catch them."
+        evidence = r.evidence(ctx)
+        who = None
+        if q is not None:
+            publishers, how = publishers_into(ctx, q)
+            who = named_channels(publishers) if publishers else consumers_named(ctx, q)
+            evidence |= {"publishers": few(ch.identity or ch.connection_name or ch.name for ch in publishers)
+                         or "not known", "publishers_from": how}
+        # Refused, not silently dropped: a reject-publish-dlx queue nacks the publish it dead-letters.
+        nacked = q is not None and q.overflow_mode == "reject-publish-dlx"
+        severity = "warning" if nacked and r.reason == "maxlen" else _GRAVITY[r.reason]
+        vhost, obj = _where(ctx, r)
+        whose = f"of {q.name}" if q is not None else f"of {r.queue_type} queues, unattributed ({r.unattributed()})"
+        yield rule.finding(severity, vhost, obj, who, evidence,
+                           f"in the last {ctx.window_seconds:.0f}s about {r.many} messages {whose} were "
+                           f"{_WHY[r.reason]} and dropped: no dead-letter exchange catches them."
                            + (" A TTL drops by design; if these messages matter, dead-letter them."
-                              if r.reason == "expired" else ""))
+                              if r.reason == "expired" else
+                              " Their publishers were told they were safe (a confirm comes when a message is "
+                              "queued): they are gone." if r.reason == "maxlen" and not nacked else
+                              " Their publishers were nacked (overflow reject-publish-dlx)." if nacked else ""))
 
 
 RULES: tuple[Rule, ...] = (

@@ -210,3 +210,19 @@ def _reached(ctx: Context, x: Exchange, exchanges: list[Exchange], by_name: list
                 seen.add(name)
                 todo.append(named[name])
     return [queues[n] for n in sorted(queues)]
+
+
+def publishers_into(ctx: Context, q: Queue) -> tuple[list[Channel], str]:
+    """The channels whose publishes reached queue `q` over the window, and how that is known: counted per channel
+    and queue where the source counts so, else tied to it by the exchanges' counts (inferred); none, and why,
+    where neither tells."""
+    found, how = [], "the source does not say which channels publish into the queue"
+    for ch in ctx.snapshot.channels:
+        published = lately(ctx, ch) if ch.vhost == q.vhost else None
+        if not published:
+            continue
+        queues, why = _destinations(ctx, ch, published)
+        if isinstance(queues, list) and any((x.name if isinstance(x, Queue) else x) == q.name for x in queues):
+            found.append(ch)
+            how = why
+    return found, how

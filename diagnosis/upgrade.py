@@ -122,8 +122,9 @@ def _delivery_limit(ctx: Context, change: Change, rule: Rule, current, target) -
         if q.type != "quorum" or q.delivery_limit is not None:
             continue
         requeued = num(q.message_stats.redeliver)
-        dead_letters = bool(q.dead_letter_exchange)
-        fate = (f"dead-lettered to {q.dead_letter_exchange}" if dead_letters else "dropped")
+        dead_letters = q.dead_letters is not False  # not shown: no loss is claimed
+        fate = (f"dead-lettered to {q.dead_letter_target}" if q.dead_letters else
+                "dead-lettered or dropped (its dead-letter settings are not shown)" if dead_letters else "dropped")
         counts = ("basic.nack and basic.reject with requeue both count" if nack_counts else
                   "from 4.3 basic.reject(requeue) counts and basic.nack(requeue) does not (which of them the "
                   "consumers send, the broker does not say)")
@@ -135,7 +136,7 @@ def _delivery_limit(ctx: Context, change: Change, rule: Rule, current, target) -
                 f" Its consumers requeue now ({requeued} redeliveries counted): those messages will be {fate}"
                 + ("." if nack_counts else " where they are rejected, and loop on where they are nacked.")
                 if requeued else ""),
-            severity, redelivered=q.message_stats.redeliver, dead_letter_exchange=q.dead_letter_exchange,
+            severity, redelivered=q.message_stats.redeliver, dead_letter_target=q.dead_letter_target,
             delivery_limit_on_target=20)
 
 

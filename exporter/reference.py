@@ -61,7 +61,7 @@ def sample_snapshot() -> Snapshot:
                       _COUNTS),
                 Queue("/", "payments", "quorum", True, False, False, "running", "rabbit@example", 1, 0, 1, 1, 1.0,
                       _COUNTS, members=("rabbit@example", "rabbit@b", "rabbit@c"),
-                      online=("rabbit@example", "rabbit@b"), delivery_limit=20, dead_letter_exchange="",
+                      online=("rabbit@example", "rabbit@b"), delivery_limit=20, settings_shown=True,
                       messages_delayed=0),
                 Queue("/", "events", "stream", True, False, False, "running", "rabbit@example", 150, 0, None, 1, None,
                       MessageStats(), stream_max_offset_lag=50)),

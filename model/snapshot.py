@@ -26,6 +26,7 @@ class MessageStats:
     get: int | None = None  # basic.get fetches with manual ack (queues)
     get_no_ack: int | None = None  # basic.get fetches with automatic ack (queues)
     deliver_no_ack: int | None = None  # deliveries to consumers with automatic ack (queues)
+    get_empty: int | None = None  # basic.get answered get-empty: the queue had nothing to give (queues, channels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,7 +360,9 @@ class Queue:
     # How often a message may be delivered before the queue dead-letters or drops it (a quorum queue's
     # delivery_limit: 20 by default from RabbitMQ 4.0); None where the queue has none or the source does not say.
     delivery_limit: int | None = None
-    # Where the queue dead-letters (x-dead-letter-exchange, by argument or policy): "" for none, None unknown.
+    # The exchange the queue dead-letters to (x-dead-letter-exchange, by argument or policy): "" is the default
+    # exchange, which routes by the dead-letter routing key: a working target, not "none". None where neither sets
+    # one, or where the source does not show the queue's settings (`settings_shown` tells which; see `dead_letters`).
     dead_letter_exchange: str | None = None
     messages_delayed: int | None = None  # held back by a quorum queue's delayed retry (RabbitMQ 4.3)
     # A stream's largest consumer offset lag, as the Prometheus plugin reports it (stream protocol consumers).
@@ -373,17 +376,56 @@ class Queue:
     # publisher sets it); None where it has none, the queue is empty, or the source does not say.
     head_message_timestamp: float | None = None
     # A quorum queue dead-lettering at-least-once keeps each message it dead-letters until the target confirms it:
-    # how many it keeps so (None where the source does not say), its strategy ("at-least-once", "at-most-once",
-    # "" for none set; None unknown), where it routes them, and its length limit (x-max-length or a policy's).
+    # how many it keeps so (None where the source does not say).
     messages_dlx: int | None = None
+    # The queue's settings, each as its x- argument or a policy's key sets it, None where neither does (or where
+    # the source does not show them: `settings_shown`): the dead-letter strategy ("at-least-once",
+    # "at-most-once"), the routing key dead letters are sent with, the length limits (the lower of argument and
+    # policy, as the broker applies them), what a full queue does (x-overflow: "drop-head", "reject-publish",
+    # "reject-publish-dlx"; see `overflow_mode`) and its message TTL in ms.
     dead_letter_strategy: str | None = None
     dead_letter_routing_key: str | None = None
     max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str | None = None
+    message_ttl_ms: int | None = None
+    # Whether the source showed the queue's arguments and policy: where it did not (the Prometheus plugin alone, a
+    # listing without them), None in the settings above means "not shown", not "not set".
+    settings_shown: bool = False
 
     @property
     def stream(self) -> bool:
         """A stream keeps its log: messages_ready is what it retains, not a backlog waiting to be consumed."""
         return self.type == "stream"
+
+    @property
+    def dead_letters(self) -> bool | None:
+        """Whether the queue has a dead-letter target (the default exchange counts): False where none is set, so
+        that what it dead-letters is dropped; None where the source does not show its settings."""
+        return None if not self.settings_shown else self.dead_letter_exchange is not None
+
+    @property
+    def overflow_mode(self) -> str | None:
+        """What the queue does at its length limit, as the broker applies it: "drop-head" where x-overflow is not
+        set; None where the source does not show its settings."""
+        return None if not self.settings_shown else self.overflow or "drop-head"
+
+    @property
+    def length_limited(self) -> bool | None:
+        """Whether the queue has a length limit, in messages or bytes; None where its settings are not shown."""
+        return None if not self.settings_shown else self.max_length is not None or self.max_length_bytes is not None
+
+    @property
+    def dead_letter_target(self) -> str:
+        """Where the queue dead-letters, in words: the exchange and routing key, "no dead-letter exchange", or
+        "not shown"."""
+        if self.dead_letters is None:
+            return "not shown by the source"
+        if self.dead_letter_exchange is None:
+            return "no dead-letter exchange"
+        where = f"exchange '{self.dead_letter_exchange}'" if self.dead_letter_exchange else "the default exchange"
+        key = self.dead_letter_routing_key
+        return where + (f" with routing key '{key}'" if key is not None else " with each message's own routing key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,6 +491,9 @@ class ProtocolCounts:
     queue_type: str  # as the model names queue types: quorum | classic | stream ("" where not labelled)
     delivered: int
     redelivered: int
+    # basic.get answered get-empty (rabbitmq_global_messages_get_empty_total): node-wide, no queue named; None where
+    # the plugin does not count it.
+    get_empty: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

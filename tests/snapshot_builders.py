@@ -18,7 +18,7 @@ def stats(**counts) -> MessageStats:
 def queue(name: str = "q", **kw) -> Queue:
     base = Queue(vhost="/", name=name, type="classic", durable=True, auto_delete=False, exclusive=False,
                  state="running", node="rabbit@test", messages_ready=0, messages_unacked=0, messages_persistent=0,
-                 consumers=1, consumer_utilisation=1.0, message_stats=MessageStats())
+                 consumers=1, consumer_utilisation=1.0, message_stats=MessageStats(), settings_shown=True)
     return replace(base, **kw)
 
 

@@ -170,18 +170,41 @@ def test_a_quorum_queue_listed_before_its_statistics_has_its_leader_as_its_node_
     assert q.online == ("rabbit-1@localhost", "rabbit-2@localhost")
 
 
-@pytest.mark.parametrize("fields, limit, exchange", [
-    ({"delivery_limit": 20, "arguments": {"x-queue-type": "quorum"}, "effective_policy_definition": {}}, 20, ""),
-    ({"delivery_limit": "unlimited", "arguments": {"x-delivery-limit": -1}}, None, ""),  # 4.x, as 4.0.5 shows it
-    ({"arguments": {"x-delivery-limit": 5}}, 5, ""),  # 3.x: the argument
-    ({"arguments": {}, "effective_policy_definition": {"delivery-limit": 3, "dead-letter-exchange": "dlx"}}, 3, "dlx"),
+@pytest.mark.parametrize("fields, limit, dead_letters, target", [
+    ({"delivery_limit": 20, "arguments": {"x-queue-type": "quorum"}, "effective_policy_definition": {}}, 20, False,
+     "no dead-letter exchange"),
+    ({"delivery_limit": "unlimited", "arguments": {"x-delivery-limit": -1}}, None, False, "no dead-letter exchange"),
+    ({"arguments": {"x-delivery-limit": 5}}, 5, False, "no dead-letter exchange"),  # 3.x: the argument
+    ({"arguments": {}, "effective_policy_definition": {"delivery-limit": 3, "dead-letter-exchange": "dlx"}}, 3, True,
+     "exchange 'dlx' with each message's own routing key"),
     ({"arguments": {"x-dead-letter-exchange": "mine"}, "effective_policy_definition": {"dead-letter-exchange": "p"}},
-     None, "mine"),  # the argument wins over a policy
-    ({}, None, None),  # arguments not shown: the dead-letter exchange is unknown, not absent
+     None, True, "exchange 'mine' with each message's own routing key"),  # the argument wins over a policy
+    # The default exchange with a routing key is a working target, not "none" (issue 55's K1).
+    ({"arguments": {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "fld.dlq"}}, None, True,
+     "the default exchange with routing key 'fld.dlq'"),
+    ({"arguments": []}, None, False, "no dead-letter exchange"),  # an empty argument table, as 3.10 may write it
+    ({}, None, None, "not shown by the source"),  # arguments not shown: unknown, not absent
 ])
-def test_a_queues_delivery_limit_and_dead_letter_exchange_as_each_release_shows_them(fields, limit, exchange):
+def test_a_queues_delivery_limit_and_dead_letter_target_as_each_release_shows_them(fields, limit, dead_letters,
+                                                                                    target):
     q = normalise.queue({"name": "q", "vhost": "/", "type": "quorum", **fields})
-    assert (q.delivery_limit, q.dead_letter_exchange) == (limit, exchange)
+    assert (q.delivery_limit, q.dead_letters, q.dead_letter_target) == (limit, dead_letters, target)
+
+
+@pytest.mark.parametrize("fields, shown, overflow, max_length, max_bytes, ttl", [
+    ({"arguments": {"x-max-length": 2}}, True, "drop-head", 2, None, None),  # not set: the broker drops the head
+    ({"arguments": {"x-max-length": 10, "x-overflow": "reject-publish"},
+      "effective_policy_definition": {"max-length": 5, "overflow": "drop-head"}}, True, "reject-publish", 5, None, None),
+    ({"arguments": {"x-max-length-bytes": 1024, "x-message-ttl": 5000}}, True, "drop-head", None, 1024, 5000),
+    ({"arguments": {}, "effective_policy_definition": {"overflow": "reject-publish-dlx", "message-ttl": 60000}}, True,
+     "reject-publish-dlx", None, None, 60000),
+    ({}, False, None, None, None, None),  # not shown: none of them is known
+])
+def test_a_queues_length_limits_overflow_and_ttl_keep_not_set_apart_from_not_shown(fields, shown, overflow,
+                                                                                  max_length, max_bytes, ttl):
+    q = normalise.queue({"name": "q", "vhost": "/", **fields})
+    assert (q.settings_shown, q.overflow_mode, q.max_length, q.max_length_bytes, q.message_ttl_ms) == (
+        shown, overflow, max_length, max_bytes, ttl)
 
 
 def test_the_plugins_place_is_read_from_the_listeners_per_node():

@@ -259,3 +259,17 @@ def test_each_node_has_the_alarms_its_own_plugin_reports():
 def test_with_statistics_off_the_churn_is_counted_from_the_plugin(snapshot):
     assert snapshot.overview.churn == Churn(connections_opened=3, connections_closed=1, channels_opened=4,
                                             channels_closed=0)
+
+
+def test_the_plugins_counts_keep_what_the_queue_list_showed_of_each_queues_settings():
+    """Issue 55's K1: the plugin counts, it does not configure; a dead-letter target, a length limit and an overflow
+    mode read from the list stand beside its counts, and a queue the list did not show stays 'not shown'."""
+    shown = management.queue({"name": "fld", "vhost": "/", "type": "quorum", "arguments": {
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "fld.dlq", "x-max-length": 5,
+        "x-overflow": "reject-publish"}})
+    unseen = management.queue({"name": "other", "vhost": "/", "type": "classic"})
+    counted = {q.name: q for q in plugin.queue_counts({}, [shown, unseen])}
+    fld = counted["fld"]
+    assert (fld.dead_letters, fld.dead_letter_target, fld.max_length, fld.overflow_mode) == (
+        True, "the default exchange with routing key 'fld.dlq'", 5, "reject-publish")
+    assert (counted["other"].dead_letters, counted["other"].overflow_mode) == (None, None)

@@ -140,7 +140,7 @@ def _outcomes(version: str, redelivered: int, rejected: int = 0, links=None):
     from ackscope.model.snapshot import DeadLettered, ProtocolCounts
 
     receiver = next(k for k in _links() if k.role == "receiver")
-    held = queue("q10", type="quorum", delivery_limit=20, dead_letter_exchange="")
+    held = queue("q10", type="quorum", delivery_limit=20)
 
     def at(t: float, delivered: int, again: int, dropped: int):
         return replace(snapshot(t, queues=[held], links=[receiver] if links is None else links,

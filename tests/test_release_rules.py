@@ -23,7 +23,7 @@ def _counters(delivery_limit_dropped: int = 0, maxlen_dropped: int = 0, dead_let
             DeadLettered("rabbit@a", "maxlen", "classic", "disabled", maxlen_dropped))
 
 
-def _poison(version: str = "4.0.5", *, dropped: int = 30, dead_letter_exchange: str = "", left: int = 30,
+def _poison(version: str = "4.0.5", *, dropped: int = 30, dead_letter_exchange: str | None = None, left: int = 30,
             counters: bool = True, queue_type: str = "quorum", limit: int | None = 20):
     """A queue whose 30 messages came back 20 times each over ten seconds; `left` of them left it without acks."""
     before = queue(type=queue_type, delivery_limit=limit, dead_letter_exchange=dead_letter_exchange,
@@ -33,7 +33,7 @@ def _poison(version: str = "4.0.5", *, dropped: int = 30, dead_letter_exchange: 
     parts = {"dead_lettered": _counters()} if counters else {}
     start = _on(version, snapshot(1000.0, queues=[before], **parts))
     end = _on(version, snapshot(1010.0, queues=[after],
-                                **({"dead_lettered": _counters(delivery_limit_dropped=dropped,
+                                **({"dead_lettered": _counters(delivery_limit_dropped=0 if dead_letter_exchange else dropped,
                                                                dead_lettered=0 if not dead_letter_exchange else dropped)}
                                    if counters else {})))
     if not counters:
@@ -58,7 +58,7 @@ def test_messages_dropped_at_a_quorum_queues_delivery_limit_are_critical_and_nam
 def test_dead_lettered_at_the_limit_is_a_warning_naming_the_exchange():
     [f] = _only(_poison(dead_letter_exchange="poison"), "delivery-limit-reached")
     assert f.severity == "warning" and "'poison'" in f.explanation
-    assert f.evidence["dead_lettered_on_nodes"] == 30 and f.evidence["dead_letter_exchange"] == "poison"
+    assert f.evidence["dead_lettered_on_nodes"] == 30 and "'poison'" in f.evidence["dead_letter_target"]
 
 
 def test_without_the_plugins_counters_the_drop_is_inferred_from_the_queue_alone():
@@ -68,19 +68,67 @@ def test_without_the_plugins_counters_the_drop_is_inferred_from_the_queue_alone(
 
 
 def test_a_queue_without_a_limit_or_redeliveries_is_never_blamed_for_the_nodes_drops():
-    assert _only(_poison(limit=None), "delivery-limit-reached") == []
-    assert _only(_poison(left=0), "delivery-limit-reached") == []
+    for ctx in (_poison(limit=None), _poison(left=0)):
+        [f] = _only(ctx, "delivery-limit-reached")  # the nodes counted 30 dropped: said, on no queue
+        assert f.object == "quorum queues on rabbit@a: delivery_limit" and f.vhost == ""
+        assert f.evidence["attribution"].startswith("unattributed") and f.evidence["could_have"] == "no live queue"
+        assert "queue q" not in f.explanation
 
 
 def test_messages_pushed_out_by_a_length_limit_without_dead_lettering_are_dropped():
-    before = queue(name="capped", dead_letter_exchange="", messages_ready=10, consumers=0,
+    before = queue(name="capped", messages_ready=10, consumers=0, max_length=10,
                    message_stats=stats(publish=10, ack=0))
     after = replace(before, message_stats=stats(publish=30, ack=0))
     ctx = Context(snapshot(1010.0, queues=[after], dead_lettered=_counters(maxlen_dropped=20)),
                   snapshot(1000.0, queues=[before], dead_lettered=_counters()))
     [f] = _only(ctx, "messages-dropped")
-    assert f.severity == "warning" and f.evidence["reason"] == "maxlen" and f.evidence["dropped_on_nodes"] == 20
-    assert "length limit" in f.explanation
+    # Messages their publishers were told were safe are gone: critical (issue 55's K6).
+    assert f.severity == "critical" and f.evidence["reason"] == "maxlen" and f.evidence["dropped_on_nodes"] == 20
+    assert f.object == "queue capped" and "length limit" in f.explanation and "gone" in f.explanation
+
+
+def _maxlen_window(*queues_then_now, deleted=()):
+    """The nodes counted 8 messages dropped at a classic queue's length limit over ten seconds; `queues_then_now`
+    are (then, now) pairs of the queues alive at both ends, `deleted` those only at the start."""
+    then = [t for t, _ in queues_then_now] + list(deleted)
+    return Context(snapshot(1010.0, queues=[n for _, n in queues_then_now], dead_lettered=_counters(maxlen_dropped=8)),
+                   snapshot(1000.0, queues=then, dead_lettered=_counters()))
+
+
+def test_a_reject_publish_queue_is_never_blamed_for_drops_by_length_and_a_deleted_queue_is_named_as_one():
+    # Issue 55's K2: a drop-head queue took 10 and was deleted; a reject-publish queue then refused 49 of 50.
+    refusing = queue(name="refusing", max_length=1, overflow="reject-publish", consumers=0,
+                     message_stats=stats(publish=0, ack=0))
+    refused = replace(refusing, messages_ready=1, message_stats=stats(publish=50, ack=0))
+    gone = queue(name="capped", max_length=2, consumers=0, messages_ready=2)
+    [f] = _only(_maxlen_window((refusing, refused), deleted=[gone]), "messages-dropped")
+    assert f.object == "classic queues on rabbit@a: maxlen" and "refusing" not in f.explanation + str(f.evidence)
+    assert f.evidence["deleted_in_window"] == ["queue capped (/)"] and "capped (deleted in the window)" in f.explanation
+    assert f.severity == "critical" and f.evidence["dropped_on_nodes"] == 8
+
+
+def test_drops_two_queues_could_have_made_are_unattributed_and_name_both():
+    a, b = (queue(name=n, max_length=2, consumers=0, message_stats=stats(publish=0, ack=0)) for n in ("a", "b"))
+    a2, b2 = (replace(x, messages_ready=2, message_stats=stats(publish=6, ack=0)) for x in (a, b))
+    healthy = queue(name="healthy", message_stats=stats(publish=0, ack=0, deliver_get=0))
+    healthy2 = replace(healthy, message_stats=stats(publish=50, ack=50, deliver_get=50))
+    [f] = _only(_maxlen_window((a, a2), (b, b2), (healthy, healthy2)), "messages-dropped")
+    assert f.evidence["attribution"].startswith("unattributed") and "one of a, b could have" in f.explanation
+    assert "healthy" not in f.explanation + str(f.evidence)
+
+
+def test_a_queue_dead_lettering_through_the_default_exchange_is_never_said_to_drop():
+    # Issue 55's K1: x-dead-letter-exchange "" with a routing key keeps what it dead-letters.
+    kept = queue(name="fld", type="quorum", delivery_limit=2, dead_letter_exchange="", dead_letter_routing_key="fld.dlq",
+                 consumers=1, message_stats=stats(publish=0, ack=0, redeliver=0, deliver_get=0))
+    kept2 = replace(kept, message_stats=stats(publish=3, ack=0, redeliver=6, deliver_get=9))
+    ctx = Context(snapshot(1010.0, queues=[kept2], dead_lettered=(
+        DeadLettered("rabbit@a", "delivery_limit", "quorum", "at_most_once", 3),)),
+        snapshot(1000.0, queues=[kept], dead_lettered=(DeadLettered("rabbit@a", "delivery_limit", "quorum",
+                                                                    "at_most_once", 0),)))
+    [f] = _only(ctx, "delivery-limit-reached")
+    assert f.severity == "warning" and f.object == "queue fld"
+    assert "the default exchange with routing key 'fld.dlq'" in f.explanation and "dropped" not in f.explanation
 
 
 def test_requeue_loop_says_what_happens_next_on_each_release_and_queue_type():

@@ -37,8 +37,7 @@ def _mirroring_policy() -> Policy:
 
 def _broker_3_10(**kw):
     """A 3.10 broker with one of each object the table names, each consumed by a client of its own."""
-    queues = [queue("mirrored.orders"), queue("poison.orders", type="quorum", message_stats=stats(redeliver=400),
-                                              dead_letter_exchange=""),
+    queues = [queue("mirrored.orders"), queue("poison.orders", type="quorum", message_stats=stats(redeliver=400)),
               queue("scratch", durable=False), queue("reports", arguments=(("x-consumer-timeout", "3600000"),)),
               queue("cqv1", arguments=(("x-queue-version", "1"),)),
               queue("located", arguments=(("x-queue-master-locator", '"min-masters"'),))]
@@ -97,7 +96,7 @@ def test_a_quorum_queue_with_a_dead_letter_exchange_or_its_own_limit_loses_nothi
     kept = replace(s, queues=(queue("dl", type="quorum", dead_letter_exchange="dlx", message_stats=stats(redeliver=9)),
                               queue("limited", type="quorum", delivery_limit=50)))
     (found,) = _by_rule(predict(kept, TARGETS["4.0"]))["quorum-delivery-limit"]
-    assert found.object == "queue dl" and found.severity == "warning" and "dead-lettered to dlx" in found.explanation
+    assert found.object == "queue dl" and found.severity == "warning" and "dead-lettered to exchange 'dlx'" in found.explanation
 
 
 def test_from_4_0_to_4_3_names_what_changes_between_them_and_what_4_0_cannot_show():

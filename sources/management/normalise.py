@@ -33,7 +33,7 @@ from ..selection import Selection
 from .fields import as_bool, as_dict, as_float, as_int, as_names, as_str, is_number
 
 _STATS = ("publish", "confirm", "deliver_get", "ack", "redeliver", "return_unroutable", "drop_unroutable", "get",
-          "get_no_ack", "deliver_no_ack")
+          "get_no_ack", "deliver_no_ack", "get_empty")
 
 
 # A replicated queue's nodes: a quorum queue's members and those online, a classic mirrored queue's mirrors (3.x).
@@ -80,7 +80,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
                # never from the plugin source's cached list (no Prometheus family has them).
                "consumer_capacity", "head_message_timestamp", "messages_dlx", *REPLICAS, *DEAD_LETTERING)
                + _stats_columns(
-                   "publish", "deliver_get", "ack", "redeliver", "get", "get_no_ack", "deliver_no_ack"),
+                   "publish", "deliver_get", "ack", "redeliver", "get", "get_no_ack", "deliver_no_ack", "get_empty"),
 }
 
 
@@ -350,24 +350,32 @@ def queue(raw: dict) -> Queue:
         messages_dlx=as_int(raw.get("messages_dlx")),
         dead_letter_strategy=_setting(raw, "dead-letter-strategy"),
         dead_letter_routing_key=_setting(raw, "dead-letter-routing-key"),
-        max_length=max_length(raw),
+        max_length=_lowest(raw, "max-length"),
+        max_length_bytes=_lowest(raw, "max-length-bytes"),
+        overflow=_setting(raw, "overflow"),
+        message_ttl_ms=_lowest(raw, "message-ttl"),
+        settings_shown=settings_shown(raw),
     )
+
+
+def settings_shown(raw: dict) -> bool:
+    """Whether a queue of /api/queues comes with its arguments: without them (a listing that leaves them out)
+    its settings are not known, which is not the same as not set."""
+    return isinstance(raw.get("arguments"), (dict, list))
 
 
 def _setting(raw: dict, key: str) -> str | None:
     """A queue's string setting as its x- argument or, where none, a policy's key (the argument wins, as the broker
-    has it); "" where neither sets it, None where the answer does not show the queue's arguments."""
-    if not isinstance(raw.get("arguments"), (dict, list)):
-        return None
+    has it); None where neither sets it (or the answer does not show the queue's arguments: settings_shown)."""
     value = as_dict(raw.get("arguments")).get(f"x-{key}", as_dict(raw.get("effective_policy_definition")).get(key))
-    return value if isinstance(value, str) else ""
+    return value if isinstance(value, str) else None
 
 
-def max_length(raw: dict) -> int | None:
-    """A queue's length limit: the lower of its x-max-length and a policy's max-length, as the broker applies
-    them; None for none."""
-    limits = [v for v in (as_dict(raw.get("arguments")).get("x-max-length"),
-                          as_dict(raw.get("effective_policy_definition")).get("max-length"))
+def _lowest(raw: dict, key: str) -> int | None:
+    """A queue's numeric limit: the lower of its x- argument and a policy's key, as the broker applies them (an
+    operator policy's lower value is in the effective definition); None for none."""
+    limits = [v for v in (as_dict(raw.get("arguments")).get(f"x-{key}"),
+                          as_dict(raw.get("effective_policy_definition")).get(key))
               if is_number(v) and v >= 0]
     return int(min(limits)) if limits else None
 
@@ -417,13 +425,10 @@ def delivery_limit(raw: dict) -> int | None:
 
 
 def dead_letter_exchange(raw: dict) -> str | None:
-    """Where the queue dead-letters: its x-dead-letter-exchange argument, or a policy's dead-letter-exchange;
-    "" when neither is set, None when the answer does not show the queue's arguments."""
-    if not isinstance(raw.get("arguments"), (dict, list)):
-        return None
-    policy = as_dict(raw.get("effective_policy_definition"))
-    exchange = as_dict(raw.get("arguments")).get("x-dead-letter-exchange", policy.get("dead-letter-exchange"))
-    return exchange if isinstance(exchange, str) else ""
+    """Where the queue dead-letters: its x-dead-letter-exchange argument, or a policy's dead-letter-exchange; ""
+    is the default exchange (a working target with a routing key); None when neither is set (or the answer does
+    not show the queue's arguments: settings_shown)."""
+    return _setting(raw, "dead-letter-exchange")
 
 
 def objects(raw: Any, endpoint: str) -> list[dict]:

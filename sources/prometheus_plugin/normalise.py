@@ -74,8 +74,9 @@ QUEUE_TYPES = {"rabbit_quorum_queue": "quorum", "rabbit_classic_queue": "classic
 # Raft clusters; from 4.2 (the Raft families renamed) the largest of the quorum queues' own.
 RAFT_COMMIT_LATENCY = ("rabbitmq_raft_max_commit_latency_seconds", "rabbitmq_raft_entry_commit_latency_seconds")
 # Deliveries to consumers per protocol and queue type: how AMQP 1.0 outcomes that give a message back (released,
-# modified) show, as redeliveries.
-PROTOCOL_COUNTS = ("rabbitmq_global_messages_delivered_total", "rabbitmq_global_messages_redelivered_total")
+# modified) show, as redeliveries; and the basic.get answered empty, counted so too (no queue named).
+PROTOCOL_COUNTS = ("rabbitmq_global_messages_delivered_total", "rabbitmq_global_messages_redelivered_total",
+                   "rabbitmq_global_messages_get_empty_total")
 CHURN = ("rabbitmq_connections_opened_total", "rabbitmq_connections_closed_total", "rabbitmq_channels_opened_total",
          "rabbitmq_channels_closed_total")
 
@@ -289,7 +290,12 @@ def queue_counts(s: Samples, queues: Iterable[Queue], absent: Collection[str] = 
                                get_no_ack=counted(got_no_ack, key, not no_deliveries),
                                deliver_no_ack=counted(delivered_no_ack, key, not no_deliveries)),
                   q.members, q.online, q.mirrors, q.synchronised_mirrors, q.delivery_limit, q.dead_letter_exchange,
-                  q.messages_delayed, _whole(lag.get(key)) if q.stream else None)
+                  q.messages_delayed, _whole(lag.get(key)) if q.stream else None,
+                  # What the list showed of the queue's settings stands (the plugin counts, it does not
+                  # configure); its head message and held dead letters, read less often than the counts, do not.
+                  q.consumer_timeout_ms, q.arguments, None, None,
+                  q.dead_letter_strategy, q.dead_letter_routing_key, q.max_length, q.max_length_bytes, q.overflow,
+                  q.message_ttl_ms, q.settings_shown)
             for q in queues for key in ((q.vhost, q.name),)]
 
 
@@ -352,10 +358,10 @@ def dead_lettered(metrics: Samples, node: str) -> tuple[DeadLettered, ...] | Non
 
 def protocol_counts(metrics: Samples, node: str) -> tuple[ProtocolCounts, ...]:
     """The node's deliveries and redeliveries per protocol and queue type, from its /metrics."""
-    delivered, redelivered = ({(labels.get("protocol", ""), labels.get("queue_type", "")): int(v)
-                               for labels, v in metrics.get(name, ())} for name in PROTOCOL_COUNTS)
+    delivered, redelivered, empty = ({(labels.get("protocol", ""), labels.get("queue_type", "")): int(v)
+                                      for labels, v in metrics.get(name, ())} for name in PROTOCOL_COUNTS)
     return tuple(ProtocolCounts(node, protocol, QUEUE_TYPES.get(queue_type, queue_type), delivered[key],
-                                redelivered.get(key, 0))
+                                redelivered.get(key, 0), empty.get(key))
                  for key in sorted(delivered) for protocol, queue_type in (key,))
 
 
