@@ -214,15 +214,21 @@ def _reached(ctx: Context, x: Exchange, exchanges: list[Exchange], by_name: list
 
 def publishers_into(ctx: Context, q: Queue) -> tuple[list[Channel], str]:
     """The channels whose publishes reached queue `q` over the window, and how that is known: counted per channel
-    and queue where the source counts so, else tied to it by the exchanges' counts (inferred); none, and why,
-    where neither tells."""
-    found, how = [], "the source does not say which channels publish into the queue"
+    and queue where the source counts so, else tied to it by the exchanges' counts, else the one channel of the
+    vhost that published as many as the queue took (both inferred); none, and why, where nothing tells."""
+    found, how, publishing = [], "the source does not say which channels publish into the queue", []
     for ch in ctx.snapshot.channels:
         published = lately(ctx, ch) if ch.vhost == q.vhost else None
         if not published:
             continue
+        publishing.append((ch, published))
         queues, why = _destinations(ctx, ch, published)
         if isinstance(queues, list) and any((x.name if isinstance(x, Queue) else x) == q.name for x in queues):
             found.append(ch)
             how = why
+    took = lately(ctx, q)
+    alike = [ch for ch, published in publishing if took and _as_many(took, published)]
+    if not found and len(alike) == 1:
+        return alike, (f"inferred: the channel's {lately(ctx, alike[0])} publishes lately match the {took} the queue "
+                       "took, and no other channel of the vhost published as many")
     return found, how
