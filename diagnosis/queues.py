@@ -242,6 +242,12 @@ def _can_remove(ctx: Context, q: Queue, reason: str, targeted: bool | None) -> b
     reason needs over the window (the delivery limit: redeliveries; a rejection: a delivery)."""
     if not _settings_fit(q, reason, targeted):
         return False
+    if reason == "maxlen" and q.max_length is not None:
+        # Drop-head removes only from a full queue: one that held fewer at the window's start than its limit less
+        # what was published into it since can never have been full.
+        start = ctx.at_window_start(q)
+        return num(start.messages_ready if start is not None else 0) + num(ctx.over_window(q, "publish")) \
+            >= q.max_length
     if reason == "delivery_limit":
         return bool(ctx.over_window(q, "redeliver"))
     if reason == "rejected":

@@ -117,6 +117,17 @@ def test_drops_two_queues_could_have_made_are_unattributed_and_name_both():
     assert "healthy" not in f.explanation + str(f.evidence)
 
 
+def test_a_length_limited_queue_that_never_reached_its_limit_is_never_blamed_for_drops_by_length():
+    capped = queue(name="capped", max_length=2, consumers=0, message_stats=stats(publish=0, ack=0))
+    capped2 = replace(capped, messages_ready=2, message_stats=stats(publish=10, ack=0))
+    # A roomy queue whose counters show messages leaving it without acks (its statistics lag a step): it held 5
+    # and took 10 against a limit of 100,000, so it was never full.
+    roomy = queue(name="roomy", max_length=100_000, messages_ready=5, message_stats=stats(publish=0, ack=0))
+    roomy2 = replace(roomy, messages_ready=5, message_stats=stats(publish=10, ack=4))
+    [f] = _only(_maxlen_window((capped, capped2), (roomy, roomy2)), "messages-dropped")
+    assert f.object == "queue capped" and "roomy" not in str(f.evidence)
+
+
 def test_a_queue_dead_lettering_through_the_default_exchange_is_never_said_to_drop():
     # Issue 55's K1: x-dead-letter-exchange "" with a routing key keeps what it dead-letters.
     kept = queue(name="fld", type="quorum", delivery_limit=2, dead_letter_exchange="", dead_letter_routing_key="fld.dlq",
