@@ -13,13 +13,14 @@ from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, worst_firs
 
 from . import (breaks, cluster, connections, consumers, federation, links, probes, publishers, queues, shovels,
                streams)
+from . import dead_letter_cycles
 from .context import Context, Rule, without_probes
 
 __all__ = ["RULES", "Context", "Rule", "diagnose", "evaluate"]
 
 RULES: tuple[Rule, ...] = (consumers.RULES + breaks.RULES + publishers.RULES + queues.RULES + connections.RULES
                            + cluster.RULES + links.RULES + streams.RULES + shovels.RULES + federation.RULES
-                           + probes.RULES)
+                           + probes.RULES + dead_letter_cycles.RULES)
 
 
 def evaluate(ctx: Context) -> list[Finding]:

@@ -188,7 +188,7 @@ def _by_name(ctx: Context, vhost: str, exchanges: list[Exchange]) -> list[Queue]
     bound: dict[str, int] = {}
     for e in exchanges:
         if e.name:
-            for kind, name in e.bindings:
+            for kind, name, _ in e.bindings:
                 if kind == "queue":
                     bound[name] = bound.get(name, 0) + num(lately(ctx, e))
     return [q for q in ctx.snapshot.queues if q.vhost == vhost and num(lately(ctx, q)) > bound.get(q.name, 0)]
@@ -203,7 +203,7 @@ def _reached(ctx: Context, x: Exchange, exchanges: list[Exchange], by_name: list
         e = todo.pop()
         if e.name == "":
             queues.update((q.name, q) for q in by_name)
-        for kind, name in e.bindings:
+        for kind, name, _ in e.bindings:
             if kind == "queue":
                 queues[name] = ctx.queue(x.vhost, name) or name
             elif name not in seen and name in named:

@@ -458,8 +458,9 @@ class Exchange:
     vhost: str
     name: str  # "" is the default exchange, which routes to the queue named by the routing key
     message_stats: MessageStats  # `publish`: messages published into it (the API's publish_in), cumulative
-    # Its bindings: (destination type, destination), "queue" or "exchange".
-    bindings: tuple[tuple[str, str], ...] = ()
+    # Its bindings: (destination type, destination, binding key), "queue" or "exchange".
+    bindings: tuple[tuple[str, str, str], ...] = ()
+    type: str | None = None  # direct, fanout, topic, headers or a plugin's; None where the source did not say
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,18 +223,22 @@ class ManagementSource:
         for e in errors:
             if e.endpoint in LISTS:
                 raw[e.endpoint] = []
-        raw["exchanges"], raw["bindings"], raw["routed"] = self._routes(raw["channels"], urls, deadline, errors)
+        raw["exchanges"], raw["bindings"], raw["routed"] = self._routes(raw["channels"], raw.get("queues"), urls,
+                                                                        deadline, errors)
         return raw, sorted(errors, key=lambda e: e.endpoint)
 
-    def _routes(self, channels: Any, urls: dict[str, str], deadline: float, errors: list[FetchError]
+    def _routes(self, channels: Any, queues: Any, urls: dict[str, str], deadline: float, errors: list[FetchError]
                 ) -> tuple[list, list, list]:
-        """The exchanges and bindings of each vhost where a channel publishes without confirms or in transactions
-        (a healthy broker has none: nothing is read), and each node plugin's count of those vhosts' publishes per
+        """The exchanges and bindings of each vhost where a channel publishes without confirms or in transactions,
+        or where a queue that can dead-letter without a rejection dead-letters through a named exchange (a healthy
+        broker has neither: nothing is read), and each node plugin's count of the first kind's publishes per
         channel and queue; a vhost that fails is left out whole, as is a plugin, its error added."""
-        vhosts = [v for v in normalise.publishing_at_risk(channels) if self.selection.vhost(v)]
+        at_risk = [v for v in normalise.publishing_at_risk(channels) if self.selection.vhost(v)]
+        vhosts = sorted(set(at_risk) | {v for v in normalise.dead_lettering_by_exchange(queues)
+                                        if self.selection.vhost(v)})
         if not vhosts:
             return [], [], []
-        counted = self._pool.submit(self._routed, vhosts, urls, deadline) if urls else None
+        counted = self._pool.submit(self._routed, at_risk, urls, deadline) if urls and at_risk else None
 
         def both(vhost: str) -> tuple[Any, Any]:
             return (self.client.fetch("exchanges", deadline, vhost=vhost),

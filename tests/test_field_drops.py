@@ -164,3 +164,34 @@ def test_drops_by_length_are_never_blamed_on_a_reject_publish_queue_and_a_delete
     assert not [f for f in found if f["rule"] in ("messages-dropped", "delivery-limit-reached")
                 and "fld.refusing" in f["object"] + f["explanation"] + str(f["evidence"])]
     assert not _at_or_above_warning(found, "fld-healthy") and not _at_or_above_warning(found, "fld.healthy")
+
+
+def test_a_dead_letter_cycle_a_message_can_go_round_by_expiry_is_named_from_its_topology_before_any_loss(
+        release_broker, start_exporter):
+    """Issue 55's K7: work and retry dead-letter into each other through two exchanges, both with a TTL; beside it
+    a retry loop the broker allows (its work queue dead-letters only what a consumer rejects)."""
+    node = release_broker
+    with own_vhost(node, "fld") as vhost:
+        with _connect(node, vhost, "fld-topology") as conn:
+            ch = conn.channel()
+            for prefix, work_ttl in (("fld.", {"x-message-ttl": 60_000}), ("fld.safe-", {})):
+                ch.exchange_declare(f"{prefix}work.x", "direct", durable=True)
+                ch.exchange_declare(f"{prefix}retry.x", "direct", durable=True)
+                ch.queue_declare(f"{prefix}work", durable=True, arguments={
+                    "x-dead-letter-exchange": f"{prefix}retry.x", "x-dead-letter-routing-key": "retry", **work_ttl})
+                ch.queue_declare(f"{prefix}retry", durable=True, arguments={
+                    "x-dead-letter-exchange": f"{prefix}work.x", "x-dead-letter-routing-key": "work",
+                    "x-message-ttl": 5000})
+                ch.queue_bind(f"{prefix}work", f"{prefix}work.x", "work")
+                ch.queue_bind(f"{prefix}retry", f"{prefix}retry.x", "retry")
+        exporter = start_exporter(node.management_url, interval=0.5, selection=only_vhost(vhost),
+                                  thresholds=Thresholds(window_seconds=WINDOW))
+        found = wait_for(lambda: (found := findings(exporter)) and any(f["rule"] == "dead-letter-cycle" for f in found)
+                         and found, timeout=60, what=lambda: str(sorted((f["rule"], f["object"])
+                                                                       for f in findings(exporter))))
+        polls_seen(exporter.url, 2)
+        found = findings(exporter)
+    [cycle] = [f for f in found if f["rule"] == "dead-letter-cycle"]
+    assert cycle["object"] == "dead-letter cycle fld.retry → fld.work → fld.retry" and cycle["severity"] == "warning"
+    assert "exchange 'fld.work.x' (direct, binding key 'work')" in cycle["evidence"]["hops"][0]
+    assert not [f for f in found if "safe" in f["object"]]

@@ -246,7 +246,7 @@ def test_where_publishers_without_confirms_publish_is_read_from_the_vhosts_excha
     assert normalise.publishing_at_risk(raw["channels"]) == []  # every publisher confirms: nothing more is read
     s = normalise.snapshot({**raw, **recorded, "connections": [], "consumers": []}, 1000.0)
     routes = {x.name: (x.message_stats.publish, x.bindings) for x in s.exchanges if x.message_stats.publish}
-    assert routes == {"tasks": (6, (("queue", "tasks"),)), "events": (10, (("queue", "events.gossip"),))}
+    assert routes == {"tasks": (6, (("queue", "tasks", ""),)), "events": (10, (("queue", "events.gossip", ""),))}
     assert next(x for x in s.exchanges if x.name == "").bindings == ()  # "routes by queue name" is not a binding
     # The API does not say which channel published where; the counts do: 6 tasks, 10 events.
     found = {f.evidence["published"]: f for f in evaluate(Context(s)) if f.rule == "publisher-without-confirms"}

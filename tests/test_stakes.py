@@ -77,7 +77,7 @@ def test_where_durability_is_not_reported_the_rate_decides_and_the_finding_says_
 
 
 def _exchange(name: str, took: int, *to_queues: str) -> Exchange:
-    return Exchange("/", name, MessageStats(publish=took), tuple(("queue", q) for q in to_queues))
+    return Exchange("/", name, MessageStats(publish=took), tuple(("queue", q, "") for q in to_queues))
 
 
 def test_management_api_where_every_exchange_that_took_publishes_agrees_decides_without_attribution():
@@ -151,7 +151,7 @@ def test_the_default_exchange_reaches_the_queues_that_took_publishes_and_exchang
     start = snapshot(700.0, channels=[_unsafe("plain", 0), _unsafe("fan", 0)],
                      queues=[queue("orders", message_stats=stats(publish=0))],
                      exchanges=[_exchange("", 0), _exchange("audit", 0)])
-    chained = Exchange("/", "audit", MessageStats(publish=40), (("exchange", "audit.copy"),))
+    chained = Exchange("/", "audit", MessageStats(publish=40), (("exchange", "audit.copy", ""),))
     now = snapshot(1000.0, channels=[_unsafe("plain", 300), _unsafe("fan", 40)], queues=[durable],
                    exchanges=[_exchange("", 300), chained, _exchange("audit.copy", 0, "orders")])
     found = _judged(start, now)

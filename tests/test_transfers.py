@@ -141,7 +141,7 @@ def test_a_shovel_into_a_queue_that_keeps_nothing_is_info_and_one_into_another_b
 
 def test_a_shovel_into_an_exchange_is_judged_by_the_queues_it_is_bound_to():
     s = snapshot(queues=[queue("src"), queue("audit", messages_ready=3, messages_persistent=3)],
-                 exchanges=[Exchange("/", "events", MessageStats(), bindings=(("queue", "audit"),))],
+                 exchanges=[Exchange("/", "events", MessageStats(), bindings=(("queue", "audit", ""),))],
                  shovels=[_shovel(destination_queue=None, destination_exchange="events")])
     [f] = _findings(Context(s), "shovel-without-confirms")
     assert f.severity == "warning" and f.evidence["at_stake"][0]["queue"] == "audit"

@@ -67,9 +67,10 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "consumers": ("queue.name", "queue.vhost", "consumer_tag", "channel_details.name",
                   "channel_details.connection_name", "channel_details.user", "prefetch_count", "ack_required",
                   "exclusive", "active", "consumer_timeout"),
-    # Read only in the vhosts where a channel publishes without confirms or in transactions (publishing_at_risk).
-    "exchanges": ("name", "vhost", "message_stats.publish_in"),
-    "bindings": ("source", "vhost", "destination", "destination_type"),
+    # Read only in the vhosts where a channel publishes without confirms or in transactions (publishing_at_risk), or
+    # a queue dead-letters through a named exchange (dead_lettering_by_exchange).
+    "exchanges": ("name", "vhost", "type", "message_stats.publish_in"),
+    "bindings": ("source", "vhost", "destination", "destination_type", "routing_key"),
     # Read for `ackscope upgrade-check` (management/upgrade.py): small lists, statistics or not.
     "policies": ("vhost", "name", "pattern", "apply-to", "definition"),
     "operator-policies": ("vhost", "name", "pattern", "apply-to", "definition"),
@@ -258,20 +259,35 @@ def publishing_at_risk(raw_channels: Any) -> list[str]:
                         or c.get("transactional") is True)})
 
 
+def dead_lettering_by_exchange(raw_queues: Any) -> list[str]:
+    """The vhosts where a queue dead-letters through a named exchange and can dead-letter without a rejection (a
+    message TTL, a length limit, a delivery limit): where to read the exchanges and bindings, to see whether its
+    dead letters come back to it (a cycle that drops them)."""
+    if not isinstance(raw_queues, list):
+        return []
+    # Read from the raw answer, not built into Queues: this runs over every queue of every poll.
+    return sorted({str(raw.get("vhost", "")) for raw in raw_queues
+                   if isinstance(raw, dict) and _setting(raw, "dead-letter-exchange")
+                   and (delivery_limit(raw) is not None or any(_lowest(raw, key) is not None for key in (
+                       "message-ttl", "max-length", "max-length-bytes")))})
+
+
 def exchanges(raw_exchanges: Any, raw_bindings: Any) -> list[Exchange]:
-    """Each exchange with its publish_in counter and its bindings (to queues and to other exchanges)."""
-    routes: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+    """Each exchange with its type, its publish_in counter and its bindings (to queues and to other exchanges, with
+    their keys)."""
+    routes: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
     for b in objects(raw_bindings, "bindings"):
         kind = str(b.get("destination_type", ""))
         # The default exchange's bindings, one to every queue, restate that it routes by queue name: left out.
         if kind in ("queue", "exchange") and b.get("source"):
-            routes[(str(b.get("vhost", "")), str(b.get("source", "")))].append((kind, str(b.get("destination", ""))))
+            routes[(str(b.get("vhost", "")), str(b.get("source", "")))].append(
+                (kind, str(b.get("destination", "")), as_str(b.get("routing_key")) or ""))
     out = []
     for x in objects(raw_exchanges, "exchanges"):
         key = (str(x.get("vhost", "")), str(x.get("name", "")))
         out.append(Exchange(vhost=key[0], name=key[1],
                             message_stats=MessageStats(publish=as_int(as_dict(x.get("message_stats")).get("publish_in"))),
-                            bindings=tuple(sorted(set(routes.get(key, ()))))))
+                            bindings=tuple(sorted(set(routes.get(key, ())))), type=as_str(x.get("type"))))
     return out
 
 
