@@ -2,6 +2,11 @@
 Nagios convention): 0 nothing at warning or above, 1 a warning, 2 a critical, 3 the broker unreachable or
 the login refused. Where a rule needs a rate, the broker is sampled twice, --window apart.
 
+On call it runs after the incident: what has ended by then is in no sample. With --broker-log, the node's log of
+the last --since joins the report (channels and connections the broker closed, consumers it timed out), each
+finding with when it was logged. With --exporter-url, a running exporter's findings over its whole window are
+reported instead of samples of diagnose's own.
+
 With --brokers FILE, several brokers at once (each its [brokers.NAME] table: its URL, user, password file and
 other connection settings), read side by side: a line per broker worst first, then each broker's report. One
 that cannot be read is said so and hides none of the others; the exit code is the worst broker's, a critical
@@ -14,23 +19,30 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from ackscope.core import config
 from ackscope.core.config import ConfigError
-from ackscope.core.durations import parse_duration
+from ackscope.core.durations import describe, parse_duration
+from ackscope.dashboard.source import ExporterSource, Live
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
+from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.diagnosis.waiting import Waiting
-from ackscope.model.findings import Diagnosis, Finding
+from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_ERROR, CONNECTION_OPENED, CONSUMER_TIMEOUT,
+                                   BrokerEvent, Breaks, cause)
+from ackscope.model.findings import SEVERITIES, Diagnosis, Finding, NotEvaluated
+from ackscope.model.probes import TargetStats
 from ackscope.model.snapshot import CHANNELS, CONNECTIONS, QUEUE_COUNTS, Snapshot
 from ackscope.model.source import Source, SourceFailed
 from ackscope.probes import config as probe_config
 from ackscope.probes.service import Probes
-from ackscope.sources import Selection, make_source
+from ackscope.sources import BreakLedger, BrokerLogWatch, Selection, make_source
+from ackscope.sources.break_ledger import NAMING_SECONDS
 
 from . import exporter as exporter_app
 
@@ -42,6 +54,13 @@ COLOURS = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 # How the report's first line names each source a read can come from (auto chooses the last for a large broker).
 SOURCES = {"management": "management API", "prometheus": "Prometheus plugin, management statistics off",
            "management+prometheus": "Prometheus plugin for the queues, management API for the rest: a large broker"}
+
+
+# RabbitMQ's default collect_statistics_interval: the management API refreshes a channel's counters this often, so
+# two samples closer than this may show the counters of a consumer that acks unmoved.
+STATISTICS_INTERVAL = 5.0
+# How far back --broker-log is read when --since does not say: an incident paged for is minutes old when diagnose runs.
+DEFAULT_SINCE = "15m"
 
 
 def window_seconds(text: str) -> float:
@@ -60,7 +79,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "each (management_url, username, password_file, and any other connection setting): "
                         "reported together, exit code the worst broker's")
     parser.add_argument("--window", default="5s", help="time between the two samples rates are computed from, "
-                        "and how long the probes run when --amqp-url is given [5s]")
+                        "and how long the probes run when --amqp-url is given; a consumer that acks nothing across "
+                        "it (5s at least) is said stalled for at least that long [5s]")
+    parser.add_argument("--broker-log", metavar="FILE", help="the broker node's log file: what it logged in the "
+                        "last --since (channels and connections the broker closed, consumers it timed out) is "
+                        "judged too, each finding with when it was logged")
+    parser.add_argument("--since", metavar="DURATION", help="with --broker-log: how far back the log is read, the "
+                        f"window its events are judged over (30s, 15m, 2h) [{DEFAULT_SINCE}]")
+    parser.add_argument("--exporter-url", metavar="URL", help="a running ackscope exporter: report its findings "
+                        "over its whole window instead of sampling the broker (its web user and password from "
+                        "ACKSCOPE_WEB_USERNAME and ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE)")
     config.add_arguments(parser, OPTIONS)
     probe_config.add_arguments(parser.add_argument_group("probes (run during the window when an AMQP URL is set)"))
 
@@ -72,6 +100,7 @@ class Connected:
     source: Source
     document: Mapping[str, Any]  # the TOML document (--config), for the command's own tables
     path: str | None
+    selection: Selection = Selection()  # the vhosts and queues watched: the log's events of others are not judged
 
 
 def connect(args: argparse.Namespace, environ: Mapping[str, str], upgrade_facts: bool = False) -> Connected:
@@ -83,13 +112,17 @@ def connect(args: argparse.Namespace, environ: Mapping[str, str], upgrade_facts:
     section = {k: v for k, v in config.table(document, "exporter", path).items()
                if k in _CONNECTION_OPTIONS or k in ("password", "password_file")}
     v = config.resolve(OPTIONS, args, environ, section, ("password",), where=path or "config")
-    return Connected(_source(v, upgrade_facts), document, path)
+    return Connected(_source(v, upgrade_facts), document, path, _selection(v))
+
+
+def _selection(v: Mapping[str, Any]) -> Selection:
+    return Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"])
 
 
 def _source(v: Mapping[str, Any], upgrade_facts: bool = False) -> Source:
     """The source for resolved connection settings `v`."""
     password = exporter_app.password_for(v["username"], v["password"], v["management_url"])
-    selection = Selection(v["include_vhosts"], v["exclude_vhosts"], v["include_queues"], v["exclude_queues"])
+    selection = _selection(v)
     verify = False if v["insecure_skip_verify"] else (v["ca_file"] or True)
     try:
         return make_source(v["source"], v["management_url"], v["prometheus_url"], v["username"], password,
@@ -126,6 +159,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         window = window_seconds(args.window)
     except ValueError as e:
         raise ConfigError(f"--window: {e}") from None
+    since = _since(args)
+    if args.exporter_url:
+        return _run_from_exporter(args, environ)
     if args.brokers:
         return _run_many(args, environ, window)
     connected = connect(args, environ)
@@ -133,16 +169,94 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     thresholds = exporter_app.load_thresholds(document, path)
     probe_cfg = probe_config.load(args, environ, document, path)
     probes = Probes(probe_cfg) if probe_cfg is not None else None
+    log = LogWindow(args.broker_log, since, connected.selection.vhost) if since is not None else None
     try:
-        judged = _judge(source, window, thresholds, probes)
+        judged = _judge(source, window, thresholds, probes, log)
     except SourceFailed as e:
         print(f"ackscope diagnose: cannot read {source.base_url}: {e}", file=sys.stderr)
         return UNREACHABLE
     if args.format == "json":
         print(json.dumps(judged.to_json(), indent=2))
     else:
-        print_report(judged.verdict, judged.headline())
+        print_report(judged.verdict, judged.headline(), notes=judged.notes())
     return exit_code(list(judged.verdict.findings))
+
+
+def _since(args: argparse.Namespace) -> float | None:
+    """--since in seconds where --broker-log is given, else None; the options that do not go together refused."""
+    if args.exporter_url and (args.broker_log or args.brokers):
+        raise ConfigError("--exporter-url: the exporter's findings are reported as it judged them, over its own "
+                          "window; give the exporter its --broker-log, and diagnose other brokers apart")
+    if args.since is not None and not args.broker_log:
+        raise ConfigError("--since: how far back --broker-log is read, and no --broker-log is given")
+    if not args.broker_log:
+        return None
+    if args.brokers:
+        raise ConfigError("--broker-log: the log of one node; diagnose its broker alone (--management-url)")
+    if args.broker_log == "-":
+        raise ConfigError("--broker-log: diagnose reads a file once, from its start; save the stream to a file")
+    try:
+        return parse_duration(args.since or DEFAULT_SINCE)
+    except ValueError as e:
+        raise ConfigError(f"--since: {e}") from None
+
+
+class LogWindow:
+    """--broker-log read once from its start, as the exporter reads it (its ledger: each event attributed to the
+    client a sample saw on its connection), and kept for the last `since` seconds. A file that cannot be read is
+    one line of the report, and the rules that need it are said not evaluated: nothing else is lost."""
+
+    def __init__(self, path: str, since: float, vhosts: Callable[[str], bool] = lambda vhost: True):
+        self.path, self.since = path, since
+        self.problem: str | None = None
+        self.breaks: Breaks | None = None
+        self._ledger: BreakLedger | None = None
+        try:
+            with open(path, "rb"):  # said now, in diagnose's words: the follower would look for it again and again
+                pass
+        except OSError as e:
+            self.problem = f"the broker log {path} cannot be read: {e.strerror}"
+            return
+        # NAMING_SECONDS longer: see read().
+        self._ledger = BreakLedger(since + NAMING_SECONDS, BrokerLogWatch(path, from_start=True), vhosts)
+
+    def read(self, snapshot: Snapshot | None, last: bool = False) -> None:
+        """What the log holds so far, `snapshot` naming the connections it lists. The last read keeps the
+        window's events (self.breaks) and closes the file."""
+        if self._ledger is None:
+            return
+        now = time.time()
+        self._ledger.update(snapshot, now)
+        if not last:
+            return
+        # The ledger holds an event of a connection nobody named yet for NAMING_SECONDS, for a later poll that may
+        # name it. A one-shot has no later poll: a read that much later lets them go, and trims to the last `since`
+        # seconds before now (the ledger's window is that much longer).
+        breaks = self._ledger.update(None, now + NAMING_SECONDS)
+        self._ledger.close()
+        self._ledger = None
+        if breaks.problems:
+            self.problem = "; ".join(breaks.problems)
+            return
+        self.breaks = replace(breaks, at=now)
+
+    def note(self) -> str:
+        """One line for the report: what was read, or why nothing was."""
+        if self.breaks is None:
+            return f"broker log: {self.problem or 'not read'}: the rules that need it are not evaluated"
+        b = self.breaks
+        said = (f"broker log {self.path}: the last {describe(self.since)} (since {_clock(b.at - self.since)}), "
+                f"{len(b.events)} event{'s' * (len(b.events) != 1)} of {b.lines:,} lines read")
+        if b.unknown_lines:
+            said += f"; {b.unknown_lines:,} line{'s' * (b.unknown_lines != 1)} in neither of RabbitMQ's log formats " \
+                    "passed over"
+        return said
+
+    def to_json(self) -> dict:
+        b = self.breaks
+        return {"path": self.path, "since_seconds": self.since, "problem": self.problem,
+                **({"from": b.at - self.since, "to": b.at, "events": len(b.events), "lines": b.lines,
+                    "unknown_lines": b.unknown_lines} if b is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -152,35 +266,174 @@ class Judged:
     source: Source
     verdict: Diagnosis
     snapshot: Snapshot
+    log: LogWindow | None = None
 
     def headline(self) -> str:
         return _headline(self.snapshot, f"{self.source.base_url} ({SOURCES[self.source.name]})")
 
+    def notes(self) -> tuple[str, ...]:
+        return (self.log.note(),) if self.log is not None else ()
+
     def to_json(self) -> dict:
         return {"findings": [f.to_json() for f in self.verdict.findings],
                 "not_evaluated": [n.to_json() for n in self.verdict.not_evaluated],
-                "broker": {**_broker(self.snapshot), "source": self.source.name}}
+                "broker": {**_broker(self.snapshot), "source": self.source.name},
+                **({"broker_log": self.log.to_json()} if self.log is not None else {})}
 
 
-def _judge(source: Source, window: float, thresholds, probes: Probes | None = None) -> Judged:
-    """Read `source` twice, `window` apart (the probes running meanwhile), and judge; SourceFailed when a read
-    fails. The source is closed after."""
+def _judge(source: Source, window: float, thresholds: Thresholds, probes: Probes | None = None,
+           log: LogWindow | None = None) -> Judged:
+    """Read `source` twice, `window` apart (the probes running meanwhile, and the log read), and judge;
+    SourceFailed when a read fails. The source is closed after."""
     try:
         if probes is not None:
             probes.start()
         first = source.read()
-        time.sleep(window)  # the window itself: rates are counts over it
+        began = time.monotonic()
+        if log is not None:
+            log.read(first)  # most of the log, while the window runs
+        time.sleep(max(0.0, window - (time.monotonic() - began)))  # the window itself: rates are counts over it
         second = source.read()
         stats = probes.stats().targets if probes is not None else ()
     finally:
         if probes is not None:
             probes.stop()
         source.close()
+    if log is not None:
+        log.read(second, last=True)
+    breaks = log.breaks if log is not None else None
+    return Judged(source, judge_samples(first, second, thresholds, stats, breaks, log.since if log else None),
+                  second, log)
+
+
+def judge_samples(first: Snapshot, second: Snapshot, thresholds: Thresholds, probes: tuple[TargetStats, ...] = (),
+                  breaks: Breaks | None = None, since: float | None = None) -> Diagnosis:
+    """The verdict on two samples of the broker and, where the log was read, its events of the last `since`
+    seconds, each such finding with when it was logged.
+
+    A consumer that settled nothing across the samples has held its deliveries that long at least, and diagnose
+    cannot know how much longer: it is judged stalled for at least that long (consumer-stalled), never a consumer
+    working at its prefetch (prefetch-saturated), which is what the exporter says of it once it has watched it for
+    stalled_consumer_seconds. Samples closer than STATISTICS_INTERVAL apart tell no stall."""
+    apart = max(second.taken_at - first.taken_at, STATISTICS_INTERVAL)
+    sampled = replace(thresholds, stalled_consumer_seconds=min(thresholds.stalled_consumer_seconds, apart))
+    if since is not None:
+        sampled = replace(sampled, window_seconds=since)
     holding, waiting = Holding(), Waiting()
     holding.update(first)
     waiting.update(first)
-    return Judged(source, diagnose(Context(second, first, stats, thresholds, held=holding.update(second),
-                                           oldest=waiting.update(second))), second)
+    verdict = diagnose(Context(second, first, probes, sampled, breaks=breaks, held=holding.update(second),
+                               oldest=waiting.update(second)))
+    if breaks is not None:
+        verdict = replace(verdict, findings=tuple(_when_logged(f, breaks) for f in verdict.findings))
+    return verdict
+
+
+# The events each rule of the log groups into one finding; a rule not listed here: any event of its client.
+_LOGGED = {"consumer-timed-out": (CONSUMER_TIMEOUT,), "closed-on-error": (CHANNEL_ERROR, CONNECTION_ERROR),
+           "connection-churn": (CONNECTION_OPENED,)}
+
+
+def _when_logged(f: Finding, breaks: Breaks) -> Finding:
+    """A finding of the log's events with when they were logged: `since` the first, and the span in its evidence.
+    The events are those of its client (its connection name, or the connection or the peer and user its object
+    names) of the kinds its rule judges, and of the reason it names."""
+    if BROKER_LOG not in str(f.evidence.get("source", "")):
+        return f
+    kinds = _LOGGED.get(f.rule)
+    reason = f.evidence.get("reason") if f.rule == "closed-on-error" else None
+    times = [e.at for e in breaks.events if (e.vhost or "") == f.vhost and (kinds is None or e.kind in kinds)
+             and (reason is None or cause(e) == reason) and _names(f, e)]
+    if not times:
+        return f
+    first, last = min(times), max(times)
+    logged = (f"at {_clock(last)}" if first == last else f"from {_clock(first)} to {_clock(last)}") + \
+        f", the last {describe(breaks.at - last)} before this report"
+    return replace(f, since=first, evidence={**f.evidence, "logged": logged})
+
+
+def _names(f: Finding, e: BrokerEvent) -> bool:
+    """Whether the finding names the event's client."""
+    if f.connection_name and e.connection_name == f.connection_name:
+        return True
+    if not e.connection:
+        return False
+    peer = e.connection.split(" -> ")[0]
+    return e.connection in f.object or f"{peer.rsplit(':', 1)[0]} as {e.user}" in f.object
+
+
+def _clock(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _run_from_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """A running exporter's findings over its whole window, with the broker as its last poll saw it: the broker is
+    not sampled. Exit 3 where the exporter cannot be read or has no poll of the broker to show."""
+    if probe_config.load(args, environ, {}, None) is not None:
+        raise ConfigError("--exporter-url: the exporter's findings are reported as it judged them; the probes run "
+                          "with diagnose's own samples (without --exporter-url)")
+    try:
+        url = config.http_url("ACKSCOPE_WEB_USERNAME and ACKSCOPE_WEB_PASSWORD or ACKSCOPE_WEB_PASSWORD_FILE")(
+            args.exporter_url)
+    except ValueError as e:
+        raise ConfigError(f"--exporter-url: {e}") from None
+    user = environ.get("ACKSCOPE_WEB_USERNAME")
+    password = config.read_secret("web_password", environ, {}, "diagnose")
+    timeout = config.resolve([o for o in OPTIONS if o.key == "timeout"], args, environ, {})["timeout"]
+    # The dashboard's client of the exporter: the same documents, errors in the same words.
+    exporter = ExporterSource(url, auth=(user, password.reveal() if password else "") if user else None,
+                              timeout=timeout, reuse_seconds=0.0, documents=("snapshot", "findings"))
+    try:
+        read = _from_exporter(url, exporter.fetch())
+    except (AttributeError, KeyError, TypeError, ValueError):  # JSON, but not the exporter's documents
+        read = f"the exporter at {url} sent documents that are not an ackscope exporter's /api/snapshot and " \
+               "/api/findings"
+    if isinstance(read, str):
+        print(f"ackscope diagnose: {read}", file=sys.stderr)
+        return UNREACHABLE
+    verdict, headline, notes, stale, broker = read
+    if args.format == "json":
+        print(json.dumps({"findings": [f.to_json() for f in verdict.findings],
+                          "not_evaluated": [n.to_json() for n in verdict.not_evaluated], "broker": broker,
+                          "exporter": {"url": url, "stale": stale is not None, "last_error": stale,
+                                       "findings_are": "the exporter's, over its window"}}, indent=2))
+    else:
+        print_report(verdict, headline, notes=notes)
+    code = exit_code(list(verdict.findings))
+    return max(code, UNREACHABLE, key=_RANK.__getitem__) if stale is not None else code
+
+
+_FINDING_FIELDS = {f.name for f in fields(Finding)}
+
+
+def _from_exporter(url: str, live: Live) -> tuple[Diagnosis, str, tuple[str, ...], str | None, dict] | str:
+    """The exporter's verdict, the report's headline and notes, why its last poll failed (None: it did not), and
+    the broker as that poll saw it; or why it cannot be read, one line."""
+    if live.error is not None:
+        return live.error
+    if live.snapshot is None:
+        return f"the exporter at {url} has no poll of the broker yet: {live.exporter_error or 'it has just started'}"
+    findings = []
+    for doc in live.findings:
+        f = Finding(**{k: v for k, v in doc.items() if k in _FINDING_FIELDS})
+        if f.severity not in SEVERITIES or not isinstance(f.evidence, dict):
+            raise ValueError(f"not a finding: {doc!r}")
+        findings.append(f)
+    skipped = tuple(NotEvaluated(str(n["rule"]), tuple(n.get("needs", ())), str(n.get("why", "")))
+                    for n in live.not_evaluated)
+    s = live.snapshot
+    counts = {what: None if fact in s.get("unreported", ()) else len(s[what]) for what, fact in _COUNTED}
+    taken_at, version = float(s["taken_at"]), s["overview"].get("rabbitmq_version")
+    headline = f"{url}: RabbitMQ {version}, " + ", ".join(
+        f"{what} not read" if counts[what] is None else f"{counts[what]} {what}"
+        for what in ("queues", "channels", "connections"))
+    notes = [f"the findings of the exporter at {url}, over its whole window, as of its poll at {_clock(taken_at)}: "
+             "the broker was not sampled by diagnose"]
+    if live.exporter_error:
+        notes.append(f"stale: the exporter's last poll failed ({live.exporter_error}); these are its last good "
+                     "poll's findings")
+    broker = {"rabbitmq_version": version, "taken_at": taken_at, "source": live.source, **counts}
+    return Diagnosis(tuple(findings), skipped), headline, tuple(notes), live.exporter_error, broker
 
 
 # The worst broker decides the exit code: a critical before a broker that cannot be read before a warning.
@@ -271,15 +524,18 @@ def _headline(s: Snapshot, url: str) -> str:
         for what in ("queues", "channels", "connections"))
 
 
-def print_report(verdict: Diagnosis, headline: str, nothing: str = "no findings") -> None:
-    """The headline, then worst first, one block per finding: severity, rule, vhost and culprit on its first line
-    (never wrapped, so it can be grepped), then the evidence, why it matters, and what to do. Then the rules that
-    could not run, one line each."""
+def print_report(verdict: Diagnosis, headline: str, nothing: str = "no findings", notes: Sequence[str] = ()) -> None:
+    """The headline and its notes (where the findings come from), then worst first, one block per finding:
+    severity, rule, vhost and culprit on its first line (never wrapped, so it can be grepped), then since when
+    where it is known, the evidence, why it matters, and what to do. Then the rules that could not run, one line
+    each."""
     from rich.console import Console
     from rich.markup import escape
 
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"[bold]{escape(headline)}[/bold]")
+    for note in notes:
+        console.print(escape(note))
     findings = verdict.findings
     counts = {sev: sum(1 for f in findings if f.severity == sev) for sev in ("critical", "warning", "info")}
     console.print(", ".join(f"[{COLOURS[k]}]{n} {k}[/]" for k, n in counts.items() if n) if findings
@@ -288,6 +544,8 @@ def print_report(verdict: Diagnosis, headline: str, nothing: str = "no findings"
         evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
         console.print(f"\n[{COLOURS[f.severity]}]{f.severity.upper():<8}[/] [bold]{f.rule}[/bold]  "
                       f"vhost={escape(f.vhost or '-')}  {escape(f.culprit)}")
+        if f.since is not None:
+            console.print(f"  since     {_clock(f.since)}")
         console.print(f"  evidence  {escape(evidence)}")
         console.print(f"  why       {escape(f.explanation)}")
         console.print(f"  do        {escape(f.remedy)}")
