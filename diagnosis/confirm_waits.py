@@ -12,6 +12,12 @@ whenever its rate and the broker's latency allow it.
 A sample is taken where the broker sampled the channel anew while it published: its publish counter moved since
 the last sample kept (RabbitMQ 4 refreshes a channel's figures every 5 s or so, whatever the statistics interval;
 two polls of one refresh are one sample).
+
+It also remembers when each confirm channel last showed publishes the broker refused (publish minus confirm minus
+unconfirmed above 0) in a sample taken anew whose sample before showed some too: the broker samples these counters
+at slightly different moments, so one sample's gap may close at the next, while two samples' gap is nacks. Once
+the publisher goes idle its counters stop moving and no sample is taken anew: this memory keeps its nacks a
+finding for the window (publisher-nacked).
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ class InFlight:
     samples: int
     peak: int
     mean: float
+    # When the channel's refused publishes (inferred) were last seen in two samples taken anew, within the window;
+    # and when that count last grew. None: not seen so.
+    nacks_seen_at: float | None = None
+    nacks_grew_at: float | None = None
 
 
 class ConfirmWaits:
@@ -38,10 +48,13 @@ class ConfirmWaits:
         self.window_seconds = window_seconds
         self._samples: dict[str, deque[tuple[float, int]]] = {}  # per channel: (taken_at, unconfirmed)
         self._published: dict[str, int] = {}  # per channel: its publish counter at the last poll
+        # per channel: (publish, confirm, unconfirmed) at the last poll, and (seen at, grew at) of its nacks
+        self._counters: dict[str, tuple[int, int, int]] = {}
+        self._nacks: dict[str, tuple[float, float]] = {}
 
     def update(self, s: Snapshot) -> Mapping[str, InFlight]:
         since = s.taken_at - self.window_seconds
-        published, samples = {}, {}
+        published, samples, counters, nacks = {}, {}, {}, {}
         for ch in s.channels:
             count, unconfirmed = ch.message_stats.publish, ch.messages_unconfirmed
             if ch.confirm is not True or count is None or unconfirmed is None:
@@ -54,8 +67,24 @@ class ConfirmWaits:
             while kept and kept[0][0] < since:
                 kept.popleft()
             samples[ch.name] = kept
+            self._sample_nacks(ch.name, (count, ch.message_stats.confirm, unconfirmed), s.taken_at, since, counters,
+                               nacks)
         # Channels that closed are forgotten: their names do not come back.
-        self._samples, self._published = samples, published
-        return MappingProxyType({name: InFlight(len(kept), max(n for _, n in kept),
-                                                sum(n for _, n in kept) / len(kept))
-                                 for name, kept in samples.items() if kept})
+        self._samples, self._published, self._counters, self._nacks = samples, published, counters, nacks
+        return MappingProxyType({name: InFlight(len(kept), max((n for _, n in kept), default=0),
+                                                sum(n for _, n in kept) / len(kept) if kept else 0.0,
+                                                *nacks.get(name, (None, None)))
+                                 for name, kept in samples.items() if kept or name in nacks})
+
+    def _sample_nacks(self, name: str, now: tuple[int, int | None, int], taken_at: float, since: float,
+                      counters: dict, nacks: dict) -> None:
+        if now[1] is None:
+            return
+        counters[name] = now
+        then, seen = self._counters.get(name), self._nacks.get(name)
+        if then is not None and now != then:  # sampled anew
+            gap, gap_then = now[0] - now[1] - now[2], then[0] - then[1] - then[2]
+            if gap > 0 and gap_then > 0:
+                seen = (taken_at, taken_at if seen is None or gap > gap_then else seen[1])
+        if seen is not None and seen[0] >= since:
+            nacks[name] = seen

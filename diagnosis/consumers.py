@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ackscope.model.findings import Finding
-from ackscope.model.snapshot import CHANNELS, QUEUE_COUNTS, Channel, Queue, binding_limit
+from ackscope.model.snapshot import CHANNELS, CONNECTIONS, QUEUE_COUNTS, Channel, Consumer, Queue, binding_limit
 
 from .breaks import stuck
-from .context import ACKS_GUIDE, Context, Rule, consumers_named, num, rounded
+from .context import ACKS_GUIDE, Context, Rule, consumers_named, last_seen, named, num, rounded
 
 
 def _prefetch_unlimited(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -127,22 +127,69 @@ def _prefetch_one(ctx: Context, rule: Rule) -> Iterator[Finding]:
 def _requeue_loop(ctx: Context, rule: Rule) -> Iterator[Finding]:
     t = ctx.thresholds
     for q in ctx.snapshot.queues:
-        redeliver, deliver = ctx.window_rate(q, "redeliver"), ctx.window_rate(q, "deliver_get")
-        if redeliver is None or deliver is None or redeliver < t.requeue_min_rate:
+        redelivered, delivered = ctx.over_window(q, "redeliver"), ctx.over_window(q, "deliver_get")
+        if not redelivered or not delivered or redelivered < t.requeue_ratio * delivered:
             continue
-        if redeliver < t.requeue_ratio * deliver:
+        seconds = ctx.window_seconds
+        # The management API leaves out a counter never counted: a queue nobody acked from has no `ack`.
+        acked = num(ctx.over_window(q, "ack"))
+        # A loop is a share, whatever the rate: redeliveries comparable to deliveries with (almost) nothing acked
+        # is one from a few redeliveries (a poison message killing its consumer each time loops at 0.6/s). Where
+        # acks get through, only a fast rate of redeliveries is worth a finding.
+        stuck_loop = acked <= t.requeue_acked_share * delivered and redelivered >= t.requeue_min_redeliveries
+        if not stuck_loop and redelivered / seconds < t.requeue_min_rate:
             continue
-        critical = deliver > 0 and redeliver >= 0.9 * deliver
+        redeliver, deliver = redelivered / seconds, delivered / seconds
+        # Nothing gets through: the queue's consumers can no longer do their work.
+        critical = redelivered >= 0.9 * delivered
         fate = requeue_fate(ctx, q)
-        yield rule.finding("critical" if critical else "warning", q.vhost, f"queue {q.name}", consumers_named(ctx, q),
-                           {"redeliver_rate": rounded(redeliver), "deliver_rate": rounded(deliver),
-                            "window_seconds": rounded(ctx.window_seconds), "consumers": q.consumers,
-                            "queue_type": q.type, "delivery_limit": q.delivery_limit, "next": fate.next,
-                            "rabbitmq": ctx.snapshot.overview.rabbitmq_version},
-                           f"{redeliver:.1f} of {deliver:.1f} deliveries per second on {q.name} are redeliveries: "
-                           "consumers reject or nack with requeue and the same messages come straight back "
-                           f"(a poison message, or every consumer failing), burning network and CPU. {fate.says}",
+        dying = _consumers_dying(ctx, q) if not acked else None
+        who = consumers_named(ctx, q)
+        if not who.identity and dying:  # between two of its consumers' lives: name the ones that died
+            who = named(dying)
+        evidence = {"redeliver_rate": rounded(redeliver), "deliver_rate": rounded(deliver),
+                    "redelivered_in_window": redelivered, "delivered_in_window": delivered, "acked_in_window": acked,
+                    "window_seconds": rounded(seconds), "last_seen": last_seen(ctx, q, "redeliver"),
+                    "consumers": q.consumers, "queue_type": q.type, "delivery_limit": q.delivery_limit,
+                    "next": fate.next, "rabbitmq": ctx.snapshot.overview.rabbitmq_version}
+        died = ""
+        if dying:
+            evidence["consumer_connections_closed"] = len({c.connection for c in dying})
+            died = (f" Every consumer connection seen on {q.name} earlier in the window "
+                    f"({len({c.connection for c in dying})}) has closed, and none acked: each consumer dies holding "
+                    "the message and the broker requeues what a dead connection held (inferred from the polls: its "
+                    "consumers' connections come and go).")
+        elif not acked and _consumed_unseen(ctx, q, delivered):
+            evidence["consumers_seen"] = "none at any poll of the window, while it delivered to consumers"
+            died = (f" No poll of the window saw a consumer on {q.name} while it delivered {delivered} messages to "
+                    "consumers, none acked: its consumers come and go between polls, each dying (or cancelling) "
+                    "holding the message, which the broker requeues (inferred from the polls).")
+        yield rule.finding("critical" if critical else "warning", q.vhost, f"queue {q.name}", who, evidence,
+                           f"{redelivered} of the {delivered} deliveries on {q.name} in the last {seconds:.0f}s "
+                           f"({redeliver:.2g} of {deliver:.2g} per second) were redeliveries, and {acked} were "
+                           "acked: consumers reject or nack with requeue, or die holding them, and the same messages "
+                           f"come straight back (a poison message, or every consumer failing), the last "
+                           f"{evidence['last_seen']}.{died} {fate.says}",
                            fate.remedy)
+
+
+def _consumed_unseen(ctx: Context, q: Queue, delivered: int) -> bool:
+    """Whether the queue delivered to consumers over the window (not basic.get) while every poll of it there is
+    (the window's start, the one before, this one) counted none: consumers that live shorter than a poll."""
+    gets = num(ctx.over_window(q, "get")) + num(ctx.over_window(q, "get_no_ack"))
+    polled = [p for p in (ctx.at_window_start(q), ctx.previous_queue(q), q) if p is not None]
+    return delivered > gets and len(polled) >= 2 and all(p.consumers == 0 for p in polled)
+
+
+def _consumers_dying(ctx: Context, q: Queue) -> list[Consumer]:
+    """The queue's consumers seen earlier in the window (the window's start, the poll before) whose connections
+    have all closed since; none where one of them lives on, or where the connections were not read."""
+    if CONNECTIONS in ctx.snapshot.unreported:
+        return []
+    earlier = [c for s in (ctx.window_start, ctx.previous) if s is not None for c in s.consumers
+               if (c.vhost, c.queue) == (q.vhost, q.name)]
+    alive = {c.name for c in ctx.snapshot.connections}
+    return [] if not earlier or any(c.connection in alive for c in earlier) else earlier
 
 
 @dataclass(frozen=True)
@@ -233,8 +280,11 @@ RULES: tuple[Rule, ...] = (
          f"Raise prefetch (tens to hundreds) unless strict one-at-a-time fairness is required; see {ACKS_GUIDE}, "
          "'Consumer Acknowledgement Modes, Prefetch and Throughput'.", _prefetch_one,
          needs=(CHANNELS, QUEUE_COUNTS)),
-    Rule("requeue-loop", "A queue redelivering, over the window, at a rate comparable to its delivery rate: a "
-         "poison message, or every consumer requeues.",
+    Rule("requeue-loop", "A queue whose redeliveries over the window are requeue_ratio of its deliveries or more: "
+         "at any rate from requeue_min_redeliveries where (almost) nothing is acked (requeue_acked_share), else from "
+         "requeue_min_rate a second: a poison message, or every consumer requeues or dies holding it (said where "
+         "every consumer connection seen in the window closed, or no poll saw a consumer while it delivered to "
+         "consumers). Critical where nine in ten deliveries come back.",
          "Find the message consumers reject; nack without requeue to a dead-letter "
          f"exchange after a few attempts; see {ACKS_GUIDE}, 'Negative Acknowledgement and Requeuing of "
          "Deliveries'.", _requeue_loop, needs=(QUEUE_COUNTS,)),

@@ -308,6 +308,19 @@ def named_channels(channels: Iterable[Channel]) -> Named:
                  few({c.identity or c.connection_name or f"channel {c.name}" for c in channels}))
 
 
+def last_seen(ctx: Context, record: Channel | Queue, stat: str) -> str:
+    """When a counter judged over the window last grew, as far as the polls tell, for a finding that holds for the
+    window after its cause stopped: at this poll (since the one before), or before it."""
+    if ctx.previous is None:
+        return "at this poll"
+    then = ctx.previous_queue(record) if isinstance(record, Queue) else ctx.previous_channel(record.name)
+    poll = ctx.snapshot.taken_at - ctx.previous.taken_at
+    now = num(getattr(record.message_stats, stat))
+    if then is None or now > num(getattr(then.message_stats, stat)):
+        return f"at this poll (within the last {poll:.0f}s)"
+    return f"before the last poll (more than {poll:.0f}s ago)"
+
+
 def rounded(v: float | None) -> float | None:
     """A rate or duration for evidence: three decimals."""
     return None if v is None else round(v, 3)

@@ -8,7 +8,8 @@ from ackscope.core.quantile import histogram_quantile
 from ackscope.model.findings import Finding
 from ackscope.model.snapshot import CHANNEL_TRANSACTIONAL, CHANNELS, Channel
 
-from .context import ACKS_GUIDE, RELIABILITY_GUIDE, Context, Rule, num, rounded
+from .confirm_waits import InFlight
+from .context import ACKS_GUIDE, RELIABILITY_GUIDE, Context, Rule, few, last_seen, num, rounded
 from .stakes import Stakes, judge
 
 
@@ -112,23 +113,45 @@ def _nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
         # sampled the channel since (RabbitMQ 4 refreshes a channel's every 5 s or so, whatever the
         # statistics interval), the window start's.
         start = ctx.at_window_start(ch)
-        earlier = next((c for c in (ctx.previous_channel(ch.name), start) if c is not None and _sampled_anew(ch, c)),
-                       None)
-        if earlier is None or (_inferred_nacks(earlier) or 0) <= 0:
-            continue
-        # And only nacks of the recent window: a channel nacked once an hour ago is not nacked now.
+        # Only nacks of the recent window: a channel nacked once an hour ago is not nacked now. A channel opened
+        # within the window had none at its start.
         recent = nacked - (_inferred_nacks(start) or 0 if start is not None else 0)
-        if recent > 0:
-            s = ch.message_stats
-            yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
-                               _touching(ch, published=s.publish, confirmed=s.confirm,
-                                         unconfirmed=ch.messages_unconfirmed, inferred_nacked=nacked,
-                                         nacked_in_window=recent, window_seconds=rounded(ctx.window_seconds)),
-                               f"about {recent} publishes in the last {ctx.window_seconds:.0f}s were neither "
-                               "confirmed nor are still awaiting a confirm: "
-                               "the broker refused responsibility for them with basic.nack (for example a full "
-                               "queue with x-overflow reject-publish). The broker has no nack counter; ackscope "
-                               "infers this from publish minus confirm minus unconfirmed.")
+        if recent <= 0 or ctx.window_seconds is None:
+            continue
+        previous = ctx.previous_channel(ch.name)
+        earlier = next((c for c in (previous, start) if c is not None and _sampled_anew(ch, c)), None)
+        # Once the publisher is idle its counters no longer move and no poll samples it anew: the gap seen in two
+        # samples while it published (kept by diagnosis.confirm_waits) holds for the window.
+        seen = ctx.in_flight.get(ch.name) if ctx.in_flight is not None else None
+        since = ctx.snapshot.taken_at - ctx.window_seconds
+        if not (earlier is not None and (_inferred_nacks(earlier) or 0) > 0
+                or seen is not None and seen.nacks_seen_at is not None and seen.nacks_seen_at >= since):
+            continue
+        s = ch.message_stats
+        last = _last_nacked(ctx, ch, previous, seen)
+        yield rule.finding("warning", ch.vhost, f"channel {ch.name}", ch,
+                           _touching(ch, published=s.publish, confirmed=s.confirm,
+                                     unconfirmed=ch.messages_unconfirmed, inferred_nacked=nacked,
+                                     nacked_in_window=recent, window_seconds=rounded(ctx.window_seconds),
+                                     last_seen=last),
+                           f"about {recent} publishes in the last {ctx.window_seconds:.0f}s were neither "
+                           "confirmed nor are still awaiting a confirm: "
+                           "the broker refused responsibility for them with basic.nack (for example a full "
+                           "queue with x-overflow reject-publish); the last of them seen " + last + ". The "
+                           "broker has no nack counter; ackscope infers this from publish minus confirm minus "
+                           "unconfirmed.")
+
+
+def _last_nacked(ctx: Context, ch: Channel, previous: Channel | None, seen: InFlight | None) -> str:
+    """When the channel's refused publishes last grew, for a person: at this poll, or so long ago."""
+    now = ctx.snapshot.taken_at
+    if previous is not None and ctx.previous is not None and num(_inferred_nacks(ch)) > num(_inferred_nacks(previous)):
+        return f"at this poll (within the last {now - ctx.previous.taken_at:.0f}s)"
+    if seen is not None and seen.nacks_grew_at is not None:
+        ago = now - seen.nacks_grew_at
+        return "at this poll" if ago <= 0 else f"{ago:.0f}s ago"
+    return (f"before the last poll (more than {now - ctx.previous.taken_at:.0f}s ago)" if ctx.previous is not None
+            else "at this poll")
 
 
 def _unconfirmed_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -224,16 +247,56 @@ def _unroutable(stat: str, what: str):
             if not count:
                 continue
             seconds = ctx.window_seconds
-            # One message is info: Celery's worker drops one by design at start-up (a broadcast nobody is
-            # bound to yet); a loss that repeats within the window is a warning.
-            severity = "warning" if count >= ctx.thresholds.unroutable_at_stake else "info"
-            yield rule.finding(severity, ch.vhost, f"channel {ch.name}", ch,
-                               _touching(ch, **{f"{stat}_in_window": count, "window_seconds": rounded(seconds),
-                                                "rate": rounded(count / seconds),
-                                                stat: getattr(ch.message_stats, stat)}),
-                               f"in the last {seconds:.0f}s the channel published {count} messages that matched no "
-                               f"queue and were {what}.")
+            exchange, where = _unroutable_into(ctx, ch)
+            severity, why = _unroutable_severity(ctx, ch, count, stat == "return_unroutable")
+            evidence = _touching(ch, **{f"{stat}_in_window": count, "window_seconds": rounded(seconds),
+                                        "rate": rounded(count / seconds), stat: getattr(ch.message_stats, stat),
+                                        "exchange": exchange, "confirm": ch.confirm,
+                                        "last_seen": last_seen(ctx, ch, stat)})
+            yield rule.finding(severity, ch.vhost, f"channel {ch.name}", ch, evidence,
+                               f"in the last {seconds:.0f}s the channel published {count} messages{where} that "
+                               f"matched no queue and were {what}, the last {evidence['last_seen']}. {why}")
     return check
+
+
+def _unroutable_severity(ctx: Context, ch: Channel, count: int, returned: bool) -> tuple[str, str]:
+    """Severity follows what is lost. The broker confirms an unroutable message once it has routed it nowhere
+    (after returning it, where it was mandatory): a confirm channel is told "ack" for messages no queue holds, and a
+    publisher that goes by its confirms has lost them. One message is info: Celery's worker drops one by design at
+    start-up (a broadcast nobody is bound to yet); a framework's plumbing (a channel whose other messages reach only
+    queues that keep nothing) stays a warning, as does a loss that repeats on a channel without confirms."""
+    if count < ctx.thresholds.unroutable_at_stake:
+        return "info", (f"Fewer than {ctx.thresholds.unroutable_at_stake} are info (a framework's start-up broadcast "
+                        "nobody is bound to yet).")
+    if ch.confirm is not True:
+        return "warning", "The channel does not use confirms: nothing told the publisher."
+    stakes = judge(ctx, ch)
+    # Its other publishes reached queues, and only queues that keep nothing (stakes.py says where none was reached).
+    if stakes.at_stake is False and num(ctx.over_window(ch, "publish")) > count \
+            and not stakes.why.startswith("its messages reached no queue"):
+        return "warning", f"Its other messages are plumbing ({stakes.why}), so this is a warning."
+    return "critical", ("The channel is in confirm mode: the broker acked each of these messages after routing it "
+                        "nowhere" + (" and returning it" if returned else "") + ", so a publisher that goes by its "
+                        "confirms" + (" and ignores basic.return" if returned else "") + " counts them delivered: "
+                        "no queue holds them.")
+
+
+def _unroutable_into(ctx: Context, ch: Channel) -> tuple[str, str]:
+    """The exchange a channel's unroutable messages went to, for the evidence and for a sentence: the one
+    exchange the source counts it publishing to; else the one exchange of its vhost that took publishes over the
+    window and routes nowhere (inferred); else not known, and why."""
+    def said(name: str) -> str:
+        return f"exchange '{name}'" if name else "the default exchange (a routing key naming no queue)"
+    if len(ch.exchanges) == 1:
+        return said(ch.exchanges[0]), f" to {said(ch.exchanges[0])}"
+    if ch.exchanges:
+        return f"one of {few(said(x) for x in ch.exchanges)}", f" to one of {few(said(x) for x in ch.exchanges)}"
+    unbound = [x for x in ctx.snapshot.exchanges if x.vhost == ch.vhost and x.name and not x.bindings
+               and ctx.over_window(x, "publish")]
+    if len(unbound) == 1:
+        return (f"{said(unbound[0].name)} (inferred: the one exchange of the vhost that took publishes in the "
+                "window and has no binding)", f" to {said(unbound[0].name)} (inferred)")
+    return ("not known: the source does not say which exchange the channel published to", "")
 
 
 RULES: tuple[Rule, ...] = (
@@ -271,12 +334,15 @@ RULES: tuple[Rule, ...] = (
          "SelectConnection, aio-pika's publishes awaited together); see the 'Publisher Confirms' tutorial and "
          f"{ACKS_GUIDE}.", _waits_each_confirm, needs=(CHANNELS,)),
     Rule("unroutable-dropped", "A channel whose messages matched no queue and were dropped silently, over the "
-         "window; info for fewer than unroutable_at_stake.",
+         "window, naming the exchange where the source tells; info for fewer than unroutable_at_stake; critical "
+         "on a confirm channel (the broker acked messages no queue holds) unless its other messages are plumbing.",
          "Bind a queue for every routing key in use, publish with mandatory to get them back, or set an "
          f"alternate exchange; see {RELIABILITY_GUIDE}, 'Unroutable Messages'.",
          _unroutable("drop_unroutable", "dropped silently"), needs=(CHANNELS,)),
     Rule("unroutable-returned", "A channel whose mandatory messages matched no queue and were returned, over the "
-         "window; info for fewer than unroutable_at_stake.",
+         "window, naming the exchange where the source tells; info for fewer than unroutable_at_stake; critical "
+         "on a confirm channel (the broker acked each after returning it: a client that ignores returns lost "
+         "them) unless its other messages are plumbing.",
          "Check bindings and routing keys; make sure the publisher handles basic.return; see "
          f"{RELIABILITY_GUIDE}, 'Unroutable Messages'.", _unroutable("return_unroutable", "returned"),
          needs=(CHANNELS,)),

@@ -17,7 +17,11 @@ class Thresholds:
     stream_lag_growth: int = 1000  # stream-consumer-lagging: a stream consumer's lag grew this much in the window
     prefetch_one_backlog: int = 100  # prefetch-one: ready messages behind a prefetch-1 consumer
     requeue_ratio: float = 0.5  # requeue-loop: redeliveries per delivery
-    requeue_min_rate: float = 1.0  # ... and at least this many redeliveries per second
+    requeue_min_rate: float = 1.0  # ... and at least this many redeliveries per second, where acks get through
+    # ... or, at any rate, this many redeliveries in the window with (almost) nothing acked: at most this share of
+    # the deliveries (a poison message that kills its consumer each time loops at well under one a second).
+    requeue_min_redeliveries: int = 5
+    requeue_acked_share: float = 0.1
     unconfirmed_backlog: int = 1000  # unconfirmed-backlog: this many unconfirmed on a channel
     unconfirmed_growth: int = 100  # ... or it grew by this many since the last sample
     non_durable_backlog: int = 100  # non-durable-queue-backlog: messages in a non-durable queue
@@ -53,6 +57,9 @@ class Thresholds:
     # connection-churn: a client (or, from polls alone, the broker) opening this many connections a minute,
     # over the window.
     churn_connections_per_minute: float = 6.0
+    # get-empty-storm: basic.get answered empty this many times a second over the window (a loop without a pause;
+    # measured in a public report: 8,700 a second from one pika client).
+    get_empty_rate: float = 50.0
 
     @classmethod
     def from_table(cls, table: dict[str, Any], where: str = "[diagnosis]") -> Thresholds:

@@ -84,14 +84,15 @@ def test_prefetch_one_fires_from_the_backlog_threshold():
 def test_requeue_loop_needs_redeliveries_comparable_to_deliveries_and_a_minimum_rate():
     t = Thresholds(requeue_ratio=0.5, requeue_min_rate=1.0)
 
-    def ctx(redeliver, deliver):
+    def ctx(redeliver, deliver, ack=None):
         before = snapshot(1000.0, queues=[queue(message_stats=stats(deliver_get=0, redeliver=0))])
-        after = snapshot(1010.0, queues=[queue(message_stats=stats(deliver_get=deliver, redeliver=redeliver))])
+        after = snapshot(1010.0, queues=[queue(message_stats=stats(deliver_get=deliver, redeliver=redeliver,
+                                                                   ack=ack))])
         return Context(after, before, thresholds=t)
     assert _only(ctx(redeliver=50, deliver=100), "requeue-loop")[0].severity == "warning"
     assert _only(ctx(redeliver=95, deliver=100), "requeue-loop")[0].severity == "critical"
     assert _only(ctx(redeliver=49, deliver=100), "requeue-loop") == []  # below half
-    assert _only(ctx(redeliver=9, deliver=10), "requeue-loop") == []  # under 1/s
+    assert _only(ctx(redeliver=6, deliver=10, ack=4), "requeue-loop") == []  # under 1/s, and acks get through
     assert _only(Context(snapshot(queues=[queue(message_stats=stats(redeliver=10**6))])), "requeue-loop") == []
 
 
@@ -176,7 +177,7 @@ def test_unroutable_messages_name_the_publishing_channel_and_its_client():
 def test_unroutable_messages_count_over_the_window_not_the_channels_life():
     # A Celery worker drops one message at start-up; an hour later its lifetime count still says 1.
     t = Thresholds(window_seconds=300)
-    dropper = channel("worker", message_stats=stats(publish=900, drop_unroutable=1))
+    dropper = channel("worker", confirm=False, message_stats=stats(publish=900, drop_unroutable=1))
     start = snapshot(700.0, channels=[replace(dropper, message_stats=stats(publish=600, drop_unroutable=1))])
     assert _only(Context(snapshot(channels=[dropper]), start, thresholds=t), "unroutable-dropped") == []
     dropping = replace(dropper, message_stats=stats(publish=900, drop_unroutable=31))
@@ -296,7 +297,7 @@ def test_probe_rules_from_probe_statistics():
 
 def test_every_rule_id_is_unique_and_has_meaning_and_remedy():
     ids = [r.id for r in RULES]
-    assert len(ids) == len(set(ids)) == 51
+    assert len(ids) == len(set(ids)) == 57
     assert all(r.meaning and r.remedy for r in RULES)
 
 
@@ -380,7 +381,7 @@ def test_a_queue_finding_names_the_consumers_of_the_poll_before_when_this_one_li
 def test_dead_lettered_messages_no_target_confirms_are_dead_lettering_stuck_and_critical_near_the_length_limit():
     def q(held, **kw):
         return queue("orders", type="quorum", messages_dlx=held, dead_letter_exchange="dlx",
-                     dead_letter_strategy="at-least-once", dead_letter_routing_key="", messages_ready=2, **kw)
+                     dead_letter_strategy="at-least-once", messages_ready=2, **kw)
     start = snapshot(taken_at=0.0, queues=[q(5)])
     [f] = _only(Context(snapshot(taken_at=60.0, queues=[q(8)]), start), "dead-lettering-stuck")
     assert (f.severity, f.evidence["dead_lettered_held"], f.evidence["held_earlier"]) == ("warning", 8, 5)
@@ -394,7 +395,155 @@ def test_dead_lettered_messages_no_target_confirms_are_dead_lettering_stuck_and_
 def test_dead_lettering_that_stopped_within_the_window_is_judged_against_the_poll_before():
     def q(held):
         return queue("orders", type="quorum", messages_dlx=held, dead_letter_exchange="dlx",
-                     dead_letter_strategy="at-least-once", dead_letter_routing_key="")
+                     dead_letter_strategy="at-least-once")
     start, previous = snapshot(taken_at=0.0, queues=[q(0)]), snapshot(taken_at=50.0, queues=[q(6)])
     [f] = _only(Context(snapshot(taken_at=60.0, queues=[q(9)]), previous, window=start), "dead-lettering-stuck")
     assert f.evidence["held_earlier"] == 6
+
+
+# -- issue 55, K3: what happened in the window stays a finding for the window -----------------------------------
+def _at_warning(findings, *names) -> list:
+    """The findings at warning or above that name one of `names` (a channel's connection, a queue's consumers)."""
+    return [f for f in findings if f.severity in ("warning", "critical")
+            and any(n in (f.connection_name, f.identity) or n in f.object for n in names)]
+
+
+def test_a_publisher_nacked_in_the_window_stays_named_while_it_idles_and_until_the_window_passes():
+    from ackscope.diagnosis.confirm_waits import ConfirmWaits
+    from ackscope.diagnosis.window import Recent
+    t = Thresholds(window_seconds=30)
+    recent, waits = Recent(t.window_seconds), ConfirmWaits(t.window_seconds)
+
+    def poll(at, nacking):
+        healthy = channel("healthy", connection_name="healthy", messages_unconfirmed=0,
+                          message_stats=stats(publish=int(at) * 10, confirm=int(at) * 10))
+        s = snapshot(float(at), channels=[healthy] + ([nacking] if nacking else []))
+        return s, recent.start(s), waits.update(s)
+    # Born inside the window: 50 confirmed publishes into a full reject-publish queue, 49 nacked, over 10 s.
+    counts = {0: None, 5: (10, 1), 10: (50, 1)}
+    previous, seen = None, {}
+    for at in range(0, 80, 5):
+        publish, confirm = counts.get(at, (50, 1)) if counts.get(at, (50, 1)) else (None, None)
+        nacking = channel("nacked", connection_name="nacked", messages_unconfirmed=0,
+                          message_stats=stats(publish=publish, confirm=confirm)) if publish else None
+        s, start, in_flight = poll(at, nacking)
+        found = evaluate(Context(s, previous, thresholds=t, window=start, in_flight=in_flight))
+        seen[at] = [f for f in found if f.rule == "publisher-nacked"]
+        assert not _at_warning(found, "healthy"), "the healthy publisher beside it is named by nothing"
+        previous = s
+    # Named from the poll that saw the gap in two samples, through its idle polls, while the nacks are in the window.
+    assert [at for at, fs in seen.items() if fs] == list(range(10, 40, 5))
+    idle = seen[30][0]  # the window starts before the channel opened: all its nacks are the window's
+    assert idle.connection_name == "nacked" and idle.evidence["nacked_in_window"] == 49
+    assert idle.evidence["last_seen"] == "20s ago" and "the last of them seen 20s ago" in idle.explanation
+    assert seen[35][0].evidence["nacked_in_window"] == 40  # the window now starts after the first 9
+    assert seen[10][0].evidence["last_seen"].startswith("at this poll")
+
+
+def test_a_finding_over_the_window_says_when_its_counter_last_grew_and_holds_while_idle():
+    start = snapshot(700.0, channels=[channel("returner", confirm=False, message_stats=stats(publish=0))])
+    stopped = channel("returner", confirm=False, message_stats=stats(publish=10, return_unroutable=10))
+    before, now = snapshot(995.0, channels=[stopped]), snapshot(1000.0, channels=[stopped])
+    [f] = _only(Context(now, before, window=start), "unroutable-returned")
+    assert f.evidence["return_unroutable_in_window"] == 10 and f.evidence["last_seen"] == \
+        "before the last poll (more than 5s ago)"
+    growing = snapshot(995.0, channels=[replace(stopped, message_stats=stats(publish=4, return_unroutable=4))])
+    [f] = _only(Context(now, growing, window=start), "unroutable-returned")
+    assert f.evidence["last_seen"] == "at this poll (within the last 5s)"
+
+
+# -- issue 55, K5: a loop is a share, whatever the rate -----------------------------------------------------------
+def _poison(conn: str, deliver: int, redeliver: int, ack: int | None = None, name: str = "jobs"):
+    return (queue(name, message_stats=stats(deliver_get=deliver, redeliver=redeliver, ack=ack)),
+            consumer(name, channel_name=f"{conn} (1)", connection=conn, connection_name="worker"),
+            connection(conn, connection_name="worker"))
+
+
+def test_a_poison_message_killing_its_consumer_under_one_a_second_is_a_critical_requeue_loop():
+    healthy_q = queue("orders", message_stats=stats(deliver_get=600, ack=600))
+    healthy = (consumer("orders", channel_name="steady (1)", connection="steady", connection_name="steady"),
+               connection("steady", connection_name="steady"))
+
+    def at(t: float, conn: str, deliver: int, redeliver: int, ack=None, q_stats=None):
+        q, con, c = _poison(conn, deliver, redeliver, ack)
+        return snapshot(t, queues=[q, replace(healthy_q, message_stats=q_stats or healthy_q.message_stats)],
+                        consumers=[con, healthy[0]], connections=[c, healthy[1]])
+    # deliver 36, redeliver 35, ack 0 over 60 s: 0.6 deliveries a second; a new worker process at each poll.
+    start, before = at(940.0, "worker-1", 0, 0), at(995.0, "worker-11", 33, 32)
+    now = at(1000.0, "worker-12", 36, 35, q_stats=stats(deliver_get=1200, ack=1200, redeliver=0))
+    found = evaluate(Context(now, before, window=start))
+    [f] = [f for f in found if f.rule == "requeue-loop"]
+    assert (f.object, f.severity, f.connection_name) == ("queue jobs", "critical", "worker")
+    assert (f.evidence["redelivered_in_window"], f.evidence["delivered_in_window"], f.evidence["acked_in_window"]) \
+        == (35, 36, 0)
+    assert f.evidence["consumer_connections_closed"] == 2 and "dies holding the message" in f.explanation
+    assert not _at_warning(found, "steady", "orders"), "the healthy consumer beside it is named by nothing"
+    # The same loop with its consumer living on: a loop, and no word of consumers dying.
+    [alive] = _only(Context(at(1000.0, "worker-1", 36, 35), at(995.0, "worker-1", 33, 32), window=start),
+                    "requeue-loop")
+    assert "consumer_connections_closed" not in alive.evidence and "dies holding" not in alive.explanation
+    # Workers that live shorter than a poll: none seen at any poll while the queue delivered to consumers.
+    unseen = [snapshot(t, queues=[replace(_poison("w", d, r)[0], consumers=0)]) for t, d, r in
+              ((940.0, 0, 0), (995.0, 33, 32), (1000.0, 36, 35))]
+    [f] = _only(Context(unseen[2], unseen[1], window=unseen[0]), "requeue-loop")
+    assert f.severity == "critical" and f.evidence["consumers_seen"].startswith("none at any poll")
+    assert "come and go between polls" in f.explanation and f.identity == ""
+    # Read with basic.get instead, by a client that rejects each: a loop, and nothing said of consumers.
+    got = [replace(s, queues=(replace(s.queues[0], message_stats=replace(s.queues[0].message_stats,
+                                                                         get=s.queues[0].message_stats.deliver_get)),))
+           for s in unseen]
+    [f] = _only(Context(got[2], got[1], window=got[0]), "requeue-loop")
+    assert "consumers_seen" not in f.evidence
+
+
+def test_a_requeue_loop_needs_a_share_and_a_few_redeliveries_and_a_busy_healthy_queue_never_fires():
+    def judged(deliver, redeliver, ack):
+        start = snapshot(700.0, queues=[queue(message_stats=stats(deliver_get=0, redeliver=0, ack=0))])
+        now = snapshot(1000.0, queues=[queue(message_stats=stats(deliver_get=deliver, redeliver=redeliver, ack=ack))])
+        return _only(Context(now, start), "requeue-loop")
+    assert judged(6, 5, 0)[0].severity == "warning"  # five of six come back, nothing acked: a loop at 0.02/s
+    assert judged(4, 4, None) == []  # under the floor of five redeliveries: one poison message tried a few times
+    assert judged(100_000, 40, 99_960) == []  # a busy healthy queue with a few redeliveries
+    assert judged(60, 40, 20) == []  # acks get through, at well under a redelivery a second
+    assert judged(3000, 2900, 100)[0].severity == "critical"  # acks get through, fast: the rate rule as before
+
+
+# -- issue 55, K6: unroutable messages on a confirm channel are lost messages ---------------------------------------
+def test_unroutable_messages_acked_on_a_confirm_channel_are_critical_and_name_the_exchange():
+    from ackscope.model.snapshot import Exchange
+    start = snapshot(700.0, channels=[], exchanges=[Exchange("/", "orders.x", stats(publish=0))])
+    returner = channel("returner", connection_name="shop", message_stats=stats(publish=6, return_unroutable=5,
+                                                                                confirm=6))
+    dropper = channel("dropper", connection_name="audit", exchanges=("audit.x",),
+                      message_stats=stats(publish=3, drop_unroutable=3, confirm=3))
+    one = channel("one", connection_name="worker", message_stats=stats(publish=1, drop_unroutable=1, confirm=1))
+    plain = channel("plain", connection_name="legacy", confirm=False, message_stats=stats(publish=4,
+                                                                                          drop_unroutable=4))
+    healthy = channel("healthy", connection_name="healthy", message_stats=stats(publish=500, confirm=500))
+    now = snapshot(1000.0, channels=[returner, dropper, one, plain, healthy], queues=[queue("orders")],
+                   exchanges=[Exchange("/", "orders.x", stats(publish=6))])
+    found = evaluate(Context(now, start))
+    by = {(f.rule, f.connection_name): f for f in found if f.rule.startswith("unroutable")}
+    returned = by[("unroutable-returned", "shop")]
+    assert returned.severity == "critical" and "ignores basic.return" in returned.explanation
+    assert returned.evidence["exchange"].startswith("exchange 'orders.x' (inferred")
+    dropped = by[("unroutable-dropped", "audit")]
+    assert (dropped.severity, dropped.evidence["exchange"]) == ("critical", "exchange 'audit.x'")
+    assert "to exchange 'audit.x'" in dropped.explanation
+    assert by[("unroutable-dropped", "worker")].severity == "info"  # one start-up message
+    assert by[("unroutable-dropped", "legacy")].severity == "warning"  # no confirms: nothing told it "ack"
+    assert not _at_warning(found, "healthy")
+    # Where the source does not say which exchange, the finding says so rather than guess.
+    two = replace(now, exchanges=(Exchange("/", "orders.x", stats(publish=6)), Exchange("/", "b.x", stats(publish=9))))
+    [f] = [f for f in evaluate(Context(two, start)) if (f.rule, f.connection_name) == ("unroutable-returned", "shop")]
+    assert f.evidence["exchange"].startswith("not known")
+
+
+def test_unroutable_plumbing_on_a_confirm_channel_stays_as_before():
+    # A framework's confirm channel whose other messages reach only an auto-delete reply queue.
+    replies = queue("celery.reply", auto_delete=True, durable=False)
+    ch = channel("pidbox", connection_name="celery", routed_into=("celery.reply",),
+                 message_stats=stats(publish=20, confirm=20, drop_unroutable=2))
+    start = snapshot(700.0, channels=[replace(ch, message_stats=stats(publish=0, confirm=0, drop_unroutable=0))])
+    [f] = _only(Context(snapshot(1000.0, channels=[ch], queues=[replies]), start), "unroutable-dropped")
+    assert f.severity == "warning" and "plumbing" in f.explanation

@@ -36,3 +36,24 @@ def test_a_poll_shares_the_records_that_did_not_change_with_the_one_before():
     assert shared.queues[1] is now.queues[1] and shared.queues[1].message_stats.publish == 9
     assert shared.queues[2] is now.queues[2]
     assert sharing(now, None) is now
+
+
+def test_a_channels_nacks_seen_in_two_samples_are_remembered_for_the_window_and_one_samples_gap_is_not():
+    from snapshot_builders import channel
+
+    from ackscope.diagnosis.confirm_waits import ConfirmWaits
+
+    def at(t, publish, confirm, unconfirmed=0):
+        return snapshot(float(t), channels=[channel(messages_unconfirmed=unconfirmed,
+                                                    message_stats=stats(publish=publish, confirm=confirm))])
+    waits = ConfirmWaits(30.0)
+    waits.update(at(0, 10, 10))
+    skewed = waits.update(at(5, 20, 15))  # a gap one sample shows, which the next closes: sampling, not nacks
+    assert "ch 1" not in skewed or skewed["ch 1"].nacks_seen_at is None
+    assert waits.update(at(10, 30, 30))["ch 1"].nacks_seen_at is None
+    waits.update(at(15, 40, 31))
+    seen = waits.update(at(20, 50, 31))["ch 1"]  # two samples with a gap, the second larger: nacks
+    assert (seen.nacks_seen_at, seen.nacks_grew_at) == (20.0, 20.0)
+    for t in range(25, 55, 5):  # idle: the same sample at every poll, remembered for the window
+        assert waits.update(at(t, 50, 31))["ch 1"].nacks_seen_at == 20.0
+    assert "ch 1" not in waits.update(at(55, 50, 31))  # the window has passed it
