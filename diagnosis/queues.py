@@ -94,17 +94,14 @@ def _dead_lettering_stuck(ctx: Context, rule: Rule) -> Iterator[Finding]:
         limit = q.max_length
         total = num(q.messages_ready) + num(q.messages_unacked) + held
         full = limit is not None and total >= 0.9 * limit
-        exchange = q.dead_letter_exchange or "the default exchange"
-        route = f" with routing key {q.dead_letter_routing_key!r}" if q.dead_letter_routing_key else ""
         yield rule.finding(
             "critical" if full else "warning", q.vhost, f"queue {q.name}", consumers_named(ctx, q),
             {"dead_lettered_held": held, "held_earlier": before, "dead_letter_strategy": q.dead_letter_strategy,
-             "dead_letter_exchange": q.dead_letter_exchange, "dead_letter_routing_key": q.dead_letter_routing_key,
-             "messages": total, "max_length": limit,
+             "dead_letter_target": q.dead_letter_target, "messages": total, "max_length": limit,
              "why": "not reported by the broker: the exchange is missing, routes nowhere, or its queue refuses "
                     "(reject-publish, its own length limit); the node's log says which once (\"Cannot forward any "
                     "dead-letter messages\")"},
-            f"quorum queue {q.name} holds {held} dead-lettered messages that {exchange}{route} has not confirmed "
+            f"quorum queue {q.name} holds {held} dead-lettered messages that {q.dead_letter_target} has not confirmed "
             f"({before} earlier in the window): at-least-once dead-lettering stopped, and they stay in the queue"
             + (f", which is near its length limit of {limit}: publishers are refused next." if full else "."))
 

@@ -385,7 +385,7 @@ def test_dead_lettered_messages_no_target_confirms_are_dead_lettering_stuck_and_
     start = snapshot(taken_at=0.0, queues=[q(5)])
     [f] = _only(Context(snapshot(taken_at=60.0, queues=[q(8)]), start), "dead-lettering-stuck")
     assert (f.severity, f.evidence["dead_lettered_held"], f.evidence["held_earlier"]) == ("warning", 8, 5)
-    assert "dlx has not confirmed" in f.explanation
+    assert "exchange 'dlx' with each message's own routing key has not confirmed" in f.explanation
     [full] = _only(Context(snapshot(taken_at=60.0, queues=[q(8, max_length=10)]), start), "dead-lettering-stuck")
     assert full.severity == "critical" and "publishers are refused next" in full.explanation
     assert not _only(Context(snapshot(taken_at=60.0, queues=[q(3)]), start), "dead-lettering-stuck"), "draining"
