@@ -1,17 +1,18 @@
 """Rules about where deliveries break: a consumer that stalls and the timeout that will end it, consumers the
-broker timed out or cancelled, channels and connections it closed on an error, connections that churn. Each such
-break sends the unacked messages of its channel back to their queue, to be delivered again."""
+broker timed out or cancelled, channels and connections it closed on an error or for missed heartbeats, connections
+that churn. Each such break sends the unacked messages of its channel back to their queue, to be delivered again.
+And the messages the broker's log says it dropped (a dead-letter cycle)."""
 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_ERROR, CONNECTION_OPENED, CONSUMER_TIMEOUT,
-                                   EVENT_EXCHANGE, EVENTS, INEQUIVALENT_ARGUMENTS, UNKNOWN_DELIVERY_TAG, BrokerEvent,
-                                   cause)
+from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_CLOSED, CONNECTION_ERROR, CONNECTION_OPENED,
+                                   CONSUMER_TIMEOUT, DEAD_LETTER_CYCLE, EVENT_EXCHANGE, EVENTS, INEQUIVALENT_ARGUMENTS,
+                                   MESSAGE_DROPPED, UNKNOWN_DELIVERY_TAG, BrokerEvent, cause)
 from ackscope.model.findings import Finding
 from ackscope.model.snapshot import CHANNELS, CONNECTIONS, Consumer, Queue
 
@@ -22,6 +23,8 @@ from .links import link_culprit, link_object
 CONSUMERS_GUIDE = "RabbitMQ guide 'Consumers', 'Delivery Acknowledgement Timeout'"
 DEFAULT_TIMEOUT_MS = 1_800_000  # RabbitMQ's consumer_timeout when nothing sets another: 30 minutes
 UNDEFINED_TIMEOUT_MS = 86_400_000  # 4.3's quorum queues, where consumer_timeout is no number (rabbit_queue_type)
+MISSED_HEARTBEATS = "missed_heartbeats"  # the cause of a connection the broker closed for missed heartbeats
+DLX_GUIDE = "RabbitMQ guide 'Dead Letter Exchanges', 'Dead-Lettered Messages and Cycles'"
 
 
 # -- the timeout in force, and what it will do ------------------------------------------------------------------
@@ -142,8 +145,9 @@ def _events(ctx: Context, *kinds: str) -> list[BrokerEvent]:
 def _who(e: BrokerEvent) -> Named:
     """The client an event names: its connection's own name, its library, or, without either, its peer."""
     peer = (e.connection or "").split(" -> ")[0].rsplit(":", 1)[0]
+    as_user = f" as {e.user}" if e.user else ""  # a login refused names no user
     identity = e.connection_name or (f"{e.client} from {peer}" if e.client else
-                                     f"unnamed client from {peer} as {e.user}" if peer else "unknown client")
+                                     f"unnamed client from {peer}{as_user}" if peer else "unknown client")
     return Named(e.connection_name or "", e.client or "", identity)
 
 
@@ -263,29 +267,104 @@ _REMEDIES = {
     "or drop exclusive.",
     "frame_error": "The client sent a frame the broker could not parse: update the client library, and make sure "
     "no two threads write to one connection at once.",
+    "not_allowed": "The client asked for a vhost that does not exist or that its user may not use: create the vhost "
+    "or correct the client's URL, and give the user its permissions (rabbitmqctl set_permissions).",
+    "channel_error": "The client used a channel in a way AMQP does not allow (a second channel.open, a method on a "
+    "closed channel): update the client library, and use each channel from one thread only.",
+    "handshake_timeout": "Something opened a TCP connection and did not complete the AMQP handshake within the "
+    "broker's handshake_timeout: a TCP health check (harmless), a client speaking TLS or another protocol to the "
+    "plain AMQP port, or one too slow to log in (a slow authentication backend). Point TLS clients at the TLS "
+    "listener; give health checks a real AMQP connection or the HTTP API.",
+    MISSED_HEARTBEATS: "The client answered none of the broker's heartbeats for two intervals: its I/O thread was "
+    "blocked (a blocking connection doing long work in a callback without serving the connection; pika: run the "
+    "work in a thread and ack with add_callback_threadsafe, or call process_data_events during it), or the "
+    "network dropped. Do not turn heartbeats off: a dead peer would then hold its deliveries for hours. See "
+    "RabbitMQ guide 'Detecting Dead TCP Connections with Heartbeats'.",
 }
+# Refusals that fail the same way each time a client repeats them: a client closed on one of these REPEATED times
+# in the window is no longer doing its work (every send or declare it makes fails), not merely unlucky.
+_CANNOT_WORK = {INEQUIVALENT_ARGUMENTS: "the queue exists with other arguments, so each declare of it fails",
+                "access_refused": "the broker refuses it the same way each time (a wrong password, a permission, a "
+                                  "reserved name)",
+                "not_allowed": "the vhost it asks for does not exist or is not its user's"}
+REPEATED = 3
+# Causes that harm no AMQP client the broker could name (a TCP health check closes so too): said, not warned of.
+_HARMLESS = {"handshake_timeout"}
+# A connection refused these before it was open: it held no channel, no delivery.
+_BEFORE_OPEN = {"handshake_timeout", "access_refused", "not_allowed"}
 
 
 def _closed_on_error(ctx: Context, rule: Rule) -> Iterator[Finding]:
     groups: dict[tuple, list[BrokerEvent]] = defaultdict(list)
-    for e in _events(ctx, CHANNEL_ERROR, CONNECTION_ERROR):
-        groups[(e.kind, e.vhost or "", _who(e).identity, cause(e))].append(e)
+    for e in _events(ctx, CHANNEL_ERROR, CONNECTION_ERROR, CONNECTION_CLOSED):
+        if e.kind != CONNECTION_CLOSED or e.reason == "missed heartbeats":  # the broker's close, not the client's
+            groups[(CONNECTION_ERROR if e.kind == CONNECTION_CLOSED else e.kind, e.vhost or "", _who(e).identity,
+                    cause(e))].append(e)
     for (kind, vhost, identity, why), events in sorted(groups.items()):
         last = events[-1]
         what = "channel" if kind == CHANNEL_ERROR else "connection"
         returned = [n for e in events if (n := _returned(ctx, e)) is not None]
         evidence = {"closed": len(events), "reason": why, "operation": last.operation, "broker_said": last.text,
                     "window_seconds": rounded(ctx.thresholds.window_seconds), "source": BROKER_LOG}
+        queues = Counter(e.queue for e in events if e.queue)
+        if queues:
+            evidence["queue"] = few(queues)
         if returned:
             evidence["messages_returned_at_least"] = sum(returned)
             evidence["messages_returned_inferred_from"] = "each closed channel's unacked at the poll before its close"
         obj = f"channel {last.connection} ({last.channel})" if kind == CHANNEL_ERROR else f"connection {last.connection}"
+        severity, stuck = "warning", ""
+        # The same refusal, again and again: on the same queue where the log names one.
+        times = max(queues.values()) if queues else len(events)
+        if why in _CANNOT_WORK and times >= REPEATED:
+            severity = "critical"
+            stuck = (f" It was refused this way {times} times in the window ({_CANNOT_WORK[why]}): the client can no "
+                     "longer do its work (what it sends or declares there never arrives) until someone acts.")
+            evidence["repeated_at_least"] = REPEATED
+        elif why in _HARMLESS:
+            severity = "info"
+        if why == MISSED_HEARTBEATS:
+            said = (f"the broker closed {len(events)} connection(s) of {identity} because the client missed its "
+                    f"heartbeats ({last.text}).")
+        else:
+            said = (f"the broker closed {len(events)} {what}(s) of {identity} on an error: "
+                    f"{(last.operation + ' ') if last.operation else ''}{last.reason}: {last.text}.")
+        after = (" The client never had a working connection." if kind == CONNECTION_ERROR and why in _BEFORE_OPEN
+                 else f" A closed {what} returns its unacked messages to their queues (delivered again) and its "
+                 "client must open it again.")
+        yield rule.finding(severity, vhost, obj, _who(last), evidence, said + after + stuck,
+                           _REMEDIES.get(why))
+
+
+# -- messages the broker dropped ---------------------------------------------------------------------------------
+def _dead_letter_cycles(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    groups: dict[tuple[str, ...], list[BrokerEvent]] = defaultdict(list)
+    for e in _events(ctx, MESSAGE_DROPPED):
+        if e.reason == DEAD_LETTER_CYCLE and e.queues:
+            groups[e.queues].append(e)
+    for listed, events in sorted(groups.items()):
+        # The broker lists the queue the message was dead-lettered into, then those it died in, the most recent
+        # first: read backwards, the message's path; it was dropped leaving the queue it died in last.
+        path, dropped_from, into = tuple(reversed(listed)), listed[1], listed[0]
+        # Neither release names the vhost: the one whose queues bear every name of the cycle, if only one does.
+        names = set(listed)
+        holding = sorted({q.vhost for q in ctx.snapshot.queues
+                          if q.name == dropped_from and all(ctx.queue(q.vhost, n) is not None for n in names)})
+        vhost = holding[0] if len(holding) == 1 else ""
+        evidence = {"queues": list(path), "dropped_from": dropped_from, "dead_lettered_into": into,
+                    "lines": len(events), "broker_said": events[-1].text, "source": BROKER_LOG,
+                    "logged": "once per cycle and queue process (the broker's words: 'will not be logged again'): "
+                              "later drops in the same cycle are not logged, so at least this many were dropped",
+                    "vhost": (f"{vhost} (inferred: the only vhost with queues of every name of the cycle; the log "
+                              "names none)") if vhost else
+                             "not named by the log" + (f": one of {few(holding)}" if holding else "")}
         yield rule.finding(
-            "warning", vhost, obj, _who(last), evidence,
-            f"the broker closed {len(events)} {what}(s) of {identity} on an error: "
-            f"{(last.operation + ' ') if last.operation else ''}{last.reason}: {last.text}. A closed {what} returns "
-            "its unacked messages to their queues (delivered again) and its client must open it again.",
-            _REMEDIES.get(why))
+            "critical", vhost, f"queue {dropped_from}", None, evidence,
+            f"the broker dropped at least {len(events)} message(s) in the dead-letter cycle {' -> '.join(path)}: "
+            f"each died in {dropped_from} and was dead-lettered back into {into}, where it had died before, with no "
+            "reject on its way; the broker drops such a message instead of looping it. It had been accepted (and "
+            "confirmed, to a publisher using confirms) when it entered the cycle: it is gone.",
+            None)
 
 
 # -- churn ---------------------------------------------------------------------------------------------------------
@@ -368,9 +447,20 @@ RULES: tuple[Rule, ...] = (
          if r is not None and r < (4, 3) else None),
     Rule("closed-on-error", "The broker closed channels or connections of a client on an error (the node's log): "
          "an unknown delivery tag (a double ack, an ack on another channel or after a reconnect), a redeclare with "
-         "other arguments, NOT_FOUND, ACCESS_REFUSED, RESOURCE_LOCKED, a frame error. Each close requeues the "
-         "channel's unacked messages.", "Fix what the broker's message names; the finding's remedy is written for "
-         "its reason.", _closed_on_error, needs=(EVENTS,)),
+         "other arguments, NOT_FOUND, ACCESS_REFUSED, RESOURCE_LOCKED, a frame error, a login or vhost refused, "
+         "missed heartbeats; a handshake never completed (a TCP health check closes so too) at info. Each close "
+         "requeues the channel's unacked messages. Critical when a client is refused the same way "
+         f"{REPEATED} times or more in the window (a redeclare with other arguments, a login, a vhost, a "
+         "permission): it can no longer do its work.", "Fix what the broker's message names; the finding's remedy "
+         "is written for its reason.", _closed_on_error, needs=(EVENTS,)),
+    Rule("dead-letter-cycle-dropped", "The broker's log says it dropped a message in a dead-letter cycle: "
+         "dead-lettered back into a queue it had died in before (expired, or over a length limit) with no reject "
+         "on its way. The message was accepted, and confirmed to a publisher using confirms: it is lost "
+         "(critical). Names the cycle's queues; the vhost only where one alone holds them (the log names none).",
+         "Break the cycle: dead-letter the retry queue into a parking queue that dead-letters nowhere, or count "
+         "retries (the x-death header) and park the message past a limit; a cycle the consumer enters by "
+         f"rejecting (basic.reject or nack without requeue) is let through by the broker. See {DLX_GUIDE}.",
+         _dead_letter_cycles, needs=(EVENTS,)),
     Rule("connection-churn", "A client opening connections over and over (a connection per message, a reconnect "
          "loop), named where the broker's log or its event exchange is read; from polls alone, the broker's churn counters, with no "
          "client named.", "Keep one long-lived connection per process and open channels on it. See RabbitMQ guide "

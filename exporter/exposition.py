@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ackscope.model.events import Breaks, cause
+from ackscope.model.events import BROKER_LOG, Breaks, cause
 from ackscope.model.findings import Diagnosis
 from ackscope.model.probes import ProbeStats
 from ackscope.model.snapshot import Snapshot, fullest_consuming
@@ -188,9 +188,13 @@ def breaks_json(breaks: Breaks | None) -> bytes:
     and what could not be read."""
     if breaks is None:
         return b'{"sources":[],"events":[],"problems":[]}'
-    return json.dumps({"at": breaks.at, "sources": list(breaks.sources), "problems": list(breaks.problems),
-                       "events": [dict(e._asdict(), cause=cause(e)) for e in breaks.events]},
-                      separators=(",", ":")).encode()
+    document = {"at": breaks.at, "sources": list(breaks.sources), "problems": list(breaks.problems),
+                "events": [dict(e._asdict(), cause=cause(e)) for e in breaks.events]}
+    if breaks.told_by(BROKER_LOG):  # what the log reader could not read or did not understand, with the first of each
+        document["log"] = {"lines": breaks.lines, "unknown_lines": breaks.unknown_lines,
+                           "first_unknown": breaks.first_unknown, "not_understood_lines": breaks.not_understood,
+                           "first_not_understood": breaks.first_not_understood}
+    return json.dumps(document, separators=(",", ":")).encode()
 
 
 # Records per json.dumps call: one call holds the GIL throughout (0.3 s for 50,000 queues), and a scrape

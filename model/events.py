@@ -21,8 +21,18 @@ CONNECTION_OPENED = "connection_opened"  # a client connected and was granted it
 CONNECTION_CLOSED = "connection_closed"  # a connection ended: closed by its client, or lost (reason says which)
 CHANNEL_OPENED = "channel_opened"  # the event exchange's channel.created
 CHANNEL_CLOSED = "channel_closed"  # the event exchange's channel.closed: by its client or the broker, it does not say
+# The broker dropped a message it had taken (reason: why, e.g. DEAD_LETTER_CYCLE; queue: the queue it was dropped
+# from, where the log says; text: what the log says of it)
+MESSAGE_DROPPED = "message_dropped"
+DEPRECATED_FEATURE = "deprecated_feature"  # the node logged the use of a deprecated feature (reason: its name)
+# A quorum queue dead-lettering at-least-once cannot forward its dead-lettered messages, and keeps them (queue,
+# vhost; reason: DEAD_LETTER_EXCHANGE_MISSING, or "stuck" where the broker's words are another's)
+DEAD_LETTERING_STUCK = "dead_lettering_stuck"
 KINDS = (CHANNEL_ERROR, CONNECTION_ERROR, CONSUMER_TIMEOUT, CONNECTION_OPENED, CONNECTION_CLOSED, CHANNEL_OPENED,
-         CHANNEL_CLOSED)
+         CHANNEL_CLOSED, MESSAGE_DROPPED, DEPRECATED_FEATURE, DEAD_LETTERING_STUCK)
+# A message dead-lettered back into a queue it had died in before, with no 'rejected' on its way: the broker drops it.
+DEAD_LETTER_CYCLE = "dead_letter_cycle"
+DEAD_LETTER_EXCHANGE_MISSING = "dead_letter_exchange_missing"
 
 # What a rule needs that only an event source gives (a NotEvaluated names it): without it, why a channel or a
 # connection was closed is not known.
@@ -53,6 +63,8 @@ class BrokerEvent(NamedTuple):
     reason: str | None = None  # the AMQP error in the broker's spelling ("precondition_failed"), or how it ended
     text: str | None = None  # the broker's own words for it ("unknown delivery tag 1")
     queue: str | None = None
+    # Every queue the line names, in the broker's order (a dead-letter cycle's), where it names more than one
+    queues: tuple[str, ...] | None = None
     consumer_tag: str | None = None
     delivery_tag: int | None = None
     timeout_ms: int | None = None  # the consumer timeout the broker applied
@@ -93,6 +105,10 @@ class Breaks:
     log_readable: bool = True  # False: the last poll could not read the log (a problem says why)
     lines: int = 0  # log lines read since the start
     unknown_lines: int = 0  # in neither of the log's formats
+    first_unknown: str | None = None  # the first of those, for a human to see what it was
+    # Warnings and errors the log reader read but made no event of: what ackscope does not understand yet
+    not_understood: int = 0
+    first_not_understood: str | None = None  # the first of those, as the log wrote it
     truncated_lines: int = 0  # cut at the reader's line limit
     exchange_consuming: bool = False  # the event exchange's queue had ackscope's consumer at the last poll
     exchange_messages: int = 0  # messages read from the event exchange since the start

@@ -83,7 +83,9 @@ class BreakLedger:
                         problems=tuple(r.problem for r in (read, exchanged) if r is not None and r.problem))
         if read is not None:
             breaks = replace(breaks, log_readable=not read.problem, lines=read.counts.lines,
-                             unknown_lines=read.counts.unknown, truncated_lines=read.truncated)
+                             unknown_lines=read.counts.unknown, first_unknown=read.counts.first_unknown,
+                             not_understood=read.counts.not_understood,
+                             first_not_understood=read.counts.first_not_understood, truncated_lines=read.truncated)
         if exchanged is not None:
             breaks = replace(breaks, exchange_consuming=exchanged.consuming, exchange_messages=exchanged.messages,
                              exchange_dropped=exchanged.dropped)

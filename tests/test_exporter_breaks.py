@@ -80,3 +80,23 @@ def test_without_a_broker_log_no_break_family_is_exported():
     names = {name for name, _ in _samples(poller)}
     assert "ackscope_up" in names
     assert not any(name.startswith(("ackscope_broker_log_", "ackscope_broker_c")) for name in names)
+
+
+def test_what_the_log_reader_did_not_understand_is_counted_and_its_first_line_shown(tmp_path):
+    # The 4.3.6 recording of drops and refusals (all understood), then a crash report no parser reads.
+    log = tmp_path / "rabbit.log"
+    log.write_text("")
+    poller = _poller([snapshot()], log, [])
+    drops = Path(__file__).parent / "data" / "broker-log-drops-4.3.6" / "plain.log"
+    crash = "2026-11-29 08:03:49.000000+00:00 [error] <0.1200.0>   crasher:"
+    log.write_text(drops.read_text() + crash + "\n2026-11-29 08:03:49.000000+00:00 [error] <0.1200.0>     pid: x\n")
+    poller.poll_once()
+    samples = _samples(poller)
+    assert samples[("ackscope_broker_log_not_understood_lines_total", ())] == 1
+    assert samples[("ackscope_broker_messages_dropped_total", (("connection_name", ""), ("reason", "dead_letter_cycle"),
+                                                               ("user", ""), ("vhost", "")))] == 1
+    document = json.loads(gzip.decompress(poller.exposition.breaks.gz()))
+    assert document["log"]["not_understood_lines"] == 1 and document["log"]["first_not_understood"] == crash
+    assert document["log"]["unknown_lines"] == 0 and document["log"]["first_unknown"] is None
+    (dropped,) = [e for e in document["events"] if e["kind"] == "message_dropped"]
+    assert dropped["queues"] == ["cycle.work", "cycle.retry", "cycle.work"] and dropped["cause"] == "dead_letter_cycle"

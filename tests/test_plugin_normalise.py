@@ -77,9 +77,11 @@ def test_rules_whose_facts_the_plugin_lacks_say_not_evaluated_instead_of_staying
         "heartbeat-disabled": ("the connection's heartbeat",),
         "connection-blocked": ("the connection's state (blocked, flow)",),
         # Whatever the source: without the broker's log, why the broker closed channels is not known.
-        "consumer-timed-out": (EVENTS,), "closed-on-error": (EVENTS,),
+        "consumer-timed-out": (EVENTS,), "closed-on-error": (EVENTS,), "dead-letter-cycle-dropped": (EVENTS,),
         # RabbitMQ 3.10 closes the channel instead, and reports no shovel's blocked status: the rules do not apply
-        "consumer-cancelled-by-broker": (), "shovel-blocked": ()}
+        "consumer-cancelled-by-broker": (), "shovel-blocked": (),
+        # nor a list of the deprecated features in use (3.13 and later)
+        "deprecated-feature-used": ()}
     assert not {f.rule for f in verdict.findings} & {n.rule for n in verdict.not_evaluated}
 
 
@@ -110,7 +112,9 @@ def test_the_cli_names_each_channels_client_and_settles_its_transactional_flag(s
     # The CLI cannot say that; nor, without the broker's log, why channels were closed.
     assert {n.rule for n in verdict.not_evaluated} == {"transient-in-durable-queue", "dead-lettering-stuck",
                                                        "consumer-timed-out", "closed-on-error",
-                                                       "consumer-cancelled-by-broker", "shovel-blocked"}
+                                                       "dead-letter-cycle-dropped",
+                                                       "consumer-cancelled-by-broker", "shovel-blocked",
+                                                       "deprecated-feature-used"}
     saturated = next(f for f in verdict.findings if f.rule == "prefetch-saturated")
     assert saturated.culprit == "channel <0.813.0> (invoice-worker)"
 

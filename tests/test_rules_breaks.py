@@ -5,6 +5,7 @@ silent cancels, channels closed on an error and churn are each named by client, 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -113,12 +114,13 @@ def test_the_timeout_in_force_comes_from_the_queue_then_the_node_then_the_log_th
     assert judged("4.3.6", settings=undefined, queue_type="quorum")["timeout_ms"] == 86_400_000
 
 
-def _recorded(release: str, previous=None) -> tuple[Breaks, Context]:
-    log = DATA / f"broker-log-{release}" / "plain.log"
+def _recorded(release: str, previous=None, recording: str = "broker-log", at: float = RECORDED_AT,
+              form: str = "plain", **snapshot_kw) -> tuple[Breaks, Context]:
+    log = DATA / f"{recording}-{release}" / f"{form}.log"
     ledger = BreakLedger(window_seconds=1e9, log=BrokerLogWatch(str(log), from_start=True))
-    ledger.update(None, now=RECORDED_AT - NAMING_SECONDS)
-    breaks = ledger.update(None, now=RECORDED_AT)  # what named no connection has waited its time for a name
-    s = snapshot(taken_at=RECORDED_AT, overview=_on(release))
+    ledger.update(None, now=at - NAMING_SECONDS)
+    breaks = ledger.update(None, now=at)  # what named no connection has waited its time for a name
+    s = snapshot(taken_at=at, overview=_on(release), **snapshot_kw)
     return breaks, Context(s, previous, breaks=breaks)
 
 
@@ -157,6 +159,9 @@ def test_recorded_channel_errors_each_get_the_remedy_for_their_reason(release):
     assert "policy" in closed["inequivalent_arguments"].remedy
     assert closed["frame_error"].object.startswith("connection ")
     assert len({f.remedy for f in closed.values()}) == 6
+    # Each refused once: a client that met an error, not one that can no longer work.
+    assert {f.severity for f in closed.values()} == {"warning"}
+    assert closed["inequivalent_arguments"].evidence["queue"] == "orders"
 
 
 def test_without_the_log_the_reason_is_not_known_and_the_rules_say_what_to_give():
@@ -274,3 +279,85 @@ def test_a_quorum_queue_whose_statistics_lag_its_new_receiver_is_not_called_a_ca
              for t, q in ((0, lagging), (4, lagging), (6, fresh), (70, lagging))]
     for seen in range(1, len(polls) + 1):
         assert "consumer-cancelled-by-broker" not in _rules(_judged(polls[:seen])), seen
+
+# -- what the broker's log says it dropped, and the clients it closed (tests/data/broker-log-drops-*, issue 55 K4) --
+DROPS_AT = datetime(2026, 11, 29, 9, 0, tzinfo=timezone.utc).timestamp()  # just after the recordings' lines
+DROPS = [(version, form) for version in ("3.10.8", "4.0.5", "4.3.6") for form in ("plain", "json")]
+
+
+def _drops(version: str, form: str = "plain", **snapshot_kw) -> dict[str, list]:
+    return _rules(diagnose(_recorded(version, recording="broker-log-drops", at=DROPS_AT, form=form,
+                                     **snapshot_kw)[1]))
+
+
+@pytest.mark.parametrize(("version", "form"), DROPS)
+def test_a_message_dropped_in_a_dead_letter_cycle_is_critical_and_names_the_cycle(version, form):
+    (dropped,) = _drops(version, form)["dead-letter-cycle-dropped"]
+    assert dropped.severity == "critical" and dropped.object == "queue cycle.retry"
+    assert dropped.evidence["queues"] == ["cycle.work", "cycle.retry", "cycle.work"]
+    assert (dropped.evidence["dropped_from"], dropped.evidence["dead_lettered_into"]) == ("cycle.retry", "cycle.work")
+    assert dropped.evidence["lines"] == 1 and "not logged" in dropped.evidence["logged"]
+    assert "cycle.work -> cycle.retry -> cycle.work" in dropped.explanation and "gone" in dropped.explanation
+    assert dropped.connection_name == "" and dropped.vhost == "", "the log names neither a client nor the vhost"
+    assert dropped.evidence["vhost"] == "not named by the log" and "parking queue" in dropped.remedy
+
+
+def test_the_cycles_vhost_is_inferred_only_where_one_vhost_alone_holds_its_queues():
+    both = (queue("cycle.work", vhost="orders"), queue("cycle.retry", vhost="orders"))
+    (dropped,) = _drops("4.3.6", queues=both)["dead-letter-cycle-dropped"]
+    assert dropped.vhost == "orders" and dropped.evidence["vhost"].startswith("orders (inferred")
+    twice = both + (queue("cycle.work", vhost="billing"), queue("cycle.retry", vhost="billing"))
+    (dropped,) = _drops("4.3.6", queues=twice)["dead-letter-cycle-dropped"]
+    assert dropped.vhost == "" and dropped.evidence["vhost"] == "not named by the log: one of billing, orders"
+    half = (queue("cycle.work", vhost="orders"), queue("cycle.retry", vhost="billing"))
+    assert _drops("4.3.6", queues=half)["dead-letter-cycle-dropped"][0].vhost == ""
+
+
+@pytest.mark.parametrize(("version", "form"), DROPS)
+def test_a_client_closed_for_missed_heartbeats_is_named_with_the_remedy_for_a_blocked_connection(version, form):
+    closed = {f.evidence["reason"]: f for f in _drops(version, form)["closed-on-error"]}
+    lost = closed["missed_heartbeats"]
+    assert lost.connection_name == "heartbeat-sleeper" and lost.severity == "warning"
+    assert lost.object.startswith("connection ") and "missed its heartbeats" in lost.explanation
+    assert lost.evidence["broker_said"] == "missed heartbeats from client, timeout: 2s"
+    assert "add_callback_threadsafe" in lost.remedy
+
+
+@pytest.mark.parametrize(("version", "form"), DROPS)
+def test_a_celery_producer_refused_five_times_for_inequivalent_arguments_can_no_longer_work_critical(version, form):
+    closed = {f.evidence["reason"]: f for f in _drops(version, form)["closed-on-error"]}
+    refused = closed["inequivalent_arguments"]
+    assert refused.severity == "critical" and refused.connection_name == "celery-inequivalent-producer"
+    assert refused.evidence["queue"] == "celery.priority" and refused.evidence["closed"] == 5
+    assert "can no longer do its work" in refused.explanation and "policy" in refused.remedy
+
+
+@pytest.mark.parametrize(("version", "form"), DROPS)
+def test_connection_exceptions_are_named_each_with_its_remedy_and_a_handshake_timeout_only_said(version, form):
+    closed = {f.evidence["reason"]: f for f in _drops(version, form)["closed-on-error"]}
+    assert closed["handshake_timeout"].severity == "info"
+    assert "health check" in closed["handshake_timeout"].remedy
+    assert closed["access_refused"].severity == "warning", "one login refused: not yet a client that cannot work"
+    assert closed["access_refused"].identity == "unnamed client from 127.0.0.1"
+    assert closed["not_allowed"].severity == "warning" and "vhost" in closed["not_allowed"].remedy
+    channel_error = closed["channel_error"]
+    assert channel_error.connection_name == "reopening-client" and channel_error.evidence["operation"] == "channel.open"
+    assert "one thread" in channel_error.remedy
+
+
+def test_a_refusal_repeated_by_the_same_client_is_critical_and_another_clients_single_one_is_not():
+    def refused(at: float, name: str, queue_name: str = "jobs") -> BrokerEvent:
+        return BrokerEvent(at, "channel_error", BROKER_LOG, connection=f"10.0.0.7:{int(at)} -> 10.0.0.1:5672",
+                           connection_name=name, vhost="/", user="app", channel=1, operation="queue.declare",
+                           reason="precondition_failed", queue=queue_name,
+                           text=f"inequivalent arg 'x-max-priority' for queue '{queue_name}' in vhost '/'")
+    events = (refused(1, "web"), refused(2, "web", "other"), refused(3, "web", "third"), refused(4, "worker"),
+              refused(5, "worker"))
+    found = {f.connection_name: f for f in _rules(diagnose(Context(snapshot(), breaks=Breaks(
+        10.0, (BROKER_LOG,), events=events))))["closed-on-error"]}
+    assert found["web"].severity == "warning", "three queues refused once each: each may be a one-off"
+    assert found["worker"].severity == "warning", "twice: not yet"
+    events += (refused(6, "worker"),)
+    found = {f.connection_name: f for f in _rules(diagnose(Context(snapshot(), breaks=Breaks(
+        10.0, (BROKER_LOG,), events=events))))["closed-on-error"]}
+    assert found["worker"].severity == "critical" and found["web"].severity == "warning"

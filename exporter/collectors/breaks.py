@@ -8,7 +8,8 @@ from __future__ import annotations
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ackscope.model.events import (BROKER_LOG, CHANNEL_CLOSED, CHANNEL_ERROR, CHANNEL_OPENED, CONNECTION_CLOSED,
-                                   CONNECTION_ERROR, CONNECTION_OPENED, CONSUMER_TIMEOUT, EVENT_EXCHANGE, Breaks)
+                                   CONNECTION_ERROR, CONNECTION_OPENED, CONSUMER_TIMEOUT, DEAD_LETTERING_STUCK,
+                                   DEPRECATED_FEATURE, EVENT_EXCHANGE, MESSAGE_DROPPED, Breaks)
 
 WHO = ("vhost", "user", "connection_name")
 # (kind, family, help, whether the reason is a label, the sources that tell of it)
@@ -21,7 +22,9 @@ FAMILIES = (
      "delivery past the consumer timeout (the node's log; RabbitMQ 4.3 logs no timeout of a quorum queue's "
      "consumer: it cancels the consumer silently).", False, (BROKER_LOG,)),
     (CONNECTION_ERROR, "ackscope_broker_connection_errors", "Connections the broker closed on an error (the node's "
-     "log), by the AMQP error: frame_error, ...", True, (BROKER_LOG,)),
+     "log), by the AMQP error: frame_error, access_refused (a login refused), not_allowed (a vhost that does not "
+     "exist), channel_error (a channel misused), handshake_timeout (the AMQP handshake never completed), ...", True,
+     (BROKER_LOG,)),
     (CONNECTION_OPENED, "ackscope_broker_connections_opened", "Connections opened (the node's log: granted their "
      "vhost; else the event exchange): with connections_closed, the churn a poll cannot see.", False,
      (BROKER_LOG, EVENT_EXCHANGE)),
@@ -30,6 +33,16 @@ FAMILIES = (
      "event exchange, read without the log, says no reason: unknown).", True, (BROKER_LOG, EVENT_EXCHANGE)),
     (CHANNEL_OPENED, "ackscope_broker_channels_opened", "Channels opened (the event exchange): a client opening a "
      "channel per message shows here.", False, (EVENT_EXCHANGE,)),
+    (MESSAGE_DROPPED, "ackscope_broker_messages_dropped", "Messages the broker logged it dropped (the node's log), "
+     "by reason: dead_letter_cycle (dead-lettered back into a queue it had died in, never rejected on its way; the "
+     "broker logs each cycle once per queue process, so later drops of the same cycle are not counted). Not by "
+     "client: the log names none.", True, (BROKER_LOG,)),
+    (DEAD_LETTERING_STUCK, "ackscope_broker_dead_lettering_stuck", "Quorum queues dead-lettering at-least-once "
+     "that the node logged cannot forward their dead-lettered messages (they keep them), by reason: "
+     "dead_letter_exchange_missing, stuck. Logged once per queue; the queue is named in /api/breaks.", True,
+     (BROKER_LOG,)),
+    (DEPRECATED_FEATURE, "ackscope_broker_deprecated_features", "Deprecated features the node logged as used (the "
+     "node's log, RabbitMQ 4.x), by feature (reason).", True, (BROKER_LOG,)),
     (CHANNEL_CLOSED, "ackscope_broker_channels_closed", "Channels closed, by their client or by the broker (the "
      "event exchange, which does not say which: the log's channel_errors do).", False, (EVENT_EXCHANGE,)),
 )
@@ -65,6 +78,9 @@ def _log(b: Breaks):
             ("lines", "Lines read from the broker log.", b.lines),
             ("unknown_lines", "Broker log lines in neither of RabbitMQ's formats (plain or JSON): passed over.",
              b.unknown_lines),
+            ("not_understood_lines", "Warnings and errors in the broker log that ackscope made no event of (it does "
+             "not understand them yet), counted by record; the first is in /api/breaks (log.first_not_understood) "
+             "and in ackscope's own log.", b.not_understood),
             ("truncated_lines", "Broker log lines longer than 64 KiB, read up to that.", b.truncated_lines)):
         yield CounterMetricFamily(f"ackscope_broker_log_{name}", doc, value=value)
 

@@ -36,6 +36,7 @@ class BrokerLogWatch:
         self._truncated = 0
         self._problem: str | None = None
         self._unknown_said = False
+        self._not_understood_said = False
         self._truncated_said = False
 
     def read(self, take: Callable[[list[BrokerEvent]], None]) -> LogRead:
@@ -66,6 +67,11 @@ class BrokerLogWatch:
             self._unknown_said = True
             log.warning("broker log: %s has lines in neither of RabbitMQ's formats (plain or JSON), passed over and "
                         "counted; the first: %r", self.path, counts.first_unknown)
+        if counts.not_understood and not self._not_understood_said:
+            self._not_understood_said = True
+            log.warning("broker log: %s has warnings or errors ackscope does not understand (it makes no event of "
+                        "them), counted in ackscope_broker_log_not_understood_lines_total; the first: %r", self.path,
+                        counts.first_not_understood)
         if self._truncated and not self._truncated_said:
             self._truncated_said = True
             log.warning("broker log: %s has lines longer than 64 KiB; each is read up to that and counted",
