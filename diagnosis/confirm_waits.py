@@ -86,5 +86,9 @@ class ConfirmWaits:
             gap, gap_then = now[0] - now[1] - now[2], then[0] - then[1] - then[2]
             if gap > 0 and gap_then > 0:
                 seen = (taken_at, taken_at if seen is None or gap > gap_then else seen[1])
+            elif gap <= 0:
+                # Nacks never come back: a sample without a gap proves the gaps before it were confirms in flight
+                # between the counters' readings, not refusals.
+                seen = None
         if seen is not None and seen[0] >= since:
             nacks[name] = seen
