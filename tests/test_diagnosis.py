@@ -38,7 +38,9 @@ NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm", "node-down", "network-partit
                       # Field failures of their own (a get storm, a queue deleted holding messages, an auto-ack
                       # consumer killed, a deprecated feature), on real clients: tests/test_field_unruled.py.
                       "get-empty-storm", "temporary-queue-holding", "queue-deleted-holding", "auto-ack-consumer-gone",
-                      "deprecated-feature-used"}
+                      "deprecated-feature-used",
+                      # A dead-letter topology with no client to it: tests/test_field_drops.py.
+                      "dead-letter-cycle"}
 
 
 @pytest.fixture
