@@ -50,7 +50,9 @@ def _lost_with_consumer(ctx: Context, rule: Rule) -> Iterator[Finding]:
             seen.add(ch.name)
             queues = auto_ack.get(ch.name, [])
             grown = _grown(ctx, ch, sample)
-            if not queues and not grown:
+            # A channel the broker never counted a delivery without ack for (a Celery worker's control reply queue,
+            # idle; the API leaves out a counter never counted) had nothing to lose.
+            if not queues and not grown or not ch.message_stats.deliver_no_ack:
                 continue
             end = _end(ctx, ch)
             gone = "its connection closed" if connections is not None and ch.connection not in connections else \

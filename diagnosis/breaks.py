@@ -400,25 +400,34 @@ def _churn(ctx: Context, rule: Rule) -> Iterator[Finding]:
 
 def _churn_by_client(ctx: Context, rule: Rule, per_minute: float) -> Iterator[Finding]:
     window = ctx.thresholds.window_seconds
-    groups: dict[tuple[str, str, str], list[BrokerEvent]] = defaultdict(list)
+    # A connection still open is no churn, whoever else opens connections from its address: only those that came and
+    # went count. Each client that names its connections is a client of its own; unnamed ones are told apart by
+    # library, address and user only.
+    open_now = set() if CONNECTIONS in ctx.snapshot.unreported else {c.name for c in ctx.snapshot.connections}
+    groups: dict[tuple[str, ...], list[BrokerEvent]] = defaultdict(list)
     for e in _events(ctx, CONNECTION_OPENED):
+        if e.connection in open_now:
+            continue
         peer = _PORT.sub("", (e.connection or "").split(" -> ")[0])
-        groups[(e.vhost or "", e.user or "", peer)].append(e)
-    for (vhost, user, peer), events in sorted(groups.items()):
+        key = (e.vhost or "", e.user or "", peer, e.connection_name or "", "" if e.connection_name else e.client or "")
+        groups[key].append(e)
+    for (vhost, user, peer, name, library), events in sorted(groups.items()):
         span = max(events[-1].at - events[0].at, 1.0)
         rate = len(events) * 60 / max(span, min(window, 60.0))
         if len(events) < 3 or rate < per_minute:
             continue
-        names = {e.connection_name for e in events if e.connection_name}
-        who = Named(few(names), few({e.client for e in events if e.client}),
-                    few(names) or f"unnamed clients from {peer} as {user}")
+        clients = few({e.client for e in events if e.client})
+        who = Named(name, clients, name or (f"{library} clients from {peer} as {user}" if library else
+                                            f"unnamed clients from {peer} as {user}"))
         yield rule.finding(
-            "warning", vhost, f"clients from {peer} as {user}", who,
+            "warning", vhost, f"connections named {name}" if name else f"clients from {peer} as {user}"
+            + (f" ({library})" if library else ""), who,
             {"connections_opened": len(events), "per_minute": rounded(rate), "seconds": rounded(span),
-             "peer_host": peer, "user": user, "source": few({e.source for e in events})},
-            f"{who.identity} opened {len(events)} connections in {span:.0f} s ({rate:.1f} a minute): a connection per "
-            "message, or a reconnect loop. Each costs a TCP and AMQP handshake, a process on the broker and, for a "
-            "consumer, its unacked deliveries at every close.",
+             "peer_host": peer, "user": user, "source": few({e.source for e in events}),
+             "counted": "connections opened and closed since; those still open are not churn"},
+            f"{who.identity} opened {len(events)} connections in {span:.0f} s ({rate:.1f} a minute) that closed "
+            "again: a connection per message, or a reconnect loop. Each costs a TCP and AMQP handshake, a process on "
+            "the broker and, for a consumer, its unacked deliveries at every close.",
             "Keep one long-lived connection per process and open channels on it; publish many messages per "
             "connection; if it reconnects in a loop, read why it was closed (the broker's log). See RabbitMQ guide "
             "'Connections', 'Connection Churn'.")

@@ -140,8 +140,9 @@ def _requeue_loop(ctx: Context, rule: Rule) -> Iterator[Finding]:
         if not stuck_loop and redelivered / seconds < t.requeue_min_rate:
             continue
         redeliver, deliver = redelivered / seconds, delivered / seconds
-        # Nothing gets through: the queue's consumers can no longer do their work.
-        critical = redelivered >= 0.9 * delivered
+        # Nothing gets through: the queue's consumers can no longer do their work (a loop's first delivery, still
+        # in the window, is no redelivery: the share alone would call a slow poison loop a warning until it left).
+        critical = stuck_loop or redelivered >= 0.9 * delivered
         fate = requeue_fate(ctx, q)
         dying = _consumers_dying(ctx, q) if not acked else None
         who = consumers_named(ctx, q)

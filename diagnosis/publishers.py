@@ -8,7 +8,7 @@ from ackscope.core.quantile import histogram_quantile
 from ackscope.model.findings import Finding
 from ackscope.model.snapshot import CHANNEL_TRANSACTIONAL, CHANNELS, Channel
 
-from .confirm_waits import InFlight
+from .confirm_waits import InFlight, in_flight_bound
 from .context import ACKS_GUIDE, RELIABILITY_GUIDE, Context, Rule, few, last_seen, num, rounded
 from .stakes import Stakes, judge
 
@@ -105,26 +105,28 @@ def _sampled_anew(ch: Channel, before: Channel) -> bool:
 def _nacked(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for ch in ctx.snapshot.channels:
         nacked = _inferred_nacks(ch)
-        if nacked is None or nacked <= 0:
+        seen = ctx.in_flight.get(ch.name) if ctx.in_flight is not None else None
+        start, previous = ctx.at_window_start(ch), ctx.previous_channel(ch.name)
+        # Beyond what could be confirms in flight between the counters' readings: those are refusals.
+        bound = in_flight_bound(seen.peak if seen is not None else 0, ch.messages_unconfirmed,
+                                *(c.messages_unconfirmed for c in (start, previous) if c is not None))
+        if nacked is None or nacked <= bound:
             continue
         # The broker samples these counters at slightly different moments, so one poll can show a gap that
         # the next closes; nacks are cumulative and stay. Only a gap seen in two samples counts: two polls that
         # read the same sample are one. The earlier sample is the previous poll's, or, where the broker has not
         # sampled the channel since (RabbitMQ 4 refreshes a channel's every 5 s or so, whatever the
         # statistics interval), the window start's.
-        start = ctx.at_window_start(ch)
         # Only nacks of the recent window: a channel nacked once an hour ago is not nacked now. A channel opened
         # within the window had none at its start.
         recent = nacked - (_inferred_nacks(start) or 0 if start is not None else 0)
         if recent <= 0 or ctx.window_seconds is None:
             continue
-        previous = ctx.previous_channel(ch.name)
         earlier = next((c for c in (previous, start) if c is not None and _sampled_anew(ch, c)), None)
         # Once the publisher is idle its counters no longer move and no poll samples it anew: the gap seen in two
         # samples while it published (kept by diagnosis.confirm_waits) holds for the window.
-        seen = ctx.in_flight.get(ch.name) if ctx.in_flight is not None else None
         since = ctx.snapshot.taken_at - ctx.window_seconds
-        if not (earlier is not None and (_inferred_nacks(earlier) or 0) > 0
+        if not (earlier is not None and (_inferred_nacks(earlier) or 0) > bound
                 or seen is not None and seen.nacks_seen_at is not None and seen.nacks_seen_at >= since):
             continue
         s = ch.message_stats

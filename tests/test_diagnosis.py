@@ -33,13 +33,13 @@ NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm", "node-down", "network-partit
                       "publisher-waits-each-confirm",
                       # Events the broker's log tells, on real clients and every release: tests/test_breaks.py.
                       "consumer-timed-out", "consumer-cancelled-by-broker", "closed-on-error", "connection-churn",
-                      # A message the log says was dropped in a dead-letter cycle: tests/test_broker_log_drops.py.
+                      # A message the log says was dropped in a dead-letter cycle: tests/test_field_cases.py.
                       "dead-letter-cycle-dropped",
                       # Field failures of their own (a get storm, a queue deleted holding messages, an auto-ack
-                      # consumer killed, a deprecated feature), on real clients: tests/test_field_unruled.py.
+                      # consumer killed, a deprecated feature), on real clients: tests/test_field_cases.py.
                       "get-empty-storm", "temporary-queue-holding", "queue-deleted-holding", "auto-ack-consumer-gone",
                       "deprecated-feature-used",
-                      # A dead-letter topology with no client to it: tests/test_field_drops.py.
+                      # A dead-letter topology with no client to it: tests/test_field_cases.py.
                       "dead-letter-cycle"}
 
 

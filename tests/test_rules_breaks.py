@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from snapshot_builders import OVERVIEW, channel, consumer, queue, snapshot, stats
+from snapshot_builders import OVERVIEW, channel, connection, consumer, queue, snapshot, stats
 from test_break_ledger import RECORDED_AT
 
 from ackscope.diagnosis.holding import Holding
@@ -361,3 +361,23 @@ def test_a_refusal_repeated_by_the_same_client_is_critical_and_another_clients_s
     found = {f.connection_name: f for f in _rules(diagnose(Context(snapshot(), breaks=Breaks(
         10.0, (BROKER_LOG,), events=events))))["closed-on-error"]}
     assert found["worker"].severity == "critical" and found["web"].severity == "warning"
+
+
+def test_churn_names_each_client_apart_and_never_a_connection_that_stays_open():
+    """Issue 55's K5 and the field run: a Celery worker restarted in a loop (unnamed, py-amqp), a client opening a
+    named connection per message, and a healthy named client from the same address and user whose connection stays
+    open: two churn findings, neither naming the healthy client."""
+    def opened(i: int, at: float, name: str | None, client: str | None) -> BrokerEvent:
+        return BrokerEvent(at, CONNECTION_OPENED, BROKER_LOG, connection=f"10.0.0.7:{40000 + i} -> 10.0.0.1:5672",
+                           connection_name=name, vhost="/", user="app", client=client)
+    events = [opened(0, 1000.0, "billing-healthy", "pika 1.3.2")]
+    events += [opened(1 + i, 1001.0 + 4 * i, None, "py-amqp 5.4.2") for i in range(20)]
+    events += [opened(100 + i, 1001.5 + 2 * i, "per-message", "pika 1.3.2") for i in range(40)]
+    healthy = connection("10.0.0.7:40000 -> 10.0.0.1:5672", connection_name="billing-healthy")
+    found = _rules(diagnose(Context(snapshot(taken_at=1090.0, connections=[healthy]),
+                                    breaks=Breaks(1090.0, (BROKER_LOG,), events=tuple(sorted(events))))))
+    churn = {f.identity: f for f in found["connection-churn"]}
+    assert set(churn) == {"per-message", "py-amqp 5.4.2 clients from 10.0.0.7 as app"}, churn
+    assert churn["per-message"].object == "connections named per-message"
+    assert churn["per-message"].evidence["connections_opened"] == 40
+    assert all("billing-healthy" not in f.identity + f.connection_name for f in churn.values())

@@ -258,3 +258,14 @@ def test_before_3_13_the_rule_is_not_evaluated_and_says_why():
     assert not [f for f in verdict.findings if f.rule == "deprecated-feature-used"]
     [skipped] = [n for n in verdict.not_evaluated if n.rule == "deprecated-feature-used"]
     assert "3.13" in skipped.why
+
+
+def test_an_auto_ack_channel_the_broker_never_delivered_to_lost_nothing_when_it_died():
+    """A Celery worker's control reply queue, consumed with automatic ack and idle, killed with its worker: nothing
+    was delivered to it without ack, so nothing was lost (seen side by side with a poison loop's worker)."""
+    idle = [_auto(t, 0) for t in (1000.0, 1010.0)]
+    dropped = Breaks(1015.0, (BROKER_LOG,), events=(
+        BrokerEvent(1012.0, CONNECTION_CLOSED, BROKER_LOG, connection="conn auto", reason="dropped",
+                    text="client unexpectedly closed TCP connection"),))
+    gone = _auto(1015.0, None, present=False)
+    assert _only(Context(gone, idle[1], window=idle[0], breaks=dropped), "auto-ack-consumer-gone") == []
