@@ -92,7 +92,9 @@ def _without_rejection(q: Queue) -> str | None:
 
 
 def cycles(ctx: Context) -> Iterator[list[Hop]]:
-    """Each dead-letter cycle among the snapshot's queues, once, from its first queue by name."""
+    """The dead-letter cycles among the snapshot's queues, each once: a walk that visits every queue and hop once
+    (a long dead-letter chain costs its length, not its square), yielding the loop each hop back into the walk's
+    own path closes."""
     by_vhost: dict[str, list[Queue]] = {}
     for q in ctx.snapshot.queues:
         if q.dead_letters:
@@ -100,16 +102,28 @@ def cycles(ctx: Context) -> Iterator[list[Hop]]:
     for vhost, queues in sorted(by_vhost.items()):
         exchanges = {x.name: x for x in ctx.snapshot.exchanges if x.vhost == vhost}
         hops = {q.name: _hops(q, exchanges) for q in queues}
+        done: set[str] = set()
         for first in sorted(hops):
-            # Paths from `first` through queues named after it: each cycle is found from its least name only.
-            todo: list[list[Hop]] = [[h] for h in hops[first]]
-            while todo:
-                path = todo.pop()
-                nxt = path[-1].to
-                if nxt == first:
-                    yield path
-                elif nxt > first and nxt in hops and all(h.queue.name != nxt for h in path):
-                    todo.extend(path + [h] for h in hops[nxt])
+            if first in done:
+                continue
+            # The walk's path: each queue on it with the hops from it not yet followed.
+            path: list[Hop] = []
+            on_path = {first: 0}
+            pending = [iter(hops[first])]
+            while pending:
+                hop = next(pending[-1], None)
+                if hop is None:
+                    pending.pop()
+                    left = path.pop().to if path else first
+                    done.add(left)
+                    on_path.pop(left, None)
+                    continue
+                if hop.to in on_path:  # back into the path: the loop from there to this hop
+                    yield path[on_path[hop.to]:] + [hop]
+                elif hop.to in hops and hop.to not in done:
+                    on_path[hop.to] = len(path) + 1
+                    path.append(hop)
+                    pending.append(iter(hops[hop.to]))
 
 
 def _cycle(ctx: Context, rule: Rule) -> Iterator[Finding]:

@@ -66,3 +66,17 @@ def test_a_queue_dead_lettering_to_itself_through_the_default_exchange_is_a_cycl
                                                    ("#", "", True), ("a.#", "a", True), ("*.b", "a.b.c", False)])
 def test_topic_binding_keys_match_as_the_broker_matches_them(pattern, key, matches):
     assert _topic_matches(pattern, key) is matches
+
+
+def test_two_cycles_sharing_a_queue_and_a_long_chain_into_one_are_each_named_once():
+    def dl(name: str, to: str) -> object:
+        return queue(name, dead_letter_exchange="", dead_letter_routing_key=to, message_ttl_ms=1000)
+    chain = [dl(f"c{i:03}", f"c{i + 1:03}") for i in range(300)] + [dl("c300", "a")]
+    loops = [dl("a", "b"), dl("b", "a")]
+    shared = [queue("a", dead_letter_exchange="fan", dead_letter_routing_key="k", message_ttl_ms=1000),
+              dl("b", "a"), dl("b2", "a")]
+    fan = _x("fan", "fanout", ("queue", "b", ""), ("queue", "b2", ""))
+    assert [f.object for f in _cycles(Context(snapshot(1000.0, queues=chain + loops)))] == [
+        "dead-letter cycle a → b → a"]
+    found = sorted(f.object for f in _cycles(Context(snapshot(1000.0, queues=shared, exchanges=[fan]))))
+    assert found == ["dead-letter cycle a → b → a", "dead-letter cycle a → b2 → a"]
