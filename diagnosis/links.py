@@ -118,7 +118,11 @@ def _requeue_loop(ctx: Context, rule: Rule) -> Iterator[Finding]:
     t, grown = ctx.thresholds, ctx.deliveries_over_window("amqp10")
     for queue_type, (delivered, redelivered) in sorted((grown or {}).items()):
         seconds = ctx.window_seconds
-        if redelivered / seconds < t.requeue_min_rate or redelivered < t.requeue_ratio * delivered:
+        # A loop is a share, whatever the rate (a poison message whose receiver dies each time loops slowly): where
+        # nearly every delivery comes back, a few redeliveries make one; a smaller share needs a fast rate. The
+        # nodes count no AMQP 1.0 settlements, so "nearly every" stands in for "nothing accepted".
+        looping = redelivered >= 0.9 * delivered and redelivered >= t.requeue_min_redeliveries
+        if redelivered < t.requeue_ratio * delivered or not looping and redelivered / seconds < t.requeue_min_rate:
             continue
         receivers = _receivers_of(ctx, queue_type)
         if AMQP10_LINKS not in ctx.snapshot.unreported and not receivers:

@@ -159,6 +159,24 @@ def test_amqp10_deliveries_released_back_are_a_requeue_loop_whose_fate_is_the_re
     assert not [f for f in evaluate(_outcomes("4.3.6", redelivered=10)) if f.rule == "receiver-requeue-loop"]
 
 
+def test_a_slow_amqp10_loop_where_nearly_every_delivery_comes_back_is_named_at_any_rate():
+    """The K5 kind of issue 55 on AMQP 1.0: 9 of 10 deliveries in 10 s released back is a loop under 1 a second."""
+    from snapshot_builders import OVERVIEW
+
+    from ackscope.model.snapshot import ProtocolCounts
+
+    receiver = next(k for k in _links() if k.role == "receiver")
+
+    def at(t: float, delivered: int, again: int):
+        return replace(snapshot(t, queues=[queue("q10", type="quorum", delivery_limit=20)], links=[receiver],
+                                protocol_counts=[ProtocolCounts("rabbit@a", "amqp10", "quorum", delivered, again)]),
+                       overview=replace(OVERVIEW, rabbitmq_version="4.3.6"))
+    [slow] = [f for f in evaluate(Context(at(1010.0, 10, 9), at(1000.0, 0, 0))) if f.rule == "receiver-requeue-loop"]
+    assert slow.severity == "critical"
+    # Half of them back at under one a second: acks get through, no loop.
+    assert not [f for f in evaluate(Context(at(1010.0, 10, 5), at(1000.0, 0, 0))) if f.rule == "receiver-requeue-loop"]
+
+
 def test_rejected_outcomes_without_a_dead_letter_exchange_are_drops_named_by_receiver():
     f = {f.rule: f for f in evaluate(_outcomes("4.3.6", redelivered=0, rejected=300))}["receiver-rejects"]
     assert f.severity == "warning" and f.evidence["dropped"] == 300 and f.object == "queue q10"
