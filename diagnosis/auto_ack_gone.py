@@ -64,8 +64,11 @@ def _lost_with_consumer(ctx: Context, rule: Rule) -> Iterator[Finding]:
                         "last_seen_seconds_ago": rounded(now.taken_at - sample.taken_at),
                         "ended": said or f"{gone} (how, no event source said)",
                         "lost": "not counted by the broker: what the client had received and not processed (inferred)"}
+            # A warning where it received something lately (over the window, or unknown: last seen at the window's
+            # start) and did not end by its own close; a channel idle over the window had nothing in hand.
+            lately = grown > 0 or sample is ctx.window_start
             yield rule.finding(
-                "warning" if _abrupt(end) else "info", ch.vhost, f"channel {ch.name}", ch, evidence,
+                "warning" if _abrupt(end) and lately else "info", ch.vhost, f"channel {ch.name}", ch, evidence,
                 f"the channel consumed with automatic acknowledgement"
                 + (f" from {few(queues)}" if queues else "")
                 + (f" ({grown} deliveries without ack over the window)" if grown else "")

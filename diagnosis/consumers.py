@@ -136,7 +136,10 @@ def _requeue_loop(ctx: Context, rule: Rule) -> Iterator[Finding]:
         # A loop is a share, whatever the rate: redeliveries comparable to deliveries with (almost) nothing acked
         # is one from a few redeliveries (a poison message killing its consumer each time loops at 0.6/s). Where
         # acks get through, only a fast rate of redeliveries is worth a finding.
-        stuck_loop = acked <= t.requeue_acked_share * delivered and redelivered >= t.requeue_min_redeliveries
+        # One consumer's death returns at most what it held: a worker killed once with 16 unacked is no loop.
+        held = max(num(p.messages_unacked) for p in (ctx.at_window_start(q), ctx.previous_queue(q), q) if p is not None)
+        stuck_loop = acked <= t.requeue_acked_share * delivered and redelivered >= t.requeue_min_redeliveries \
+            and redelivered > held
         if not stuck_loop and redelivered / seconds < t.requeue_min_rate:
             continue
         redeliver, deliver = redelivered / seconds, delivered / seconds

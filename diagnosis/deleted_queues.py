@@ -33,6 +33,12 @@ def _temporary(q: Queue) -> str | None:
     return None
 
 
+def _kept_across_restart(q: Queue) -> bool:
+    """A durable queue keeps its persistent messages across a restart; an exclusive one is transient whatever its
+    durable flag says."""
+    return bool(q.durable) and not q.exclusive
+
+
 def _requeued(ctx: Context, q: Queue) -> int:
     return num(ctx.over_window(q, "redeliver"))
 
@@ -48,7 +54,7 @@ def _temporary_holding(ctx: Context, rule: Rule) -> Iterator[Finding]:
         requeued = _requeued(ctx, q)
         # Persistent messages in a durable queue were meant to outlive a restart, and die with a consumer instead;
         # messages its consumers give back are not being processed, and are there when the consumer leaves.
-        risky = (q.durable and persistent > 0) or requeued > 0
+        risky = (_kept_across_restart(q) and persistent > 0) or requeued > 0
         yield rule.finding(
             "warning" if risky else "info", q.vhost, f"queue {q.name}", consumers_named(ctx, q),
             {"messages": held, "ready": q.messages_ready, "unacked": q.messages_unacked,
@@ -98,7 +104,7 @@ def _deleted_holding(ctx: Context, rule: Rule) -> Iterator[Finding]:
         persistent = num(before.messages_persistent)
         # Persistent messages in a durable queue are what the broker confirmed as kept even across a restart: their
         # loss is the loss of confirmed messages. Others the publisher let go with a restart, not with a deletion.
-        kept = bool(before.durable) and persistent > 0
+        kept = _kept_across_restart(before) and persistent > 0
         requeued = num(ctx.over_window(before, "redeliver"))
         consumers = at_last_poll.get((before.vhost, before.name), [])
         evidence = {"messages_at_last_poll": held, "ready": before.messages_ready, "unacked": before.messages_unacked,

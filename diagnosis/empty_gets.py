@@ -45,9 +45,12 @@ def _per_queue(ctx: Context, rule: Rule, seconds: float) -> Iterator[Finding]:
         # A channel polling empty at a storm's rate itself, in a vhost where one queue storms, is that queue's poller:
         # the broker does not count a channel's gets by queue, and a channel that polled another queue now and then
         # (or one deleted in the window) is no culprit. Where several queues storm, each such channel is a candidate.
-        stormers = [c for c, n in pollers if n / seconds >= limit]
+        stormers = [(c, n) for c, n in pollers if n / seconds >= limit]
         for q, empty in storming:
-            named = stormers if len(storming) == 1 else []
+            # Named only where one channel alone could have polled all of it: with two such channels, either may
+            # have spread its count over other queues.
+            named = [c for c, n in stormers] if len(storming) == 1 and len(stormers) == 1 \
+                and stormers[0][1] >= 0.9 * empty else []
             fetched = num(ctx.over_window(q, "get")) + num(ctx.over_window(q, "get_no_ack"))
             evidence = {"get_empty": empty, "get_empty_rate": rounded(empty / seconds),
                         "window_seconds": rounded(seconds), "gets_with_a_message": fetched, "ready": q.messages_ready,

@@ -154,8 +154,13 @@ class Removal:
 
     @property
     def many(self) -> int:
-        """How many messages: the nodes' count where read, else what left the one candidate without acks."""
-        return self.counted if self.counted is not None else sum(left for _, left in self.candidates)
+        """How many messages: the nodes' count where read and unattributed; for the one candidate, no more than
+        its own counters show leaving it (the rest of the nodes' count came from queues not seen: deleted between
+        polls, another vhost's, ackscope's own probes')."""
+        left = sum(n for _, n in self.candidates)
+        if self.counted is None:
+            return left
+        return min(self.counted, left) if self.queue is not None else self.counted
 
     def evidence(self, ctx: Context) -> dict:
         how = "dropped" if self.dropped else "dead_lettered" if self.dropped is False else "dead_lettered_or_dropped"
@@ -216,8 +221,10 @@ def removals(ctx: Context, reasons: tuple[str, ...]) -> Iterator[Removal]:
         found = tuple((q, left) for q in ctx.snapshot.queues
                       if q.type == queue_type and _can_remove(ctx, q, reason, targeted)
                       for left in (ctx.removed_without_ack(q),) if left)
-        deleted = tuple(q for q in start.queues if q.type == queue_type and ctx.queue(q.vhost, q.name) is None
-                        and _settings_fit(q, reason, targeted)) if start is not None else ()
+        # Seen at the window's start or at the poll before, gone now.
+        seen = {(q.vhost, q.name): q for s in (start, ctx.previous) if s is not None for q in s.queues}
+        deleted = tuple(q for _, q in sorted(seen.items()) if q.type == queue_type
+                        and ctx.queue(q.vhost, q.name) is None and _settings_fit(q, reason, targeted))
         yield Removal(reason, queue_type, None if targeted is None else not targeted, sum(nodes.values()),
                       tuple(sorted(nodes)), found, deleted)
 
@@ -293,7 +300,7 @@ def _dropped(ctx: Context, rule: Rule) -> Iterator[Finding]:
             continue
         q = r.queue
         evidence = r.evidence(ctx)
-        who = None
+        who, publishers = None, []
         if q is not None:
             publishers, how = publishers_into(ctx, q)
             who = named_channels(publishers) if publishers else consumers_named(ctx, q)
@@ -301,7 +308,10 @@ def _dropped(ctx: Context, rule: Rule) -> Iterator[Finding]:
                          or "not known", "publishers_from": how}
         # Refused, not silently dropped: a reject-publish-dlx queue nacks the publish it dead-letters.
         nacked = q is not None and q.overflow_mode == "reject-publish-dlx"
-        severity = "warning" if nacked and r.reason == "maxlen" else _GRAVITY[r.reason]
+        # Gone after a confirm where its publishers confirm (or cannot be told): critical. Publishers known to use
+        # no confirms were told nothing; a length limit may drop by design there (a last-value queue).
+        unconfirmed = q is not None and bool(publishers) and all(ch.confirm is False for ch in publishers)
+        severity = "warning" if (nacked or unconfirmed) and r.reason == "maxlen" else _GRAVITY[r.reason]
         vhost, obj = _where(ctx, r)
         whose = f"of {q.name}" if q is not None else f"of {r.queue_type} queues, unattributed ({r.unattributed()})"
         yield rule.finding(severity, vhost, obj, who, evidence,
@@ -309,6 +319,8 @@ def _dropped(ctx: Context, rule: Rule) -> Iterator[Finding]:
                            f"{_WHY[r.reason]} and dropped: no dead-letter exchange catches them."
                            + (" A TTL drops by design; if these messages matter, dead-letter them."
                               if r.reason == "expired" else
+                              " Their publishers use no confirms: nobody was told they were safe; if the limit "
+                              "drops by design, dead-letter what matters." if r.reason == "maxlen" and unconfirmed else
                               " Their publishers were told they were safe (a confirm comes when a message is "
                               "queued): they are gone." if r.reason == "maxlen" and not nacked else
                               " Their publishers were nacked (overflow reject-publish-dlx)." if nacked else ""))

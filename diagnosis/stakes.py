@@ -221,11 +221,13 @@ def publishers_into(ctx: Context, q: Queue) -> tuple[list[Channel], str]:
         published = lately(ctx, ch) if ch.vhost == q.vhost else None
         if not published:
             continue
-        publishing.append((ch, published))
         queues, why = _destinations(ctx, ch, published)
         if isinstance(queues, list) and any((x.name if isinstance(x, Queue) else x) == q.name for x in queues):
             found.append(ch)
             how = why
+        elif isinstance(queues, list):  # known to publish elsewhere: never tied to this queue by its count
+            continue
+        publishing.append((ch, published))
     took = lately(ctx, q)
     alike = [ch for ch, published in publishing if took and _as_many(took, published)]
     if not found and len(alike) == 1:

@@ -209,3 +209,33 @@ def test_on_4_3_a_lagging_queue_depth_is_no_drop_where_the_nodes_counted_none():
     [loop] = _only(_poison("4.3.6", dropped=0, left=12), "requeue-loop")
     assert loop.evidence["next"] == "loops-forever"
     assert _only(_poison("4.3.6", dropped=0, left=12), "delivery-limit-reached") == []
+
+
+def _capped_with(*channels_then_now, counted: int = 8, left_of: int = 10):
+    """A queue limited to 2 took `left_of` publishes over ten seconds and holds 2; the nodes counted `counted`
+    dropped by length; `channels_then_now` publish in its vhost."""
+    capped = queue(name="capped", max_length=2, consumers=0, message_stats=stats(publish=0, ack=0))
+    capped2 = replace(capped, messages_ready=2, message_stats=stats(publish=left_of, ack=0))
+    return Context(snapshot(1010.0, queues=[capped2], channels=[n for _, n in channels_then_now],
+                            dead_lettered=_counters(maxlen_dropped=counted)),
+                   snapshot(1000.0, queues=[capped], channels=[t for t, _ in channels_then_now],
+                            dead_lettered=_counters()))
+
+
+def test_a_publisher_known_to_publish_elsewhere_is_never_named_for_a_length_limits_drop():
+    """Reviewed: the queue's publisher has closed; a healthy channel that published as many into another queue,
+    as the broker counts per channel and queue, is no culprit for the drop."""
+    elsewhere = channel("ch audit", connection_name="auditor", message_stats=stats(publish=0, confirm=0))
+    elsewhere2 = replace(elsewhere, routed_into=("audit",), message_stats=stats(publish=10, confirm=10))
+    [f] = _only(_capped_with((elsewhere, elsewhere2)), "messages-dropped")
+    assert f.object == "queue capped" and f.connection_name == "" and f.evidence["publishers"] == "not known"
+
+
+def test_a_length_limit_dropping_what_publishers_without_confirms_sent_is_a_warning_and_counts_its_own():
+    """A last-value queue fed without confirms: nobody was told the messages were safe. And of the nodes' 20, only
+    the 8 its own counters show leaving it are said to be its."""
+    fire = channel("ch fire", connection_name="ticker", confirm=False, message_stats=stats(publish=0))
+    fire2 = replace(fire, message_stats=stats(publish=10))
+    [f] = _only(_capped_with((fire, fire2), counted=20), "messages-dropped")
+    assert f.severity == "warning" and f.connection_name == "ticker" and "use no confirms" in f.explanation
+    assert "about 8 messages of capped" in f.explanation and f.evidence["dropped_on_nodes"] == 20

@@ -560,3 +560,14 @@ def test_a_publisher_waiting_for_each_confirm_caught_between_the_counters_readin
                                                     message_stats=stats(publish=publish, confirm=publish - 1))])
     start, previous, now = at(0, 100), at(5, 1600), at(10, 3100)
     assert _only(Context(now, previous, window=start), "publisher-nacked") == []
+
+
+def test_a_worker_killed_once_with_its_prefetch_unacked_is_no_requeue_loop():
+    """Reviewed: Celery with acks_late and a channel-wide prefetch of 16, long tasks, its worker killed once in the
+    window: its 16 unacked messages are delivered again to the next worker, nothing acked yet. One requeue returns
+    at most what was held: no loop."""
+    def at(t, delivered, redelivered, unacked):
+        return snapshot(float(t), queues=[queue("tasks", messages_unacked=unacked, message_stats=stats(
+            deliver_get=delivered, redeliver=redelivered, ack=0))])
+    start, previous, now = at(700, 0, 0, 16), at(990, 0, 0, 16), at(1000, 16, 16, 16)
+    assert _only(Context(now, previous, window=start), "requeue-loop") == []

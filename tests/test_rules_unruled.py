@@ -84,6 +84,21 @@ def test_where_several_queues_of_the_vhost_storm_the_pollers_are_candidates_not_
     assert (f.object, f.connection_name) == ("queue jobs", "poller")
 
 
+def test_a_channel_whose_count_may_be_spread_over_other_queues_is_never_named_the_storms_poller():
+    """Reviewed: channel A polled two quiet queues, 300 empty each; B polled the storming one, 600: both count 600
+    at the storm's rate, and either may be its poller as far as the broker counts."""
+    def queues(counts):
+        return [queue(n, consumers=0, message_stats=stats(get_empty=c)) for n, c in zip(("q1", "q2", "q3"), counts)]
+
+    def chans(a, b):
+        return [channel("ch a", connection_name="a", message_stats=stats(get_empty=a)),
+                channel("ch b", connection_name="b", message_stats=stats(get_empty=b))]
+    start = snapshot(1000.0, queues=queues((0, 0, 0)), channels=chans(0, 0))
+    now = snapshot(1010.0, queues=queues((600, 300, 300)), channels=chans(600, 600))
+    [f] = _only(Context(now, start, thresholds=Thresholds(get_empty_rate=50)), "get-empty-storm")
+    assert f.object == "queue q1" and f.connection_name == "" and "candidates" in f.evidence["pollers_from"]
+
+
 def _node_counted(empty: int, taken_at: float, queue_empty: int | None = None, statistics: bool = False):
     counts = (ProtocolCounts("rabbit@test", "amqp091", "classic", 0, 0, empty),
               ProtocolCounts("rabbit@test", "amqp091", "quorum", 0, 0, 0))
@@ -158,6 +173,14 @@ def test_persistent_messages_of_a_durable_queue_deleted_are_critical():
     assert f.severity == "critical" and "5 persistent, in a durable queue" in f.explanation and f.connection_name == ""
 
 
+def test_an_exclusive_queue_declared_durable_is_transient_and_its_loss_no_critical():
+    """An exclusive queue is transient whatever its durable flag: its persistent messages were never kept across a
+    restart, so its deletion is a warning, not the loss of confirmed messages."""
+    held = queue("replies", exclusive=True, messages_ready=5, messages_persistent=5, consumers=0)
+    [f] = _only(Context(_with_healthy(1005.0), _with_healthy(1000.0, queues=[held])), "queue-deleted-holding")
+    assert f.severity == "warning"
+
+
 def test_an_auto_delete_queue_declared_again_after_its_last_consumer_went_is_a_loss():
     # The management API keeps a queue's counters under its name across a deletion: what says it is new is its
     # consumers, none now where it had one, or no statistics yet.
@@ -227,6 +250,16 @@ def test_an_auto_ack_channel_whose_connection_the_log_says_dropped_is_a_warning_
     closed = Breaks(1015.0, (BROKER_LOG,), events=(
         BrokerEvent(1012.0, CONNECTION_CLOSED, BROKER_LOG, connection="conn auto", reason="closed"),))
     assert _only(Context(now, last, window=start, breaks=closed), "auto-ack-consumer-gone")[0].severity == "info"
+
+
+def test_an_auto_ack_channel_idle_over_the_window_had_nothing_in_hand_when_it_died():
+    """A Celery worker's control queue consumed with automatic ack, which received its last message hours ago:
+    killed, it lost nothing it had lately; info, not a warning."""
+    start, last, now = _auto(1000.0, 400), _auto(1010.0, 400), _auto(1015.0, None, present=False)
+    dropped = Breaks(1015.0, (BROKER_LOG,), events=(
+        BrokerEvent(1012.0, CONNECTION_CLOSED, BROKER_LOG, connection="conn auto", reason="dropped"),))
+    [f] = _only(Context(now, last, window=start, breaks=dropped), "auto-ack-consumer-gone")
+    assert f.severity == "info"
 
 
 def test_a_manual_ack_channel_gone_or_an_unread_channel_list_is_named_by_nothing():
