@@ -59,6 +59,7 @@ SOURCES = {"management": "management API", "prometheus": "Prometheus plugin, man
 # RabbitMQ's default collect_statistics_interval: the management API refreshes a channel's counters this often, so
 # two samples closer than this may show the counters of a consumer that acks unmoved.
 STATISTICS_INTERVAL = 5.0
+MAX_SINCE = 366 * 86400.0  # --since at most: a log older than a year is no incident's
 # How far back --broker-log is read when --since does not say: an incident paged for is minutes old when diagnose runs.
 DEFAULT_SINCE = "15m"
 
@@ -196,9 +197,12 @@ def _since(args: argparse.Namespace) -> float | None:
     if args.broker_log == "-":
         raise ConfigError("--broker-log: diagnose reads a file once, from its start; save the stream to a file")
     try:
-        return parse_duration(args.since or DEFAULT_SINCE)
+        since = parse_duration(args.since or DEFAULT_SINCE)
     except ValueError as e:
         raise ConfigError(f"--since: {e}") from None
+    if not 1 <= since <= MAX_SINCE:
+        raise ConfigError(f"--since: from a second to {describe(MAX_SINCE)}, not {args.since}")
+    return since
 
 
 class LogWindow:
@@ -324,9 +328,22 @@ def judge_samples(first: Snapshot, second: Snapshot, thresholds: Thresholds, pro
     waiting.update(first)
     verdict = diagnose(Context(second, first, probes, sampled, breaks=breaks, held=holding.update(second),
                                oldest=waiting.update(second)))
+    verdict = replace(verdict, findings=tuple(_briefly(f, thresholds.stalled_consumer_seconds)
+                                              for f in verdict.findings))
     if breaks is not None:
         verdict = replace(verdict, findings=tuple(_when_logged(f, breaks) for f in verdict.findings))
     return verdict
+
+
+def _briefly(f: Finding, stalled_seconds: float) -> Finding:
+    """A stall seen only across diagnose's samples, shorter than the exporter's stalled_consumer_seconds, at info: a
+    consumer on one long job acks nothing for as long, and is slow, not stalled."""
+    held = f.evidence.get("held_for_at_least_seconds") if f.rule == "consumer-stalled" else None
+    if held is None or held >= stalled_seconds:
+        return f
+    return replace(f, severity="info", evidence={
+        **f.evidence, "seen": f"no ack across diagnose's samples {held} s apart: a consumer on one long job looks the "
+                              f"same; the exporter judges a stall after {stalled_seconds:g} s"})
 
 
 # The events each rule of the log groups into one finding; a rule not listed here: any event of its client.
@@ -416,14 +433,16 @@ def _from_exporter(url: str, live: Live) -> tuple[Diagnosis, str, tuple[str, ...
     findings = []
     for doc in live.findings:
         f = Finding(**{k: v for k, v in doc.items() if k in _FINDING_FIELDS})
-        if f.severity not in SEVERITIES or not isinstance(f.evidence, dict):
-            raise ValueError(f"not a finding: {doc!r}")
+        if f.severity not in SEVERITIES or not isinstance(f.evidence, dict) or not _plausible(f.since, True):
+            raise ValueError("not a finding")
         findings.append(f)
     skipped = tuple(NotEvaluated(str(n["rule"]), tuple(n.get("needs", ())), str(n.get("why", "")))
                     for n in live.not_evaluated)
     s = live.snapshot
     counts = {what: None if fact in s.get("unreported", ()) else len(s[what]) for what, fact in _COUNTED}
-    taken_at, version = float(s["taken_at"]), s["overview"].get("rabbitmq_version")
+    taken_at, version = s["taken_at"], s["overview"].get("rabbitmq_version")
+    if not _plausible(taken_at):
+        raise ValueError("not a time")
     headline = f"{url}: RabbitMQ {version}, " + ", ".join(
         f"{what} not read" if counts[what] is None else f"{counts[what]} {what}"
         for what in ("queues", "channels", "connections"))
@@ -434,6 +453,14 @@ def _from_exporter(url: str, live: Live) -> tuple[Diagnosis, str, tuple[str, ...
                      "poll's findings")
     broker = {"rabbitmq_version": version, "taken_at": taken_at, "source": live.source, **counts}
     return Diagnosis(tuple(findings), skipped), headline, tuple(notes), live.exporter_error, broker
+
+
+def _plausible(at, none: bool = False) -> bool:
+    """Whether an exporter's time is a number a clock can show (seconds since 1970, before 2200); None where
+    `none`."""
+    if at is None:
+        return none
+    return isinstance(at, int | float) and not isinstance(at, bool) and 0 <= at < 7.3e9
 
 
 # The worst broker decides the exit code: a critical before a broker that cannot be read before a warning.

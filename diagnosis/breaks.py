@@ -316,7 +316,10 @@ def _closed_on_error(ctx: Context, rule: Rule) -> Iterator[Finding]:
         severity, stuck = "warning", ""
         # The same refusal, again and again: on the same queue where the log names one.
         times = max(queues.values()) if queues else len(events)
-        if why in _CANNOT_WORK and times >= REPEATED:
+        # One client is known by its connection's name, its library or its user; refusals from one address told by
+        # none of them (logins refused behind one NAT) may be many clients refused once each.
+        one_client = bool(last.connection_name or last.client or last.user)
+        if why in _CANNOT_WORK and times >= REPEATED and one_client:
             severity = "critical"
             stuck = (f" It was refused this way {times} times in the window ({_CANNOT_WORK[why]}): the client can no "
                      "longer do its work (what it sends or declares there never arrives) until someone acts.")
@@ -363,7 +366,8 @@ def _dead_letter_cycles(ctx: Context, rule: Rule) -> Iterator[Finding]:
             f"the broker dropped at least {len(events)} message(s) in the dead-letter cycle {' -> '.join(path)}: "
             f"each died in {dropped_from} and was dead-lettered back into {into}, where it had died before, with no "
             "reject on its way; the broker drops such a message instead of looping it. It had been accepted (and "
-            "confirmed, to a publisher using confirms) when it entered the cycle: it is gone.",
+            "confirmed, to a publisher using confirms) when it entered the cycle: it is gone from the cycle (a copy "
+            "the dead-letter exchange routed to a queue outside it, where one is bound, is kept).",
             None)
 
 

@@ -307,3 +307,13 @@ def test_a_queue_name_the_broker_prints_as_bytes_is_read_back():
     line = PLAIN.format("warning", 1, f"Message dropped. Dead-letter queues cycle detected: {cycle}")
     (dropped,) = reader.feed([line]) + reader.flush()
     assert dropped.queues == ("caf\u00e9",) * 3
+
+
+def test_a_line_shown_as_not_understood_never_carries_a_uris_credentials():
+    """A shovel's warning can name its source with the password in the URI: counted, shown, without it."""
+    reader = LogReader()
+    reader.feed(["2026-11-29 08:00:00.000000+00:00 [warning] <0.1.0> Shovel 'move' could not connect to "
+                 "amqp://shovel:s3cret@10.0.0.9:5672/%2f, retrying"])
+    reader.flush()
+    assert reader.counts.not_understood == 1 and "s3cret" not in reader.counts.first_not_understood
+    assert "amqp://…@10.0.0.9:5672" in reader.counts.first_not_understood

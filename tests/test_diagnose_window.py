@@ -9,6 +9,7 @@ import http.server
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -67,6 +68,18 @@ def test_a_consumer_that_acks_nothing_across_the_samples_is_stalled_for_at_least
     loud = [(f.rule, f.object) for f in verdict.findings if f.severity != "info"]
     assert loud == [], "the healthy consumer beside it, and the stall of 5 s against a 30-minute timeout"
     assert not [f for f in verdict.findings if "healthy" in f.object]
+
+
+def test_a_stall_seen_only_across_the_samples_is_info_where_the_release_would_call_it_a_warning():
+    """Reviewed: on 4.3 a classic queue has no consumer timeout, and a stall is a warning from the start; a consumer
+    on one 8 s job acks nothing across samples 5 s apart, and is slow, not stalled."""
+    from snapshot_builders import OVERVIEW
+    on_43 = [replace(s, overview=replace(OVERVIEW, rabbitmq_version="4.3.6")) for s in _samples(acked=0)]
+    (stalled,) = _by_rule(judge_samples(*on_43, Thresholds()))["consumer-stalled"]
+    assert stalled.severity == "info" and "one long job" in stalled.evidence["seen"]
+    # Seen as long as the exporter would judge it: the release's own severity.
+    (long,) = _by_rule(judge_samples(*on_43, Thresholds(stalled_consumer_seconds=5)))["consumer-stalled"]
+    assert long.severity == "warning"
 
 
 def test_a_consumer_that_acks_across_the_samples_is_at_its_prefetch_not_stalled():
@@ -146,6 +159,7 @@ def test_a_log_that_cannot_be_read_is_one_line_and_its_rules_are_said_not_evalua
     (["--since", "5m"], "--since: how far back --broker-log is read, and no --broker-log is given"),
     (["--broker-log", "rabbit.log", "--since", "soon"], "--since: must be a duration"),
     (["--broker-log", "rabbit.log", "--since", "0s"], "--since: must be a duration"),
+    (["--broker-log", "rabbit.log", "--since", "100000000d"], "--since: from a second to"),
     (["--broker-log", "-"], "--broker-log: diagnose reads a file once"),
     (["--brokers", "brokers.toml", "--broker-log", "rabbit.log"], "--broker-log: the log of one node"),
     (["--exporter-url", "http://localhost:9577", "--broker-log", "rabbit.log"], "--exporter-url: the exporter's "
@@ -200,6 +214,11 @@ def exporter_answering() -> Iterator[Callable[[int, bytes], str]]:
     (200, b"[1, 2, 3]", "sent documents that are not an ackscope exporter's"),
     (200, b'{"up": true, "snapshot": {"taken_at": 1}, "findings": [{"rule": "x", "severity": "dire"}]}',
      "sent documents that are not an ackscope exporter's"),
+    (200, b'{"up": true, "snapshot": {"taken_at": 1e300, "overview": {}}, "findings": []}',
+     "sent documents that are not an ackscope exporter's"),
+    (200, b'{"up": true, "snapshot": {"taken_at": 1, "overview": {}}, "findings": [{"rule": "x", "severity": '
+          b'"info", "vhost": "/", "object": "o", "connection_name": "", "evidence": {}, "explanation": "", '
+          b'"remedy": "", "since": "yesterday"}]}', "sent documents that are not an ackscope exporter's"),
     (200, b'{"up": false, "last_error": "login failed", "snapshot": null, "findings": []}',
      "has no poll of the broker yet: login failed"),
     (200, None, "did not answer within 0.5 s"),

@@ -15,7 +15,8 @@ from test_break_ledger import RECORDED_AT
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
-from ackscope.model.events import BROKER_LOG, CONNECTION_OPENED, EVENT_EXCHANGE, EVENTS, BrokerEvent, Breaks
+from ackscope.model.events import (BROKER_LOG, CONNECTION_ERROR, CONNECTION_OPENED, EVENT_EXCHANGE, EVENTS, BrokerEvent,
+                                   Breaks)
 from ackscope.model.snapshot import Churn, Link, NodeSettings
 from ackscope.sources import BreakLedger, BrokerLogWatch
 from ackscope.sources.break_ledger import NAMING_SECONDS
@@ -381,3 +382,15 @@ def test_churn_names_each_client_apart_and_never_a_connection_that_stays_open():
     assert churn["per-message"].object == "connections named per-message"
     assert churn["per-message"].evidence["connections_opened"] == 40
     assert all("billing-healthy" not in f.identity + f.connection_name for f in churn.values())
+
+
+def test_logins_refused_from_one_address_with_no_user_or_name_are_no_client_that_cannot_work():
+    """Reviewed: behind one NAT'd address three clients are each refused their login once; the log names no user
+    and no connection name, so they may be three clients: a warning, never the critical of one client stuck."""
+    refused = tuple(BrokerEvent(1000.0 + i, CONNECTION_ERROR, BROKER_LOG,
+                                connection=f"10.0.0.5:{50000 + i} -> 10.0.0.1:5672", reason="access_refused",
+                                text="ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN")
+                    for i in range(3))
+    [f] = _rules(diagnose(Context(snapshot(taken_at=1010.0), breaks=Breaks(1010.0, (BROKER_LOG,),
+                                                                           events=refused))))["closed-on-error"]
+    assert f.severity == "warning" and f.evidence["closed"] == 3

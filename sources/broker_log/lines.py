@@ -104,6 +104,15 @@ _NODE_ALONE = ('Message store "', "Classic peer discovery backend: ", "memory re
 _SAID_AGAIN = re.compile(r"User '.*' failed to authenticate: ")
 # What _event returns for a record it read whole and holds for the next (a consumer's timeout, before its close).
 _HELD = object()
+# A URI's user and password (a shovel's or federation upstream's, in its warnings), left out of a line shown.
+_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^\s/@]*@", re.I)
+
+
+def shown(line: str) -> str:
+    """A log line as ackscope shows it (its /api/breaks, its own log): any URI's credentials left out."""
+    return _CREDENTIALS.sub(r"\1…@", line)
+
+
 # A record of more lines is cut (a crash report); the lines past it are not what these messages need.
 MAX_RECORD_LINES = 200
 # Consumer timeout warnings waiting for their channel error (the next line of the same process).
@@ -120,7 +129,7 @@ class LogCounts:
     events: int = 0
     first_unknown: str | None = field(default=None, repr=False)  # the first, for a human to see what it was
     not_understood: int = 0
-    first_not_understood: str | None = field(default=None, repr=False)  # its first line, as written
+    first_not_understood: str | None = field(default=None, repr=False)  # its first line, credentials left out
 
 
 @dataclass(slots=True)
@@ -198,7 +207,7 @@ class LogReader:
         if event is None:
             if record.level in _SAID and not self._known(record):
                 self.counts.not_understood += 1
-                self.counts.first_not_understood = self.counts.first_not_understood or record.first[:300]
+                self.counts.first_not_understood = self.counts.first_not_understood or shown(record.first[:300])
             return None
         if event is _HELD or event.at is None:  # a date the header's pattern let through but no calendar has
             return None
@@ -233,7 +242,7 @@ class LogReader:
                            line[:found.start(4)], line)
         if line.strip():
             self.counts.unknown += 1
-            self.counts.first_unknown = self.counts.first_unknown or line[:200]
+            self.counts.first_unknown = self.counts.first_unknown or shown(line[:200])
         return None
 
     def _event(self, r: _Record):
