@@ -186,8 +186,8 @@ def test_a_plugin_that_cannot_count_a_vhosts_routes_costs_only_the_routes(broker
     try:
         errors = []
         at_risk = [{"vhost": vhost, "confirm": False, "message_stats": {"publish": 5}}]
-        exchanges, _bindings, routed = source._routes(at_risk, {broker.nodename: plugin.url}, time.monotonic() + 5,
-                                                     errors)
+        exchanges, _bindings, routed = source._routes(at_risk, [], {broker.nodename: plugin.url},
+                                                     time.monotonic() + 5, errors)
         assert routed == [] and {x["name"] for x in exchanges} >= {"", "amq.direct"}
         assert [(e.endpoint, e.reason) for e in errors] == [("routed", reason)]
         assert plugin.requests == ["/metrics/detailed"]
