@@ -3,8 +3,9 @@ trip the broker serves for nothing (measured in a public report: 392,668 get-emp
 queue-polled counts only the gets that returned a message; this counts the ones that did not.
 
 The management API counts get-empty per queue and per channel, but keeps no breakdown of a channel's gets by
-queue: the pollers of a queue are the channels of its vhost whose get-empty count grew, certain where that queue is
-the only one of the vhost polled empty, candidates otherwise. With statistics off only the node's Prometheus plugin
+queue: the pollers of a queue are the channels of its vhost whose get-empty count grew; one is named only where it
+alone polled empty at the storm's rate, as much as the queue counts, and the queue alone stormed: candidates
+otherwise. With statistics off only the node's Prometheus plugin
 counts them (rabbitmq_global_messages_get_empty_total), per node and queue type: unattributed, no queue named."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from ackscope.model.findings import Finding
 from ackscope.model.snapshot import QUEUE_COUNTS, QUEUE_PERSISTENT_COUNTS, Channel, Queue
 
-from .context import Context, Named, Rule, few, num, rounded
+from .context import Context, Rule, few, num, rounded
 
 STAT = "get_empty"
 
@@ -23,14 +24,6 @@ def _pollers(ctx: Context, vhost: str) -> list[tuple[Channel, int]]:
     """The channels of `vhost` whose get-empty count grew over the window, with how much, most first."""
     grown = ((ch, ctx.over_window(ch, STAT)) for ch in ctx.snapshot.channels if ch.vhost == vhost)
     return sorted(((ch, n) for ch, n in grown if n), key=lambda p: (-p[1], p[0].name))
-
-
-def _who(channels: list[Channel]) -> Channel | Named:
-    if len(channels) == 1:
-        return channels[0]
-    return Named(few(c.connection_name for c in channels if c.connection_name),
-                 few(c.client for c in channels if c.client),
-                 few(c.identity or c.connection_name or f"channel {c.name}" for c in channels))
 
 
 def _per_queue(ctx: Context, rule: Rule, seconds: float) -> Iterator[Finding]:
@@ -67,7 +60,7 @@ def _per_queue(ctx: Context, rule: Rule, seconds: float) -> Iterator[Finding]:
                   f"; the channels polling empty in its vhost: {few(c.identity or c.name for c, _ in pollers)} "
                   "(which of them polls this queue is not counted)" if pollers else "")
             yield rule.finding(
-                "warning", q.vhost, f"queue {q.name}", _who(named) if named else None, evidence,
+                "warning", q.vhost, f"queue {q.name}", named[0] if named else None, evidence,
                 f"basic.get on {q.name} came back empty {empty} times in {rounded(seconds)} s "
                 f"({rounded(empty / seconds)} a second){by}: a client polls it in a loop without pausing, and the "
                 f"broker serves each get for nothing ({fetched} returned a message).")
