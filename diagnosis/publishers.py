@@ -275,7 +275,7 @@ def _unroutable_severity(ctx: Context, ch: Channel, count: int, returned: bool) 
     stakes = judge(ctx, ch)
     # Its other publishes reached queues, and only queues that keep nothing (stakes.py says where none was reached).
     if stakes.at_stake is False and num(ctx.over_window(ch, "publish")) > count \
-            and not stakes.why.startswith("its messages reached no queue"):
+            and stakes.reached_queues:
         return "warning", f"Its other messages are plumbing ({stakes.why}), so this is a warning."
     return "critical", ("The channel is in confirm mode: the broker acked each of these messages after routing it "
                         "nowhere" + (" and returning it" if returned else "") + ", so a publisher that goes by its "

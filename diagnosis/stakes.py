@@ -21,6 +21,7 @@ class Stakes:
     at_stake: bool | None
     why: str
     evidence: dict = field(default_factory=dict)
+    reached_queues: bool = True  # False where its messages reached no queue at all (unroutable-dropped's)
 
 
 def lately(ctx: Context, record: Channel | Queue | Exchange) -> int | None:
@@ -69,7 +70,7 @@ def _into(ctx: Context, queues: list[Queue | str] | None, evidence: dict) -> Sta
     if queues is None:  # why is the evidence's `routing`, said once
         return Stakes(None, "where its messages go is not known", evidence)
     if not queues:
-        return Stakes(False, "its messages reached no queue (see unroutable-dropped)", evidence)
+        return Stakes(False, "its messages reached no queue (see unroutable-dropped)", evidence, reached_queues=False)
     kept = [q for q in queues if _keeps(ctx, q) is True]
     if kept:
         evidence["at_stake"] = [_described(ctx, q) for q in kept[:MAX_NAMED]]
