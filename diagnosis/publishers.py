@@ -285,8 +285,11 @@ def _unroutable_severity(ctx: Context, ch: Channel, count: int, returned: bool) 
 
 def _unroutable_into(ctx: Context, ch: Channel) -> tuple[str, str]:
     """The exchange a channel's unroutable messages went to, for the evidence and for a sentence: the one
-    exchange the source counts it publishing to; else the one exchange of its vhost that took publishes over the
-    window and routes nowhere (inferred); else not known, and why."""
+    exchange the source counts it publishing to; else, inferred, the one exchange of its vhost with no binding that
+    took publishes over the window, where it took exactly as many as the channels that may have published to it
+    counted unroutable (every message into an exchange with no binding is unroutable, so it accounts for all of
+    theirs; a bound exchange or the default one may route some messages nowhere too, and then nothing is named);
+    else not known, and why."""
     def said(name: str) -> str:
         return f"exchange '{name}'" if name else "the default exchange (a routing key naming no queue)"
     if len(ch.exchanges) == 1:
@@ -295,9 +298,15 @@ def _unroutable_into(ctx: Context, ch: Channel) -> tuple[str, str]:
         return f"one of {few(said(x) for x in ch.exchanges)}", f" to one of {few(said(x) for x in ch.exchanges)}"
     unbound = [x for x in ctx.snapshot.exchanges if x.vhost == ch.vhost and x.name and not x.bindings
                and ctx.over_window(x, "publish")]
-    if len(unbound) == 1:
-        return (f"{said(unbound[0].name)} (inferred: the one exchange of the vhost that took publishes in the "
-                "window and has no binding)", f" to {said(unbound[0].name)} (inferred)")
+    if len(unbound) != 1:
+        return ("not known: the source does not say which exchange the channel published to", "")
+    # Every message into it came from a channel of the vhost that may have published to it.
+    unroutable = sum(num(ctx.over_window(c, stat)) for c in ctx.snapshot.channels
+                     if c.vhost == ch.vhost and (not c.exchanges or unbound[0].name in c.exchanges)
+                     for stat in ("return_unroutable", "drop_unroutable"))
+    if ctx.over_window(unbound[0], "publish") == unroutable:
+        return (f"{said(unbound[0].name)} (inferred: it has no binding and took as many messages in the window as "
+                "the channels that may have published to it had unroutable)", f" to {said(unbound[0].name)} (inferred)")
     return ("not known: the source does not say which exchange the channel published to", "")
 
 

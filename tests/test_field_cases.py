@@ -324,10 +324,12 @@ def test_unroutable_messages_returned_then_acked_on_a_confirm_channel_are_critic
     assert (f["severity"], f["evidence"]["return_unroutable_in_window"], f["evidence"]["confirm"]) == \
         ("critical", 5, True), f
     assert "no queue holds them" in f["explanation"]
-    # The management API does not say which exchange a confirm channel published to: named or said to be unknown,
-    # never another.
+    # The management API does not always say which exchange a confirm channel published to (3.10 does not): named,
+    # inferred and labelled so, or said to be unknown; never another.
     where = f["evidence"]["exchange"]
-    assert where == "exchange 'field.nowhere'" or where.startswith("not known"), where
+    assert where in ("exchange 'field.nowhere'", "exchange 'field.nowhere' (inferred: it has no binding and took as "
+                     "many messages in the window as the channels that may have published to it had unroutable)") \
+        or where.startswith("not known"), where
     assert not _loud_on_healthy(field.polls.all()), "the healthy client is named by nothing"
 
 
