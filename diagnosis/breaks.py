@@ -33,6 +33,7 @@ class Timeout:
     ms: int | None  # None: no timeout applies (RabbitMQ 4.3's classic queues and streams)
     source: str  # where the figure came from, for the evidence
     next: str  # what the broker does at the timeout, on this release and queue type
+    known: bool = True  # False where the figure is RabbitMQ's default, inferred because the broker did not say
 
 
 def timeout_in_force(ctx: Context, consumer: Consumer, q: Queue | None) -> Timeout:
@@ -77,23 +78,37 @@ def timeout_in_force(ctx: Context, consumer: Consumer, q: Queue | None) -> Timeo
     if logged:
         return Timeout(logged[-1], "the broker's log: the timeout it applied last ('Timeout value used')", nxt)
     return Timeout(DEFAULT_TIMEOUT_MS, "inferred: RabbitMQ's default of 30 minutes; this broker does not say which "
-                   "applies (rabbitmq.conf consumer_timeout: give --cli to read it)", nxt)
+                   "applies (rabbitmq.conf consumer_timeout: give --cli to read it)", nxt, known=False)
 
 
 # -- a consumer that stalls -------------------------------------------------------------------------------------
 def stalled(ctx: Context) -> dict[str, float]:
     """Channel name -> seconds it has held deliveries to its manual-ack consumers and settled none (at least):
-    for those held past thresholds.stalled_consumer_seconds."""
+    for those held past thresholds.stalled_consumer_seconds, or past half the consumer timeout in force where the
+    broker says which applies and half of it is sooner (a consumer that long without an ack is at risk of the
+    timeout, however short the timeout is)."""
     def compute() -> dict[str, float]:
         if ctx.held is None:
             return {}
-        now, at_least = ctx.snapshot.taken_at, ctx.thresholds.stalled_consumer_seconds
+        now = ctx.snapshot.taken_at
         # A channel whose consumer the broker dropped is consumer-cancelled-by-broker's, not a stall any more.
         dropped = {channel for channel, _ in ctx.held.gone}
-        return {name: now - since for name, since in ctx.held.since.items()
-                if now - since >= at_least and name not in dropped
-                and any(c.ack_required for c in ctx.consumers_on(name))}
+        found = {}
+        for name, since in ctx.held.since.items():
+            manual = [c for c in ctx.consumers_on(name) if c.ack_required]
+            if name in dropped or not manual or now - since < _stall_after(ctx, manual[0]):
+                continue
+            found[name] = now - since
+        return found
     return ctx.once("stalled", compute)
+
+
+def _stall_after(ctx: Context, consumer: Consumer) -> float:
+    """Seconds without an ack after which a consumer holding deliveries is stalled: the floor, or half the timeout
+    in force where the broker said which applies and that is sooner."""
+    floor = ctx.thresholds.stalled_consumer_seconds
+    timeout = timeout_in_force(ctx, consumer, ctx.queue(consumer.vhost, consumer.queue))
+    return min(floor, timeout.ms / 2000) if timeout.known and timeout.ms else floor
 
 
 def stuck(ctx: Context) -> set[str]:
@@ -438,9 +453,11 @@ def _churn_by_client(ctx: Context, rule: Rule, per_minute: float) -> Iterator[Fi
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("consumer-stalled", "A manual-ack consumer whose channel holds deliveries and has acked none for a while: "
-         "stalled, not slow. Says when the consumer timeout in force will end it, where that figure comes from and "
-         "what the broker will do then, which differs by release and queue type; a warning from half the timeout.",
+    Rule("consumer-stalled", "A manual-ack consumer whose channel holds deliveries and has acked none for "
+         "stalled_consumer_seconds, or for half the consumer timeout in force where the broker says which applies "
+         "and that is sooner: stalled (or at risk of the timeout), not slow, and never called prefetch-saturated. "
+         "Says when the timeout will end it, where that figure comes from and what the broker will do then, which "
+         "differs by release and queue type; a warning from half the timeout.",
          "Find why the consumer stopped acking (a hung callback, a deadlock, an exception swallowed before the "
          "ack) and restart it; if its work is long by design, raise the timeout for its queue (x-consumer-timeout "
          f"or a consumer-timeout policy, RabbitMQ 3.12+). See {CONSUMERS_GUIDE}.", _stalled, needs=(CHANNELS,)),

@@ -52,11 +52,14 @@ class Thresholds:
     # (quorum leaders and classic queues' home nodes), a warning when it leads them all; only from this many.
     leaders_unbalanced_share: float = 0.6
     leaders_unbalanced_min_queues: int = 10
-    # consumer-stalled: a consumer's channel has held deliveries and settled none for this long.
+    # consumer-stalled: a consumer's channel has held deliveries and settled none for this long (or for half the
+    # consumer timeout in force, where the broker says which applies and that is sooner).
     stalled_consumer_seconds: float = 60.0
     # connection-churn: a client (or, from polls alone, the broker) opening this many connections a minute,
     # over the window.
     churn_connections_per_minute: float = 6.0
+    # channel-churn: channels closing on connections that stay open, this many a minute over the window.
+    churn_channels_per_minute: float = 6.0
     # get-empty-storm: basic.get answered empty this many times a second over the window (a loop without a pause;
     # measured in a public report: 8,700 a second from one pika client).
     get_empty_rate: float = 50.0

@@ -72,6 +72,31 @@ def test_a_consumer_that_acks_slowly_is_saturated_not_stalled():
     assert "consumer-stalled" not in found and [f.rule for f in found["prefetch-saturated"]]
 
 
+def test_half_a_short_timeout_without_an_ack_is_at_risk_before_the_floor_and_never_saturated():
+    """Issue 56: consumer_timeout = 30000, a consumer holding its prefetch of 5 for 24 s without an ack was called
+    prefetch-saturated, as the 60 s floor had not passed."""
+    from ackscope.model.snapshot import NodeSettings
+    told = [replace(_stalled_consumer("4.3.6", "quorum", consumer_timeout_ms=30_000), taken_at=t) for t in (0, 12, 24)]
+    found = _rules(_judged(told))
+    assert "prefetch-saturated" not in found
+    (stalled,) = found["consumer-stalled"]
+    assert (stalled.severity, stalled.evidence["timeout_ms"], stalled.evidence["timeout_in_at_most_seconds"]) == \
+        ("warning", 30_000, 6)
+    # 3.10 says no timeout per consumer: the node's, read with --cli, is as good.
+    cli = NodeSettings(node="rabbit@a", consumer_timeout_ms=30_000)
+    read = [replace(_stalled_consumer("3.10.8"), taken_at=t, settings=cli) for t in (0, 12, 24)]
+    (stalled,) = _rules(_judged(read))["consumer-stalled"]
+    assert stalled.severity == "warning" and "read with --cli" in stalled.evidence["timeout_source"]
+    # Before half of it, a consumer may be on one long job: saturated, as the counters say.
+    early = _rules(_judged(told[:2]))
+    assert "consumer-stalled" not in early and early["prefetch-saturated"]
+    # Where the broker does not say which timeout applies, the floor stands and the evidence says so at 60 s.
+    unknown = [replace(_stalled_consumer("3.10.8"), taken_at=t) for t in (0, 12, 24)]
+    assert "consumer-stalled" not in _rules(_judged(unknown))
+    (late,) = _rules(_judged(unknown + [replace(unknown[0], taken_at=61)]))["consumer-stalled"]
+    assert late.evidence["timeout_source"].startswith("inferred: RabbitMQ's default")
+
+
 def test_half_the_timeout_held_is_a_warning():
     polls = [replace(_stalled_consumer("4.0.5", consumer_timeout_ms=100_000), taken_at=t) for t in (0, 61)]
     (stalled,) = _rules(_judged(polls))["consumer-stalled"]
