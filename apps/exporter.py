@@ -229,7 +229,7 @@ class Exporter:
                                    held=self.holding.update(snapshot), oldest=oldest,
                                    in_flight=self.confirm_waits.update(snapshot), confirm_bench=self.cfg.confirm_bench))
         return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)),
-                       upgrades=outlooks(snapshot), oldest=tuple(oldest.values()))
+                       upgrades=outlooks(snapshot, breaks), oldest=tuple(oldest.values()))
 
     def _probes_json(self) -> bytes:
         return compressed([self._probe_stats().json()])

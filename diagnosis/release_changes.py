@@ -129,11 +129,15 @@ CHANGES: tuple[Change, ...] = (
            "Consumer timeouts are no longer evaluated for classic queues (nor streams): a consumer that stops "
            "acking holds its deliveries until its connection closes, where today the broker closes its channel "
            "at the timeout and requeues them.",
-           "classic queues with consumers that ack manually",
+           "classic queues with consumers that ack manually: a warning for each that relies on the timeout (it "
+           "sets its own, x-consumer-timeout or a consumer-timeout policy, or the broker's log told of a consumer "
+           "timed out on it in the window); the others, where a healthy client loses only a safety net, one info "
+           "finding for the broker that counts them and names the first",
            "Watch for stalled consumers (consumer-stalled); where the broker should take deliveries back by itself, "
            "move the queue to a quorum queue, which keeps the consumer timeout.",
            "release notes 4.3.0; measured on 4.3.6 (a stalled consumer on a classic queue kept its deliveries "
-           "past the timeout)",
+           "past the timeout); RabbitMQ's main branch restores classic queue consumer timeouts for 4.4 (not "
+           "released)",
            "tests/test_breaks.py::test_a_celery_acks_late_task_that_hangs_is_stalled_then_timed_out_but_not_on_4_3s_"
            "classic_queue"),
     Change("management-metrics-collection", (4, 0), DEPRECATED,

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ackscope.model.events import BROKER_LOG, CONSUMER_TIMEOUT, Breaks, BrokerEvent
 from ackscope.model.findings import Finding, NotEvaluated, Outlook, worst_first
 from ackscope.model.snapshot import CHANNELS, QUEUE_COUNTS, QUEUE_DURABILITY, Queue, Snapshot
 
-from .breaks import timeout_in_force
-from .context import Context, Rule, consumers_named, few, named, num, without_probes
+from .breaks import Timeout, timeout_in_force
+from .context import MAX_NAMED, Context, Rule, consumers_named, few, named, num, without_probes
 from .release_changes import CHANGES, PHASES, TARGETS, Change
 
 # Facts of the upgrade's own, beside the snapshot's (model.snapshot's constants).
@@ -41,13 +43,15 @@ class Prediction:
 Predict = Callable[[Context, Change, Rule, tuple[int, int] | None, tuple[int, int]], Iterator[Finding]]
 
 
-def predict(snapshot: Snapshot, target: tuple[int, int]) -> Prediction:
+def predict(snapshot: Snapshot, target: tuple[int, int], breaks: Breaks | None = None) -> Prediction:
     """Each change from the broker's release (exclusive) to `target` (inclusive): a finding per client and
     object it meets, worst first. A broker whose release is unknown is judged against every change up to the
-    target."""
+    target. `breaks`: the events of the recent window (the exporter's broker log), which show the clients that
+    meet a change today (a consumer timed out); None where no log is read, and what it would show is said not
+    known."""
     s = without_probes(snapshot)
     current = s.overview.release
-    ctx = Context(s)
+    ctx = Context(s, breaks=breaks)
     unknown = set(s.unreported) | ({POLICIES} if s.policies is None else set()) | (
         {GLOBAL_PREFETCH} if s.channels and all(c.global_prefetch_count is None for c in s.channels) else set()) | (
         {NODE_TYPES} if all(n.node_type is None for n in s.nodes) else set()) | (
@@ -67,14 +71,15 @@ def predict(snapshot: Snapshot, target: tuple[int, int]) -> Prediction:
     return Prediction(current, target, tuple(worst_first(found)), tuple(skipped), changes)
 
 
-def outlooks(snapshot: Snapshot) -> tuple[Outlook, ...]:
+def outlooks(snapshot: Snapshot, breaks: Breaks | None = None) -> tuple[Outlook, ...]:
     """The prediction for each release ackscope knows that is later than the broker's (each, where the broker
-    does not say its own), oldest first: what the exporter serves as ackscope_upgrade_blocker."""
+    does not say its own), oldest first, judged with the window's `breaks` (see predict): what the exporter
+    serves as ackscope_upgrade_blocker (its warnings and criticals) and on the dashboard's Upgrade page."""
     current = snapshot.overview.release
     return tuple(Outlook(name, p.findings, p.not_evaluated)
                  for name, target in sorted(TARGETS.items(), key=lambda t: t[1])
                  if current is None or current < target
-                 for p in (predict(snapshot, target),))
+                 for p in (predict(snapshot, target, breaks),))
 
 
 def _evidence(change: Change, target: tuple[int, int], **facts) -> dict:
@@ -205,18 +210,91 @@ def _declared_with(argument: str, refused: Callable[[Queue, str], bool], said: s
 
 
 def _classic_timeout(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:
+    """A warning per classic queue whose consumers rely on the timeout: the queue sets its own, or the broker's
+    log told of a consumer timed out on it in the window. Every other classic queue with a manual-ack consumer
+    loses only a safety net a healthy client never meets: one info finding for the broker, counted."""
+    log_read = ctx.breaks is not None and ctx.breaks.told_by(BROKER_LOG)
+    timed_out: dict[tuple[str, str], list[BrokerEvent]] = defaultdict(list)
+    unnamed = 0  # RabbitMQ 3.x's log names no queue in a consumer timeout
+    for e in ctx.breaks.events if log_read else ():
+        if e.kind != CONSUMER_TIMEOUT:
+            continue
+        if e.queue is None:
+            unnamed += 1
+        else:
+            timed_out[(e.vhost or "", e.queue)].append(e)
+    rest: list[tuple[Queue, list, Timeout]] = []
     for q in ctx.snapshot.queues:
         acking = [c for c in ctx.known_consumers_of(q) if c.ack_required]
-        if q.type != "classic" or not acking:
+        events = timed_out.get((q.vhost, q.name), [])
+        if q.type != "classic" or not (acking or events):
             continue
-        timeout = timeout_in_force(ctx, acking[0], q)
-        today = (f"{timeout.ms / 1000:g} s ({timeout.source})" if timeout.ms is not None else "none")
-        yield _queue_finding(
-            change, rule, ctx, q, target,
-            f"classic queue {q.name} has {len(acking)} consumer(s) that ack manually: today a consumer that stops "
-            f"acking is timed out after {today}; from RabbitMQ {change.release_name} none is, and its deliveries "
-            "stay held until its connection closes.",
-            manual_ack_consumers=len(acking), timeout_today_ms=timeout.ms, timeout_source=timeout.source)
+        # A queue whose timed-out consumer has not subscribed again: the timeout the broker's log says it applied.
+        timeout = (timeout_in_force(ctx, acking[0], q) if acking else
+                   Timeout(events[-1].timeout_ms, "the broker's log: the timeout it applied last", ""))
+        if q.consumer_timeout_ms or events:
+            yield _relied_on(ctx, change, rule, q, target, acking, timeout, events)
+        elif timeout.ms is not None:  # where none applies today, the release changes nothing
+            rest.append((q, acking, timeout))
+    if rest:
+        yield _safety_net(ctx, change, rule, target, rest, log_read, unnamed)
+
+
+def _today(timeout: Timeout) -> str:
+    return f"{timeout.ms / 1000:g} s ({timeout.source})" if timeout.ms is not None else f"none ({timeout.source})"
+
+
+def _relied_on(ctx: Context, change: Change, rule: Rule, q: Queue, target: tuple[int, int], acking: list,
+               timeout: Timeout, events: list[BrokerEvent]) -> Finding:
+    why, facts = [], {}
+    if q.consumer_timeout_ms:
+        set_by = ("its x-consumer-timeout argument" if "x-consumer-timeout" in dict(q.arguments)
+                  else "a consumer-timeout policy")
+        why.append(f"it sets its own consumer timeout ({q.consumer_timeout_ms / 1000:g} s, {set_by}): its "
+                   "application relies on the broker taking deliveries back from a consumer that stops acking")
+        facts.update(own_timeout_ms=q.consumer_timeout_ms, own_timeout_set_by=set_by)
+    if events:
+        why.append(f"the broker's log told of {len(events)} consumer timeout(s) on it in the recent window: a "
+                   "consumer of it does stop acking, and the timeout is what gives its deliveries back today")
+        facts.update(timeouts_in_window=len(events), timeout_applied_ms=events[-1].timeout_ms,
+                     timed_out_consumer=events[-1].consumer_tag or "not named by the log", timeouts_told_by=BROKER_LOG)
+    return _queue_finding(
+        change, rule, ctx, q, target,
+        f"classic queue {q.name} relies on the consumer timeout: {'; and '.join(why)}. Today the timeout is "
+        f"{_today(timeout)}; from RabbitMQ {change.release_name} none applies to a classic queue, so a consumer "
+        "that stops acking holds its deliveries until its connection closes.",
+        "warning", manual_ack_consumers=len(acking), timeout_today_ms=timeout.ms, timeout_source=timeout.source,
+        **facts)
+
+
+def _safety_net(ctx: Context, change: Change, rule: Rule, target: tuple[int, int],
+                rest: list[tuple[Queue, list, Timeout]], log_read: bool, unnamed: int) -> Finding:
+    vhosts = {q.vhost for q, _, _ in rest}
+    one_vhost = len(vhosts) == 1
+    names = [q.name if one_vhost else f"{q.name} (vhost {q.vhost})" for q, _, _ in rest]
+    listed = few(names)
+    today = sorted({_today(t) for _, _, t in rest})
+    if not log_read:
+        lately = ("whether a consumer of them was timed out lately is not known: the broker's log is not read "
+                  "(the exporter's --broker-log)")
+    elif unnamed:
+        lately = (f"the broker's log told of {unnamed} consumer timeout(s) in the recent window on queues it does "
+                  "not name (RabbitMQ 3.x): one of these may rely on the timeout")
+    else:
+        lately = "the broker's log told of no consumer timed out on them in the recent window"
+    return rule.finding(
+        "info", next(iter(vhosts)) if one_vhost else "", "classic queues with manual-ack consumers",
+        named(c for _, acking, _ in rest for c in acking),
+        _evidence(change, target, classic_queues=len(rest), queues=listed,
+                  manual_ack_consumers=sum(len(acking) for _, acking, _ in rest),
+                  timeout_today="; ".join(today[:MAX_NAMED]) + (
+                      f"; and {len(today) - MAX_NAMED} more" if len(today) > MAX_NAMED else ""),
+                  timed_out_lately=lately),
+        f"{len(rest)} classic queue(s) have consumers that ack manually ({listed}): from RabbitMQ "
+        f"{change.release_name} no consumer timeout applies to them, where today a consumer that stops acking is "
+        f"timed out after {today[0] if len(today) == 1 else 'the timeout in force'}. A client that acks loses "
+        "nothing: the timeout is a safety net, which only a consumer that stops acking meets (then its deliveries "
+        f"stay held until its connection closes). None of them sets its own timeout; {lately}.")
 
 
 def _statistics(ctx: Context, change: Change, rule: Rule, current, target) -> Iterator[Finding]:

@@ -19,6 +19,7 @@ from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.collectors.upgrades import ITEMS_PER_KIND
 from ackscope.exporter.exposition import render
 from ackscope.exporter.status import PollStatus
+from ackscope.model.events import BROKER_LOG, CONSUMER_TIMEOUT, Breaks, BrokerEvent
 from ackscope.model.findings import Diagnosis
 from ackscope.model.snapshot import DeprecatedFeature, Overview, Policy
 from ackscope.sources.management import normalise
@@ -38,7 +39,8 @@ def _mirroring_policy() -> Policy:
 def _broker_3_10(**kw):
     """A 3.10 broker with one of each object the table names, each consumed by a client of its own."""
     queues = [queue("mirrored.orders"), queue("poison.orders", type="quorum", message_stats=stats(redeliver=400)),
-              queue("scratch", durable=False), queue("reports", arguments=(("x-consumer-timeout", "3600000"),)),
+              queue("scratch", durable=False),
+              queue("reports", arguments=(("x-consumer-timeout", "3600000"),), consumer_timeout_ms=3_600_000),
               queue("cqv1", arguments=(("x-queue-version", "1"),)),
               queue("located", arguments=(("x-queue-master-locator", '"min-masters"'),))]
     channels = [channel(f"ch {q.name}", connection_name=f"{q.name}-app") for q in queues]
@@ -83,10 +85,16 @@ def test_from_3_10_to_4_3_adds_what_4_3_refuses_and_changes():
     (qos,) = found["global-qos-per-consumer"]
     assert qos.evidence["unacked_at_most_today"] == 4 and qos.evidence["unacked_at_most_on_target"] == 8
     assert qos.client == "py-amqp 5.3"
-    # Every classic queue with a manual-ack consumer loses its consumer timeout, with what applies today.
+    # The classic queues with a manual-ack consumer lose their consumer timeout: a warning for the one that sets
+    # its own, one info item for the rest, with what applies today; the quorum queue keeps it.
     ignored = {f.object: f for f in found["classic-queue-consumer-timeout-ignored"]}
-    assert "queue mirrored.orders" in ignored and "queue poison.orders" not in ignored
-    assert ignored["queue mirrored.orders"].evidence["timeout_today_ms"] == 1_800_000
+    assert set(ignored) == {"queue reports", "classic queues with manual-ack consumers"}
+    assert ignored["queue reports"].severity == "warning"
+    assert ignored["queue reports"].evidence["own_timeout_set_by"] == "its x-consumer-timeout argument"
+    rest = ignored["classic queues with manual-ack consumers"]
+    assert rest.severity == "info" and rest.evidence["classic_queues"] == 4
+    assert rest.evidence["queues"] == "cqv1, located, mirrored.orders and 1 more"
+    assert rest.evidence["timeout_today"].startswith("1800 s (inferred: RabbitMQ's default")
     assert "nack" in found["quorum-delivery-limit"][0].explanation  # 4.3 counts reject, not nack
     assert "delivery-limit-ignores-nack" not in found  # from 3.x the 4.0 change says it
 
@@ -216,20 +224,78 @@ def test_each_prediction_is_an_upgrade_blocker_series_so_a_fleet_can_be_counted(
 
 
 def test_a_change_that_meets_every_queue_of_a_large_broker_names_its_worst_and_counts_them_all():
-    queues = [queue(f"q{i:05d}") for i in range(ITEMS_PER_KIND + 50)]
+    queues = [queue(f"q{i:05d}", arguments=(("x-queue-version", "1"),)) for i in range(ITEMS_PER_KIND + 50)]
     consumers = [consumer(q.name, f"ch {q.name}") for q in queues]
     s = snapshot(overview=_overview("4.0.5"), queues=queues, channels=[channel(f"ch {q.name}") for q in queues],
                  consumers=consumers)
     s = replace(s, policies=(), deprecated_used=())
+    outlook = outlooks(s)
     text = render(s, PollStatus(up=True, last_success_at=1.0, last_attempt_at=1.0), Limits(),
-                  Diagnosis(upgrades=outlooks(s))).metrics_body(False).decode()
+                  Diagnosis(upgrades=outlook)).metrics_body(False).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    named = [x for x in families["ackscope_upgrade_blocker"].samples
-             if x.labels["kind"] == "classic-queue-consumer-timeout-ignored"]
+    named = [x for x in families["ackscope_upgrade_blocker"].samples if x.labels["kind"] == "classic-queue-version-1"]
     assert len(named) == ITEMS_PER_KIND and named[0].labels["object"] == "queue q00000"
     (counted,) = [x.value for x in families["ackscope_upgrade_blockers"].samples
-                  if x.labels["kind"] == "classic-queue-consumer-timeout-ignored"]
+                  if x.labels["kind"] == "classic-queue-version-1"]
     assert counted == len(queues)
+    # Their consumers' lost timeout is one info item, said on the dashboard, and no blocker: neither named nor counted.
+    (safety_net,) = [f for f in outlook[0].findings if f.rule == "classic-queue-consumer-timeout-ignored"]
+    assert safety_net.severity == "info" and safety_net.evidence["classic_queues"] == len(queues)
+    assert not [x for name in ("ackscope_upgrade_blocker", "ackscope_upgrade_blockers")
+                for x in families[name].samples if x.labels["kind"] == "classic-queue-consumer-timeout-ignored"]
+
+
+def _timed_out(queue_name: str | None, vhost: str = "/") -> BrokerEvent:
+    """A consumer timeout as the broker's log tells it (4.x names the queue; 3.x does not: None)."""
+    return BrokerEvent(1000.0, CONSUMER_TIMEOUT, BROKER_LOG, connection="127.0.0.1:5000 -> 127.0.0.1:5672",
+                       vhost=vhost, channel=1, reason="precondition_failed", queue=queue_name, consumer_tag="ctag",
+                       timeout_ms=900_000)
+
+
+def test_on_4_3_healthy_classic_queues_lose_a_safety_net_one_info_item_and_those_relying_on_it_a_warning_each():
+    healthy = [queue(f"jobs.{i:04d}") for i in range(2000)]
+    own = queue("reports", arguments=(("x-consumer-timeout", "3600000"),), consumer_timeout_ms=3_600_000)
+    by_policy = queue("exports", consumer_timeout_ms=600_000)  # a consumer-timeout policy: no argument
+    timed_out = queue("resize")
+    quorum = queue("payments", type="quorum")
+    queues = [*healthy, own, by_policy, timed_out, quorum]
+    s = replace(snapshot(overview=_overview("4.0.5"), queues=queues,
+                         consumers=[consumer(q.name, f"ch {q.name}", connection_name=f"{q.name}-app")
+                                    for q in queues]),
+                policies=(), deprecated_used=())
+    log = Breaks(at=1000.0, sources=(BROKER_LOG,), events=(_timed_out("resize"), _timed_out("payments")))
+    found = {f.object: f for f in _by_rule(predict(s, TARGETS["4.3"], log))["classic-queue-consumer-timeout-ignored"]}
+    assert set(found) == {"classic queues with manual-ack consumers", "queue reports", "queue exports",
+                          "queue resize"}  # the quorum queue keeps its timeout, whoever timed out on it
+    rest = found["classic queues with manual-ack consumers"]
+    assert (rest.severity, rest.vhost) == ("info", "/")
+    assert rest.evidence["classic_queues"] == 2000 and rest.evidence["manual_ack_consumers"] == 2000
+    assert rest.evidence["queues"] == "jobs.0000, jobs.0001, jobs.0002 and 1997 more"
+    assert rest.connection_name == "jobs.0000-app, jobs.0001-app, jobs.0002-app and 1997 more"
+    assert "no consumer timed out on them" in rest.evidence["timed_out_lately"]
+    assert "safety net" in rest.explanation and "RabbitMQ's main branch" in rest.evidence["source"]
+    # Those relying on it, each a warning naming its queue, its client and why.
+    assert {found[o].severity for o in ("queue reports", "queue exports", "queue resize")} == {"warning"}
+    assert found["queue reports"].evidence["own_timeout_set_by"] == "its x-consumer-timeout argument"
+    assert found["queue exports"].evidence["own_timeout_set_by"] == "a consumer-timeout policy"
+    assert "sets its own consumer timeout (600 s" in found["queue exports"].explanation
+    resize = found["queue resize"]
+    assert resize.connection_name == "resize-app" and resize.evidence["timeouts_in_window"] == 1
+    assert "told of 1 consumer timeout(s) on it" in resize.explanation and "own_timeout_ms" not in resize.evidence
+    # Without the broker's log, who timed out is said not known, never taken for nobody; a 3.x log names no queue.
+    unread = _by_rule(predict(s, TARGETS["4.3"]))["classic-queue-consumer-timeout-ignored"]
+    assert [f.object for f in unread if f.severity == "warning"] == ["queue exports", "queue reports"]
+    (rest,) = [f for f in unread if f.severity == "info"]
+    assert rest.evidence["classic_queues"] == 2001 and "not known" in rest.evidence["timed_out_lately"]
+    unnamed = replace(log, events=(_timed_out(None),))
+    (rest,) = [f for f in _by_rule(predict(s, TARGETS["4.3"], unnamed))["classic-queue-consumer-timeout-ignored"]
+               if f.severity == "info"]
+    assert "1 consumer timeout(s) in the recent window on queues it does not name" in rest.evidence["timed_out_lately"]
+    # upgrade-check's exit code: an info item alone is nothing to fix.
+    from ackscope.apps.upgrade_check import _exit
+    alone = replace(s, queues=tuple(healthy), consumers=tuple(c for c in s.consumers if c.queue.startswith("jobs")))
+    assert [f.severity for f in predict(alone, TARGETS["4.3"]).findings] == ["info"]
+    assert _exit(predict(alone, TARGETS["4.3"])) == 0
 
 
 def test_a_ram_node_is_deprecated_on_4_0_and_cannot_run_on_4_3_as_the_broker_lists_its_type():
