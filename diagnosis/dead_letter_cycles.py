@@ -43,7 +43,7 @@ def _topic_matches(pattern: str, key: str) -> bool:
     return match(0, 0)
 
 
-def _routed(x: Exchange, key: str, exchanges: dict[str, Exchange], seen: frozenset[str] = frozenset()
+def routed(x: Exchange, key: str, exchanges: dict[str, Exchange], seen: frozenset[str] = frozenset()
             ) -> list[tuple[str, str]] | None:
     """The queues exchange `x` routes `key` to, each with the route in words, through exchange-to-exchange
     bindings too; None where the routing is not known (a headers exchange, a type not reported, a bound exchange
@@ -59,7 +59,7 @@ def _routed(x: Exchange, key: str, exchanges: dict[str, Exchange], seen: frozens
             found.append((destination, how))
         elif destination not in seen:
             inner = exchanges.get(destination)
-            further = _routed(inner, key, exchanges, seen | {x.name}) if inner is not None else None
+            further = routed(inner, key, exchanges, seen | {x.name}) if inner is not None else None
             if further is None:
                 return None
             found.extend((q, f"{how}, then {route}") for q, route in further)
@@ -74,8 +74,8 @@ def _hops(q: Queue, exchanges: dict[str, Exchange]) -> list[Hop]:
     if q.dead_letter_exchange == "":
         return [Hop(q, key, f"the default exchange, routing key '{key}'")]
     x = exchanges.get(q.dead_letter_exchange)
-    routed = _routed(x, key, exchanges) if x is not None else None
-    return [Hop(q, to, f"{how}, routing key '{key}'") for to, how in routed or ()]
+    reached = routed(x, key, exchanges) if x is not None else None
+    return [Hop(q, to, f"{how}, routing key '{key}'") for to, how in reached or ()]
 
 
 def _without_rejection(q: Queue) -> str | None:

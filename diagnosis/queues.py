@@ -12,6 +12,7 @@ from ackscope.model.snapshot import (DEAD_LETTER_COUNTS, QUEUE_COUNTS, QUEUE_DEA
                                      QUEUE_PERSISTENT_COUNTS, Queue)
 
 from .context import MAX_NAMED, RELIABILITY_GUIDE, Context, Rule, consumers_named, few, named_channels, num, rounded
+from .dead_letter_cycles import routed
 from .stakes import publishers_into
 
 
@@ -101,25 +102,111 @@ def _dead_lettering_stuck(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for q in ctx.snapshot.queues:
         # Held at the window's start (or, where it held none yet then, at the poll before) and no fewer now: the
         # target has confirmed none of them since.
-        then = ctx.at_window_start(q)
+        then, since = ctx.at_window_start(q), ctx.window_start
         if then is None or not then.messages_dlx:
-            then = ctx.previous_queue(q)
+            then, since = ctx.previous_queue(q), ctx.previous
         held, before = q.messages_dlx, then.messages_dlx if then is not None else None
-        if not held or not before or held < before or then is q:
+        # One poll is no trend; an earlier poll's record may be this very one (an idle queue's, unchanged, is
+        # shared between snapshots), so the polls' times tell, not the records.
+        if not held or not before or held < before or since is None or since.taken_at >= ctx.snapshot.taken_at:
             continue
         limit = q.max_length
         total = num(q.messages_ready) + num(q.messages_unacked) + held
         full = limit is not None and total >= 0.9 * limit
+        exchange, key, why = _dead_letters_not_taken(ctx, q)
         yield rule.finding(
             "critical" if full else "warning", q.vhost, f"queue {q.name}", consumers_named(ctx, q),
             {"dead_lettered_held": held, "held_earlier": before, "dead_letter_strategy": q.dead_letter_strategy,
-             "dead_letter_target": q.dead_letter_target, "messages": total, "max_length": limit,
-             "why": "not reported by the broker: the exchange is missing, routes nowhere, or its queue refuses "
-                    "(reject-publish, its own length limit); the node's log says which once (\"Cannot forward any "
-                    "dead-letter messages\")"},
+             "dead_letter_target": q.dead_letter_target, "dead_letter_exchange": exchange, "routing_key": key,
+             "why": why, "messages": total, "max_length": limit},
             f"quorum queue {q.name} holds {held} dead-lettered messages that {q.dead_letter_target} has not confirmed "
             f"({before} earlier in the window): at-least-once dead-lettering stopped, and they stay in the queue"
-            + (f", which is near its length limit of {limit}: publishers are refused next." if full else "."))
+            + (f", which is near its length limit of {limit}: publishers are refused next" if full else "")
+            + f". Why: {'; '.join(why)}.")
+
+
+# What a full queue does that refuses what is routed to it (the at-least-once dead-letterer's publish included).
+_REFUSING = ("reject-publish", "reject-publish-dlx")
+
+
+def _dead_letters_not_taken(ctx: Context, q: Queue) -> tuple[str, str, list[str]]:
+    """Where the queue's dead letters should go and what does not take them, in words: the exchange, the routing
+    key, and one fact per reason (an exchange that does not exist, no binding for the key, a queue full with
+    reject-publish), each destination's; "not known: ..." where the snapshot does not say (its settings not shown,
+    the vhost's exchanges not read, each message's own key, a headers exchange)."""
+    if q.dead_letters is None:
+        return "not known", "not known", ["not known: the source does not show the queue's settings"]
+    key = q.dead_letter_routing_key
+    said_key = (f"'{key}' (the queue's dead-letter routing key)" if key is not None
+                else "each message's own (not known: the queue sets no dead-letter routing key)")
+    name = q.dead_letter_exchange
+    if name is None:
+        return "none set", said_key, ["the queue sets no dead-letter exchange"]
+    if name == "":
+        if key is None:
+            return "the default exchange", said_key, ["not known: the default exchange routes each message to the "
+                                                      "queue its own routing key names, which the snapshot does not "
+                                                      "hold"]
+        return "the default exchange", said_key, _not_taken_by(ctx, q.vhost, [(key, "the default exchange")])
+    exchanges = {x.name: x for x in ctx.snapshot.exchanges if x.vhost == q.vhost}
+    if not exchanges:  # a vhost read lists at least its default exchange
+        failed = [u.message for u in ctx.snapshot.unread if u.endpoint == "exchanges"]
+        return f"exchange '{name}'", said_key, [f"not known: the exchanges of vhost '{q.vhost}' were not read at "
+                                                "this poll" + (f" ({failed[0]})" if failed else "")]
+    x = exchanges.get(name)
+    if x is None:
+        return f"exchange '{name}'", said_key, [f"exchange '{name}' does not exist in vhost '{q.vhost}'"]
+    exchange = f"exchange '{name}' ({x.type or 'type not reported'})"
+    if not x.bindings:
+        return exchange, said_key, [f"exchange '{name}' has no bindings: it routes them nowhere"]
+    if x.type not in ("direct", "fanout", "topic"):
+        return exchange, said_key, [f"not judged: exchange '{name}' routes "
+                                    + ("by the messages' headers, which are not read" if x.type == "headers"
+                                       else "by rules of its type that ackscope does not follow")]
+    if key is None and (x.type != "fanout" or any(kind == "exchange" for kind, _, _ in x.bindings)):
+        return exchange, said_key, [f"not known: exchange '{name}' routes by each message's own routing key, which "
+                                    "the snapshot does not hold"]
+    reached = routed(x, key or "", exchanges)
+    if reached is None:
+        return exchange, said_key, [f"not known: exchange '{name}' routes through an exchange that is not read, of "
+                                    "a type not reported, or a headers exchange"]
+    if not reached:
+        keys = few(f"'{k}'" for _, _, k in x.bindings)
+        return exchange, said_key, [f"exchange '{name}' has no binding for key '{key}' (its binding keys: {keys}): it "
+                                    "routes them nowhere"]
+    return exchange, said_key, _not_taken_by(ctx, q.vhost, reached)
+
+
+def _not_taken_by(ctx: Context, vhost: str, reached: list[tuple[str, str]]) -> list[str]:
+    """Why each queue the dead letters reach (its name, and the route in words) does not take them, one fact each;
+    where every one shows room, that it is not known why."""
+    first: dict[str, str] = {}
+    for name, route in reached:
+        first.setdefault(name, route)  # a queue bound twice: its first route
+    facts, room = [], []
+    for name, route in first.items():
+        t = ctx.queue(vhost, name)
+        if t is None:
+            facts.append(f"not known: queue '{name}' (through {route}) is not among the queues read: it does not "
+                         "exist, or the queue selection leaves it out")
+            continue
+        depth = num(t.messages_ready) + num(t.messages_unacked)
+        if t.overflow_mode in _REFUSING and t.max_length is not None and depth >= t.max_length:
+            facts.append(f"queue '{name}' (through {route}) refuses them: full, {depth} messages against its limit "
+                         f"of {t.max_length}, overflow {t.overflow_mode}")
+        elif t.overflow_mode in _REFUSING and t.max_length_bytes is not None:
+            facts.append(f"not known: queue '{name}' (through {route}) refuses them when full (overflow "
+                         f"{t.overflow_mode}, a limit of {t.max_length_bytes} bytes), and its size in bytes is not "
+                         "read")
+        else:
+            room.append(f"queue '{name}' ({depth} messages" + (f" against its limit of {t.max_length}, overflow "
+                                                               f"{t.overflow_mode}" if t.max_length is not None else "")
+                        + ")")
+    if not facts:
+        return [f"not known: every queue they reach takes them as far as the snapshot shows ({few(room)})"]
+    more = len(facts) - MAX_NAMED
+    return facts[:MAX_NAMED] + ([f"and {more} more queues they reach that refuse them or are not judged"]
+                                if more > 0 else [])
 
 
 def _polled(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -361,7 +448,9 @@ RULES: tuple[Rule, ...] = (
          "unacked-at-prefetch), fewer or slower than the rate in (add consumers), or a single active consumer "
          "holding it; see RabbitMQ guide 'Consumers'.", _waiting, needs=(QUEUE_COUNTS,)),
     Rule("dead-lettering-stuck", "A quorum queue dead-lettering at-least-once whose dead-lettered messages no "
-         "target confirms over the window (messages_dlx held, not falling); critical near its length limit.",
+         "target confirms over the window (messages_dlx held, not falling); critical near its length limit. Names "
+         "the exchange, the routing key and what does not take them (an exchange that does not exist, no binding "
+         "for the key, a queue full with reject-publish) from the vhost's exchanges and bindings, or says not known.",
          "Make the dead-letter target take them: create the dead-letter exchange, bind a queue for the routing "
          "key, or free the target queue (its length limit with reject-publish); see RabbitMQ guide 'Dead "
          "Lettering', 'At-Least-Once Dead Lettering'.", _dead_lettering_stuck,

@@ -257,6 +257,17 @@ def test_where_publishers_without_confirms_publish_is_read_from_the_vhosts_excha
                                                "persistent": "0 of the 10 messages it holds"}
 
 
+def test_the_exchanges_are_read_where_a_queue_holds_dead_letters_at_least_once_no_target_confirmed():
+    """A quorum queue without a length limit, TTL or delivery limit (3.x's default) that holds dead-lettered
+    messages: where they should go is only known from its vhost's exchanges and bindings."""
+    def held(vhost: str, dlx: str, messages_dlx: int) -> dict:
+        return {"vhost": vhost, "messages_dlx": messages_dlx, "arguments": {
+            "x-queue-type": "quorum", "x-dead-letter-exchange": dlx, "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish"}}
+    assert normalise.dead_lettering_by_exchange([held("stuck", "dlx", 3), held("healthy", "dlx", 0),
+                                                 held("default", "", 3)]) == ["stuck"]
+
+
 def test_exchanges_that_took_nothing_carry_no_counter_and_that_is_no_missing_field():
     recorded = {name: json.loads((ROUTES / f"{name}.json").read_text()) for name in ("exchanges", "bindings")}
     assert any("message_stats" not in x for x in recorded["exchanges"])  # amq.direct and the like took nothing

@@ -119,6 +119,7 @@ def test_aio_pika_rejecting_into_a_dead_letter_target_that_is_deleted_is_dead_le
     broker.api("DELETE", f"/queues/{vhost}/dead")
     f = fires(watching, processes, "dead-lettering-stuck", "queue orders", "aiormq")
     assert f["severity"] == "warning" and "exchange 'dlx'" in f["evidence"]["dead_letter_target"]
+    assert f["evidence"]["why"] == ["exchange 'dlx' has no bindings: it routes them nowhere"]  # its queue deleted
     assert f["evidence"]["dead_lettered_held"] >= f["evidence"]["held_earlier"] > 0
 
 

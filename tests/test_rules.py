@@ -13,7 +13,7 @@ from ackscope.diagnosis.rules import RULES, Context, evaluate
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.model.findings import worst_first
 from ackscope.model.probes import Histogram, TargetStats
-from ackscope.model.snapshot import attributed
+from ackscope.model.snapshot import Exchange, MessageStats, Unread, attributed
 
 
 def _rules(ctx: Context) -> list[tuple[str, str, str]]:
@@ -410,6 +410,103 @@ def test_dead_lettering_that_stopped_within_the_window_is_judged_against_the_pol
     start, previous = snapshot(taken_at=0.0, queues=[q(0)]), snapshot(taken_at=50.0, queues=[q(6)])
     [f] = _only(Context(snapshot(taken_at=60.0, queues=[q(9)]), previous, window=start), "dead-lettering-stuck")
     assert f.evidence["held_earlier"] == 6
+    # An idle stuck queue's record is the same between polls (snapshots share unchanged records): still stuck.
+    idle = q(6)
+    [f] = _only(Context(snapshot(taken_at=60.0, queues=[idle]), snapshot(taken_at=50.0, queues=[idle])),
+                "dead-lettering-stuck")
+    assert (f.evidence["dead_lettered_held"], f.evidence["held_earlier"]) == (6, 6)
+    assert not _only(Context(snapshot(taken_at=60.0, queues=[idle]), snapshot(taken_at=60.0, queues=[idle])),
+                     "dead-lettering-stuck"), "one poll given as its own previous one"
+
+
+# -- issue 56, item 5: stuck dead-lettering names the target that refuses the messages --------------------------
+def _stuck(*parts, key: str | None = "late", exchange: str | None = "dlx", unread=(), exchanges=None):
+    """The dead-lettering-stuck finding of quorum queue orders, dead-lettering at-least-once to `exchange` with
+    routing key `key`, beside the queues `parts` and the vhost's exchanges (the default one and `exchanges`;
+    None: the vhost's exchanges not read)."""
+    def orders(held):
+        return queue("orders", type="quorum", messages_dlx=held, dead_letter_exchange=exchange,
+                     dead_letter_strategy="at-least-once", dead_letter_routing_key=key, overflow="reject-publish")
+    read = () if exchanges is None else (Exchange("/", "", MessageStats(), type="direct"), *exchanges)
+    start = snapshot(taken_at=0.0, queues=[orders(5), *parts], exchanges=read)
+    [f] = _only(Context(snapshot(taken_at=60.0, queues=[orders(8), *parts], exchanges=read, unread=unread), start),
+                "dead-lettering-stuck")
+    return f
+
+
+def _dlx(kind: str, *bindings: tuple[str, str, str], name: str = "dlx") -> Exchange:
+    return Exchange("/", name, MessageStats(), bindings=tuple(bindings), type=kind)
+
+
+def _parked(name: str = "parked", depth: int = 100, overflow: str = "reject-publish"):
+    return queue(name, messages_ready=depth, max_length=100, overflow=overflow)
+
+
+def test_stuck_dead_lettering_names_the_exchange_the_key_and_the_queue_full_with_reject_publish():
+    f = _stuck(_parked(), exchanges=[_dlx("direct", ("queue", "parked", "late"))])
+    assert f.evidence["dead_letter_exchange"] == "exchange 'dlx' (direct)"
+    assert f.evidence["routing_key"] == "'late' (the queue's dead-letter routing key)"
+    assert f.evidence["why"] == ["queue 'parked' (through exchange 'dlx' (direct, binding key 'late')) refuses them: "
+                                 "full, 100 messages against its limit of 100, overflow reject-publish"]
+    assert f.explanation.endswith("Why: queue 'parked' (through exchange 'dlx' (direct, binding key 'late')) refuses "
+                                  "them: full, 100 messages against its limit of 100, overflow reject-publish.")
+    # Several destinations: each that refuses is named; one with room, or full but dropping its head, is not.
+    fanout = _dlx("fanout", *(("queue", n, "") for n in ("parked", "parked-too", "roomy", "drops-head")))
+    f = _stuck(_parked(), _parked("parked-too", 120), _parked("roomy", 99),
+               _parked("drops-head", overflow="drop-head"), exchanges=[fanout])
+    assert f.evidence["why"] == [
+        "queue 'parked' (through exchange 'dlx' (fanout)) refuses them: full, 100 messages against its limit of 100, "
+        "overflow reject-publish",
+        "queue 'parked-too' (through exchange 'dlx' (fanout)) refuses them: full, 120 messages against its limit of "
+        "100, overflow reject-publish"]
+    # Every destination with room: why they are held is not said, not guessed.
+    f = _stuck(_parked(depth=99), exchanges=[_dlx("direct", ("queue", "parked", "late"))])
+    assert f.evidence["why"] == ["not known: every queue they reach takes them as far as the snapshot shows (queue "
+                                 "'parked' (99 messages against its limit of 100, overflow reject-publish))"]
+    # The default exchange routes to the queue the key names.
+    f = _stuck(_parked("late"), exchange="", exchanges=[])
+    assert f.evidence["why"] == ["queue 'late' (through the default exchange) refuses them: full, 100 messages "
+                                 "against its limit of 100, overflow reject-publish"]
+
+
+@pytest.mark.parametrize("kind, binding_key, key", [
+    ("direct", "other", "late"), ("topic", "orders.*", "orders.eu.late"), ("topic", "*.late", "late")])
+def test_stuck_dead_lettering_says_the_exchange_has_no_binding_for_the_key(kind, binding_key, key):
+    f = _stuck(_parked(), key=key, exchanges=[_dlx(kind, ("queue", "parked", binding_key))])
+    assert f.evidence["why"] == [f"exchange 'dlx' has no binding for key '{key}' (its binding keys: '{binding_key}'): "
+                                 "it routes them nowhere"]
+
+
+def test_stuck_dead_lettering_follows_topic_wildcards_and_judges_no_headers_exchange():
+    f = _stuck(_parked(), key="orders.eu.late", exchanges=[_dlx("topic", ("queue", "parked", "orders.#"))])
+    assert f.evidence["why"][0].startswith("queue 'parked' (through exchange 'dlx' (topic, binding key 'orders.#')) "
+                                           "refuses them: full")
+    f = _stuck(_parked(), exchanges=[_dlx("headers", ("queue", "parked", ""))])
+    assert f.evidence["why"] == ["not judged: exchange 'dlx' routes by the messages' headers, which are not read"]
+    # Each message's own key: a direct exchange's routing is not known; a fanout's does not need it.
+    f = _stuck(_parked(), key=None, exchanges=[_dlx("direct", ("queue", "parked", "late"))])
+    assert f.evidence["routing_key"] == "each message's own (not known: the queue sets no dead-letter routing key)"
+    assert f.evidence["why"] == ["not known: exchange 'dlx' routes by each message's own routing key, which the "
+                                 "snapshot does not hold"]
+    f = _stuck(_parked(), key=None, exchanges=[_dlx("fanout", ("queue", "parked", ""))])
+    assert f.evidence["why"][0].startswith("queue 'parked' (through exchange 'dlx' (fanout)) refuses them: full")
+
+
+def test_stuck_dead_lettering_says_the_exchange_does_not_exist():
+    f = _stuck(_parked(), exchanges=[_dlx("direct", ("queue", "parked", "late"), name="dlx-other")])
+    assert f.evidence["dead_letter_exchange"] == "exchange 'dlx'"
+    assert f.evidence["why"] == ["exchange 'dlx' does not exist in vhost '/'"]
+    assert f.explanation.endswith("Why: exchange 'dlx' does not exist in vhost '/'.")
+
+
+def test_stuck_dead_lettering_whose_vhost_exchanges_were_not_read_says_not_known_and_why():
+    f = _stuck(_parked())
+    assert f.evidence["why"] == ["not known: the exchanges of vhost '/' were not read at this poll"]
+    failed = Unread("exchanges", "deadline", "no complete answer within the 10s poll deadline")
+    f = _stuck(_parked(), unread=[failed])
+    assert f.evidence["why"] == ["not known: the exchanges of vhost '/' were not read at this poll (no complete "
+                                 "answer within the 10s poll deadline)"]
+    assert f.evidence["dead_letter_exchange"] == "exchange 'dlx'"
 
 
 # -- issue 55, K3: what happened in the window stays a finding for the window -----------------------------------
@@ -534,7 +631,7 @@ def test_unroutable_messages_acked_on_a_confirm_channel_are_critical_and_name_th
                                                                                           drop_unroutable=4))
     healthy = channel("healthy", connection_name="healthy", message_stats=stats(publish=500, confirm=500))
     now = snapshot(1000.0, channels=[returner, dropper, one, plain, healthy], queues=[queue("orders")],
-                   exchanges=[Exchange("/", "orders.x", stats(publish=6))])
+                   exchanges=[Exchange("/", "orders.x", stats(publish=10))])
     found = evaluate(Context(now, start))
     by = {(f.rule, f.connection_name): f for f in found if f.rule.startswith("unroutable")}
     returned = by[("unroutable-returned", "shop")]
@@ -546,10 +643,16 @@ def test_unroutable_messages_acked_on_a_confirm_channel_are_critical_and_name_th
     assert by[("unroutable-dropped", "worker")].severity == "info"  # one start-up message
     assert by[("unroutable-dropped", "legacy")].severity == "warning"  # no confirms: nothing told it "ack"
     assert not _at_warning(found, "healthy")
-    # Where the source does not say which exchange, the finding says so rather than guess.
-    two = replace(now, exchanges=(Exchange("/", "orders.x", stats(publish=6)), Exchange("/", "b.x", stats(publish=9))))
-    [f] = [f for f in evaluate(Context(two, start)) if (f.rule, f.connection_name) == ("unroutable-returned", "shop")]
-    assert f.evidence["exchange"].startswith("not known")
+    # Where the source does not say which exchange, the finding says so rather than guess: two exchanges with no
+    # binding, or one that took fewer messages than the channels that may have published to it had unroutable
+    # (the rest went to a bound exchange or the default one, and which channel's did is not known).
+    two = replace(now, exchanges=(Exchange("/", "orders.x", stats(publish=10)),
+                                  Exchange("/", "b.x", stats(publish=9))))
+    fewer = replace(now, exchanges=(Exchange("/", "orders.x", stats(publish=6)),))
+    for seen in (two, fewer):
+        [f] = [f for f in evaluate(Context(seen, start))
+               if (f.rule, f.connection_name) == ("unroutable-returned", "shop")]
+        assert f.evidence["exchange"].startswith("not known"), f.evidence["exchange"]
 
 
 def test_unroutable_plumbing_on_a_confirm_channel_stays_as_before():

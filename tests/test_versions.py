@@ -221,6 +221,9 @@ def test_every_rule_fires_on_its_scenario(release, release_broker, release_vhost
     assert limit["severity"] == "critical" and limit["evidence"]["dropped_on_nodes"] > 0
     assert limit["evidence"]["attribution"].startswith("inferred:")
     assert by_rule["messages-dropped"]["evidence"]["reason"] == "maxlen"
+    # The scenario's dead-letter exchange does not exist, and the finding says so (issue 56, item 5).
+    assert by_rule["dead-lettering-stuck"]["evidence"]["why"] == [f"exchange '{PREFIX}missing-dlx' does not exist in "
+                                                                  f"vhost '{vhost}'"]
     # The head message's timestamp, in seconds, on every release: an hour-old stamp is an hour old.
     waiting = by_rule["messages-waiting"]["evidence"]
     assert waiting["age_from"].startswith("the head message's timestamp") and 3500 < waiting["oldest_message_age_s"] < 4000
@@ -236,6 +239,49 @@ def test_every_rule_fires_on_its_scenario(release, release_broker, release_vhost
         assert skipped["deprecated-feature-used"]["why"].startswith("RabbitMQ before 3.13 keeps no list")
         assert set(skipped) == without_the_log | {"consumer-cancelled-by-broker", "shovel-blocked",
                                                   "deprecated-feature-used"}, skipped
+
+
+def test_stuck_dead_lettering_names_the_exchange_the_key_and_the_queue_full_with_reject_publish(
+        release, release_broker, release_vhost, start_exporter):
+    """Issue 56, item 5: at-least-once dead-lettering (with overflow reject-publish, which it needs) through a direct
+    exchange whose one queue for the key is at its length limit with reject-publish. The queue has no TTL, length
+    or delivery limit of its own on 3.10, so only the messages it holds get its vhost's exchanges read."""
+    node, vhost = release_broker, release_vhost
+    node.api("PUT", f"/exchanges/{vhost}/orders-dlx-full", json={"type": "direct", "durable": True})
+    node.api("PUT", f"/queues/{vhost}/parked", json={"durable": True, "arguments": {
+        "x-max-length": 5, "x-overflow": "reject-publish"}})
+    node.api("POST", f"/bindings/{vhost}/e/orders-dlx-full/q/parked", json={"routing_key": "late"})
+    node.api("PUT", f"/queues/{vhost}/orders", json={"durable": True, "arguments": {
+        "x-queue-type": "quorum", "x-dead-letter-exchange": "orders-dlx-full", "x-dead-letter-routing-key": "late",
+        "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}})
+
+    def publish(queue: str, count: int) -> None:
+        for i in range(count):
+            node.api("POST", f"/exchanges/{vhost}/amq.default/publish", json={
+                "routing_key": queue, "payload": f"order {i}", "payload_encoding": "string",
+                "properties": {"delivery_mode": 2}})
+    publish("parked", 5)
+    publish("orders", 3)
+    wait_for(lambda: node.api("GET", f"/queues/{vhost}/parked").json().get("messages") == 5
+             and node.api("GET", f"/queues/{vhost}/orders").json().get("messages") == 3, timeout=30,
+             what="queue parked full and the orders queued")
+    # Rejected without requeue: each order is dead-lettered, and the full queue refuses it.
+    node.api("POST", f"/queues/{vhost}/orders/get", json={"count": 3, "ackmode": "reject_requeue_false",
+                                                          "encoding": "auto"})
+    wait_for(lambda: node.api("GET", f"/queues/{vhost}/orders").json().get("messages_dlx") == 3, timeout=30,
+             what="the three dead-lettered orders held by queue orders")
+    exporter = start_exporter(node.management_url, interval=0.5, selection=only_vhost(vhost),
+                              thresholds=Thresholds(window_seconds=WINDOW))
+    f = wait_for(lambda: next((f for f in findings(exporter) if f["rule"] == "dead-lettering-stuck"
+                               and f["object"] == "queue orders"), None), timeout=60,
+                 what=lambda: f"dead-lettering-stuck on queue orders (findings: "
+                              f"{sorted((g['rule'], g['object']) for g in findings(exporter))})")
+    assert f["evidence"]["dead_lettered_held"] == 3
+    assert f["evidence"]["dead_letter_exchange"] == "exchange 'orders-dlx-full' (direct)"
+    assert f["evidence"]["routing_key"] == "'late' (the queue's dead-letter routing key)"
+    assert f["evidence"]["why"] == ["queue 'parked' (through exchange 'orders-dlx-full' (direct, binding key 'late')) "
+                                    "refuses them: full, 5 messages against its limit of 5, overflow reject-publish"]
+    assert node.api("GET", f"/queues/{vhost}/parked").json().get("messages") == 5  # it took none of them
 
 
 # -- a quorum queue's delivery limit, as each release applies it -------------------------------------------

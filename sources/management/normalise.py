@@ -260,16 +260,18 @@ def publishing_at_risk(raw_channels: Any) -> list[str]:
 
 
 def dead_lettering_by_exchange(raw_queues: Any) -> list[str]:
-    """The vhosts where a queue dead-letters through a named exchange and can dead-letter without a rejection (a
-    message TTL, a length limit, a delivery limit): where to read the exchanges and bindings, to see whether its
-    dead letters come back to it (a cycle that drops them)."""
+    """The vhosts where a queue dead-letters through a named exchange and either can dead-letter without a
+    rejection (a message TTL, a length limit, a delivery limit) or holds dead-lettered messages at-least-once that
+    no target has confirmed yet (messages_dlx): where to read the exchanges and bindings, to see whether its dead
+    letters come back to it (a cycle that drops them), or where they should go and what does not take them."""
     if not isinstance(raw_queues, list):
         return []
     # Read from the raw answer, not built into Queues: this runs over every queue of every poll.
     return sorted({str(raw.get("vhost", "")) for raw in raw_queues
                    if isinstance(raw, dict) and _setting(raw, "dead-letter-exchange")
-                   and (delivery_limit(raw) is not None or any(_lowest(raw, key) is not None for key in (
-                       "message-ttl", "max-length", "max-length-bytes")))})
+                   and (delivery_limit(raw) is not None or (as_int(raw.get("messages_dlx")) or 0) > 0
+                        or any(_lowest(raw, key) is not None for key in ("message-ttl", "max-length",
+                                                                         "max-length-bytes")))})
 
 
 def exchanges(raw_exchanges: Any, raw_bindings: Any) -> list[Exchange]:
