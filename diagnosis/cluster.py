@@ -26,6 +26,10 @@ def _alarm(field: str, what: str):
 
 def _node_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
     running = [n.name for n in ctx.snapshot.nodes if n.running]
+    # A member its own plugin answers for is running, whatever a peer lists (sources/reachability.py): one left not
+    # running is listed so and answered nothing itself, as a stopped node does, and as one cut off from the node
+    # asked and from ackscope alike does too. Critical either way: the rest of the cluster has lost what was on it.
+    asked = ctx.snapshot.overview.node or "the node asked"
     for n in ctx.snapshot.nodes:
         if n.running is not False:
             continue
@@ -39,9 +43,11 @@ def _node_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
                 f"its {had} client connection(s) were closed: clients must reconnect to another node and consume "
                 "again" if had else ""]
         yield rule.finding("critical", "", f"node {n.name}", None, {
-            "running": running, "queues_on_it": len(stranded), "examples": stranded[:5],
+            "listed_not_running_by": asked, "running": running, "queues_on_it": len(stranded), "examples": stranded[:5],
             "replicated_queues_with_a_member_on_it": replicas, "connections_it_had": had},
-            f"cluster member {n.name} is not running" + "".join(f"; {x}" for x in said if x) + ".")
+            f"cluster member {n.name} is not running as {asked} lists it (inferred: no answer of its own reached "
+            f"ackscope; one cut off from {asked} and from ackscope alike looks the same)"
+            + "".join(f"; {x}" for x in said if x) + ".")
 
 
 def _partition(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -53,24 +59,38 @@ def _partition(ctx: Context, rule: Rule) -> Iterator[Finding]:
         if not n.partitions:
             continue
         cannot = list(n.partitions)
-        side = [m for m in members if m not in cannot]
-        majority = len(side) > len(members) / 2
-        if khepri:
+        # A member the node asked cannot reach, whose own plugin answers without counting its unreachable peers
+        # (RabbitMQ before 3.13): it cannot reach the side of the node asked at least, and whether it reaches the
+        # other members it is cut from too, nothing read says. Its side and majority are not known.
+        unsure = n.partitions_inferred and n.unreachable_peers is None and n.name != ctx.snapshot.overview.node
+        side = None if unsure else [m for m in members if m not in cannot]
+        majority = None if side is None else len(side) > len(members) / 2
+        if unsure:
+            means = ("which of the other members it still reaches is not known (its plugin counts no unreachable "
+                     "peers before RabbitMQ 3.13), so neither is whether its side holds a majority")
+        elif khepri:
             means = ("this side holds a majority of the cluster: it can still change definitions (queues, exchanges, "
                      "bindings, users, policies), and each quorum queue goes on where a majority of its members is"
                      if majority else
                      "this side holds no majority of the cluster: under Khepri it cannot change definitions (declaring "
                      "or deleting queues, exchanges, bindings, users, policies fails or hangs), and a quorum queue "
                      "whose majority of members is on the other side has no leader here")
+            means += " (Khepri inferred from the release: the metadata store of a cluster formed on 4.2 or later)"
         else:
-            means = ("each side may go on alone (pause_minority stops the minority; autoheal restarts the losers, "
-                     "dropping what they accepted)")
-        who = ", ".join(cannot) + (" (inferred: they answer themselves while it lists them as not running)"
-                                   if n.partitions_inferred else "")
+            # What each side does next is cluster_partition_handling's (ignore, pause_minority, autoheal), which no
+            # source reads: naming what a mode would do is a guess.
+            means = ("under Mnesia what each side does next is its partition handling mode's "
+                     "(cluster_partition_handling), which this read does not show")
+        who = ("at least " if unsure else "") + ", ".join(cannot) + (
+            " (inferred: they answer themselves while it lists them as not running)" if n.partitions_inferred else "")
         yield rule.finding("critical", "", f"node {n.name}", None,
                            {"cannot_reach": cannot, "inferred": n.partitions_inferred,
-                            "unreachable_peers": n.unreachable_peers, "its_side": side, "majority": majority,
-                            "metadata_store": "khepri" if khepri else "mnesia"},
+                            **({"what_else_it_cannot_reach": "not known: its plugin counts no unreachable peers "
+                                "(before RabbitMQ 3.13)"} if unsure else {}),
+                            "unreachable_peers": n.unreachable_peers,
+                            "its_side": "not known" if side is None else side,
+                            "majority": "not known" if majority is None else majority,
+                            "metadata_store": ("khepri" if khepri else "mnesia") + " (inferred from the release)"},
                            f"node {n.name} is cut off from part of its cluster: it cannot reach {who}; {means}.")
 
 
@@ -142,14 +162,18 @@ RULES: tuple[Rule, ...] = (
     Rule("disk-alarm", "A node's disk alarm: every publisher in the cluster is blocked.", "Free disk space or "
          "drain queues; see RabbitMQ guide 'Memory and Disk Alarms'.", _alarm("disk_free", "free disk space"),
          needs=(NODE_ALARMS,)),
-    Rule("node-down", "A cluster member that is not running: what lived there (queue leaders and homes, "
-         "replicas, client connections).", "Restart the node or find why it stopped (its log, the host); clients "
+    Rule("node-down", "A cluster member that is not running: listed so by the node asked, with no answer of its own "
+         "(its Prometheus plugin, where known: the listeners, or --prometheus-url); a member cut off from the "
+         "cluster and from ackscope alike looks the same, and is said so. What lived there (queue leaders and "
+         "homes, replicas, client connections).", "Restart the node or find why it stopped (its log, the host); clients "
          "must reconnect to another node and consume again; see RabbitMQ guide 'Clustering'.", _node_down),
     Rule("network-partition", "A node cut off from part of its cluster, naming the nodes it cannot reach and its "
          "side: as the release lists a partition (3.x, Mnesia), or, where it lists none (4.x, Khepri: `partitions` "
          "is always empty), inferred from which nodes answer themselves while another lists them as not running and "
-         "say so too (their own view, or their Prometheus plugin's count of unreachable peers). Under Khepri the "
-         "side without a majority cannot change definitions.",
+         "say so too (their own view, or their Prometheus plugin's count of unreachable peers; every URL of "
+         "--prometheus-url is asked, so a read that starts after the split sees it too). Under Khepri the side "
+         "without a majority cannot change definitions; under Mnesia the partition handling mode, not read, "
+         "decides what each side does.",
          "Restore the network between them; choose a partition handling strategy (pause_minority) and restart "
          "the losing side; see RabbitMQ guide 'Clustering and Network Partitions'.", _partition),
     Rule("quorum-queue-degraded", "A quorum queue with fewer members online than configured, still a majority.",

@@ -58,8 +58,8 @@ def _source(kind: str, management_url: str, prometheus_urls: Sequence[str] | Non
             *, timeout: float, deadline: float, verify: bool | str, selection: Selection, cli: list[str] | None,
             announce: bool) -> Source:
     common = dict(timeout=timeout, deadline=deadline, verify=verify, selection=selection)
-    management = ManagementSource(management_url, username, password, **common) \
-        if kind in ("auto", "management") else None
+    management = ManagementSource(management_url, username, password, prometheus_urls=prometheus_urls or (),
+                                  **common) if kind in ("auto", "management") else None
     plugin = PrometheusPluginSource(management_url, prometheus_urls, username, password,
                                     cli=CliEnricher(cli, timeout=timeout) if cli else None,
                                     **common) if kind in ("auto", "prometheus") else None

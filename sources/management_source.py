@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from typing import Any
@@ -28,13 +29,13 @@ from .management.client import PAGES_UP_TO, ManagementClient
 from .management.session_reads import SessionReads
 from .prometheus_plugin import normalise as plugin_normalise
 from .prometheus_plugin.listeners import MANAGEMENT, plugin_urls
-from .reachability import Rejoining, reconciled
+from .reachability import Rejoining, plugins_to_ask, reconciled
 from .selection import Selection
 
 log = logging.getLogger("ackscope.sources")
 
 LISTS = ("nodes", "vhosts", "connections", "channels", "consumers", "queues")
-REMEMBERED_WITHIN = 1.0  # seconds a member the listeners no longer list has to answer from its plugin
+REMEMBERED_WITHIN = 1.0  # seconds a member the listeners do not list has to answer from its plugin
 MISSING_FOR = 15.0  # seconds a field must be missing from every answer before it is said to be
 # What a poll misses when one list fails while the others answer: the rules that need it say "not evaluated".
 MISSED_WITHOUT = {
@@ -58,7 +59,8 @@ MISSED_WITHOUT = {
 # listener: the messages dead-lettered or dropped, by reason (a quorum queue's delivery limit drops messages
 # silently from RabbitMQ 4.0, and the management API counts none of it), and its quorum commit latency.
 PLUGIN_SAMPLES = frozenset((*plugin_normalise.DEAD_LETTERED, *plugin_normalise.RAFT_COMMIT_LATENCY,
-                            *plugin_normalise.PROTOCOL_COUNTS, plugin_normalise.UNREACHABLE_PEERS))
+                            *plugin_normalise.PROTOCOL_COUNTS, plugin_normalise.UNREACHABLE_PEERS,
+                            "rabbitmq_identity_info"))  # which node a given URL's plugin is
 
 
 class ManagementSource:
@@ -66,9 +68,11 @@ class ManagementSource:
 
     def __init__(self, base_url: str, username: str, password: Secret, *, timeout: float = 5.0,
                  deadline: float = 10.0, verify: bool | str = True, selection: Selection = Selection(),
-                 pages_up_to: float = PAGES_UP_TO):
-        """ValueError when `base_url` is not an http(s) URL without credentials. Lists of more than
-        `pages_up_to` objects are asked for in one answer."""
+                 pages_up_to: float = PAGES_UP_TO, prometheus_urls: Sequence[str] = ()):
+        """ValueError when `base_url` or a URL of `prometheus_urls` is not an http(s) URL without credentials.
+        Lists of more than `pages_up_to` objects are asked for in one answer. `prometheus_urls`: each member's
+        plugin, asked at every poll instead of where the listeners say (the node asked lists none of the members
+        it does not reach)."""
         self.client = ManagementClient(base_url, username, password, timeout=timeout, verify=verify)
         self.base_url = self.client.base_url
         self.deadline = deadline  # seconds one read may take, all endpoints together
@@ -78,6 +82,8 @@ class ManagementSource:
         self._built = normalise.Built()  # the last poll's channels and consumers, for the next
         self._sessions = SessionReads()  # each AMQP 1.0 connection's last sessions, asked again when it moved
         self._plugins = Readers(username, password, timeout=timeout, verify=verify, what="Prometheus plugin")
+        self._given = tuple(self._plugins.at(url).base_url for url in prometheus_urls)
+        self._named: dict[str, str] = {}  # a given plugin's URL: the node its /metrics last named
         self._missing_said: set[str] = set()
         self._missing_since: dict[str, float] = {}  # a field missing from every answer since (monotonic)
         # Each member's plugin, as the listeners last listed it: a node lists only the listeners of the members it
@@ -162,24 +168,29 @@ class ManagementSource:
         found = dict(zip(unseen, self._pool.map(view, unseen)))
         return {node: seen for node, seen in found.items() if seen is not None}
 
-    def _node_metrics(self, urls: dict[str, str], remembered: dict[str, str], deadline: float
+    def _node_metrics(self, plugins: dict[str, tuple[str, bool]], reached: set[str], deadline: float
                       ) -> tuple[tuple, dict[str, float | None], tuple, dict[str, int | None]]:
-        """Every listed node's dead-letter counters, quorum commit latency and deliveries per protocol, each from
-        the node's own plugin (they are per node), and the peers each counts unreachable. A member the listeners
-        no longer list (`remembered`) is asked too: it may be running on the other side of a partition, or down,
-        which is no failed read."""
+        """Every member's dead-letter counters, quorum commit latency and deliveries per protocol, each from the
+        node's own plugin (they are per node), and the peers each counts unreachable, by the node its plugin names.
+        `plugins` as plugins_to_ask gives them: one that need not answer (a member the node asked does not reach:
+        down, or on the other side of a partition) that does not is no failed read. Of the URLs given, one for a
+        member the node asked reaches (`reached`, as its listeners say; any, where they list none) must answer: a
+        FetchError otherwise, since every count would be missing unsaid."""
         found, latency, deliveries, answered = [], {}, [], {}
-        for node, url in sorted({**remembered, **urls}.items()):
+        for url, (known, required) in sorted(plugins.items()):
             # A member nobody lists may be paused or hung: a second is its bound, not the poll's whole deadline.
-            bound = deadline if node in urls else min(deadline, time.monotonic() + REMEMBERED_WITHIN)
+            bound = deadline if required else min(deadline, time.monotonic() + REMEMBERED_WITHIN)
             try:
                 body = self._plugins.at(url).get("metrics", "/metrics", {}, bound, "text/plain")
             except FetchError:
-                if node in urls:
+                if required:
                     raise
                 continue
             text = body.decode("utf-8", "replace")
             samples = plugin_normalise.parse(text, "metrics", PLUGIN_SAMPLES)
+            node = plugin_normalise.node_name(samples) or known
+            if url in self._given and node != url:
+                self._named[url] = node
             counted = plugin_normalise.dead_lettered(samples, node)
             if counted is None:
                 raise FetchError("metrics", "incomplete", f"{url}/metrics counts no dead-lettered messages (a "
@@ -188,6 +199,9 @@ class ManagementSource:
             latency[node] = plugin_normalise.quorum_commit_latency(samples)
             deliveries.extend(plugin_normalise.protocol_counts(samples, node))
             answered[node] = plugin_normalise.unreachable_peers(samples)
+        if self._given and not any(node in reached for node in answered) and (reached or not answered):
+            raise FetchError("metrics", "connection", f"no plugin of {', '.join(self._given)} answered for a member "
+                             "the node asked reaches")
         return tuple(found), latency, tuple(deliveries), answered
 
     def fetch(self, deadline: float | None = None) -> tuple[dict[str, Any], list[FetchError]]:
@@ -207,8 +221,9 @@ class ManagementSource:
         remembered = {node: url for node, url in self._known_urls.items() if node not in urls}
         self._known_urls.update(urls)
         self._known_apis.update(plugin_urls(raw["overview"], self.base_url, MANAGEMENT))
-        if urls:
-            futures[self._pool.submit(self._node_metrics, urls, remembered, deadline)] = "metrics"
+        if urls or self._given:
+            plugins = plugins_to_ask(urls, remembered, self._given, self._named)
+            futures[self._pool.submit(self._node_metrics, plugins, set(urls), deadline)] = "metrics"
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
         errors = [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s "
                              "poll deadline") for f in pending]

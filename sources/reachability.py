@@ -2,7 +2,11 @@
 cannot reach as not running: under a partition both sides run, and each calls the other down. Where a node's own
 Prometheus plugin answers in the same poll it runs, whatever another says; the plugin counts the peers it cannot
 reach (3.13 and later). And where the release lists no partition (4.x under Khepri lists `partitions: []`
-whatever happens), the sides are inferred from the answering node's view and those counts."""
+whatever happens), the sides are inferred from the answering node's view and those counts.
+
+Which plugins a poll asks matters as much: the node asked lists only the listeners of the members it reaches, so a
+read that starts after a split learns no place of the others' plugins. The URLs given for them (--prometheus-url)
+are asked whatever the listeners say."""
 
 from __future__ import annotations
 
@@ -10,6 +14,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ackscope.model.snapshot import Node
+
+
+def plugins_to_ask(listed: Mapping[str, str], remembered: Mapping[str, str], given: Sequence[str],
+                   named: Mapping[str, str]) -> dict[str, tuple[str, bool]]:
+    """Each plugin a poll reads, by URL: (the member it is as far as known, its node name or else the URL; whether
+    it must answer). `listed`: {node: URL} for the members whose listeners the node asked lists (those it reaches);
+    `remembered`: {node: URL} for members listed before and not now (down, or cut off from the node asked); `given`:
+    one URL per member (--prometheus-url), asked instead of both; `named`: {URL: node} as each given URL's plugin
+    last named its node. Only a plugin of a member the node asked reaches must answer: another's silence is no
+    failed read, it is what node-down or network-partition judges."""
+    if given:
+        return {url: (named.get(url, url), named.get(url) in listed) for url in given}
+    return {**{url: (node, False) for node, url in remembered.items()},
+            **{url: (node, True) for node, url in listed.items()}}
 
 
 def reconciled(nodes: tuple[Node, ...], asked: str | None, answered: Mapping[str, int | None],

@@ -9,7 +9,7 @@ from snapshot_builders import OVERVIEW, connection, consumer, node, queue, snaps
 
 from ackscope.diagnosis.rules import Context, evaluate
 from ackscope.sources.prometheus_plugin.normalise import online_from_nodes
-from ackscope.sources.reachability import REJOIN_WITHIN, Rejoining, reconciled
+from ackscope.sources.reachability import REJOIN_WITHIN, Rejoining, plugins_to_ask, reconciled
 
 A, B, C = "rabbit@a", "rabbit@b", "rabbit@c"
 
@@ -150,3 +150,74 @@ def test_a_node_resuming_after_a_pause_answers_before_it_is_seen_again_and_is_no
     nodes = reconciled(_members(True, False), "rabbit@n1", {"rabbit@n1": 0, "rabbit@n2": 0},
                        {"rabbit@n2": ()})
     assert [n.running for n in nodes] == [True, True] and not any(n.partitions for n in nodes)
+
+
+# -- a read that starts during a partition (ackscope diagnose on call): it never saw the cluster whole -------------
+N1, N2, N3 = "rabbit@n1", "rabbit@n2", "rabbit@n3"
+U1, U2, U3 = "http://127.0.0.1:15692", "http://127.0.0.1:15693", "http://127.0.0.1:15694"
+
+
+def test_the_given_plugins_are_the_members_asked_whatever_the_listeners_of_the_node_asked_list():
+    # After a split node 1 lists only its own listener; the URLs given are all asked, each known by the node its
+    # answer named. Only the plugin of a member node 1 reaches must answer.
+    assert plugins_to_ask({N1: U1}, {}, (U1, U2, U3), {}) == {U1: (U1, False), U2: (U2, False), U3: (U3, False)}
+    assert plugins_to_ask({N1: U1}, {}, (U1, U2, U3), {U1: N1, U2: N2, U3: N3}) == {
+        U1: (N1, True), U2: (N2, False), U3: (N3, False)}
+    # Without URLs given: where the listeners say, and the members they listed before (down, or cut off).
+    assert plugins_to_ask({N1: U1}, {N3: U3}, (), {}) == {U1: (N1, True), U3: (N3, False)}
+
+
+def _on_4_3(nodes) -> dict[str, list]:
+    s = snapshot(overview=replace(OVERVIEW, rabbitmq_version="4.3.6", node=N1), nodes=nodes)
+    by_node: dict[str, list] = {}
+    for f in evaluate(Context(s)):
+        if f.rule in ("network-partition", "node-down"):
+            by_node.setdefault(f.object.removeprefix("node "), []).append(f)
+    return by_node
+
+
+def test_a_full_split_seen_first_during_it_names_each_node_partitioned_and_none_down():
+    # As measured on 4.3.6: node 1 lists both peers not running and no partition; each plugin given answers,
+    # counting 2 unreachable peers.
+    nodes = reconciled(_members(True, False, False), N1, {N1: 2, N2: 2, N3: 2})
+    found = _on_4_3(nodes)
+    assert {name: [f.rule for f in fs] for name, fs in found.items()} == {
+        N1: ["network-partition"], N2: ["network-partition"], N3: ["network-partition"]}
+    for name, (f,) in found.items():
+        assert f.evidence["cannot_reach"] == sorted({N1, N2, N3} - {name}) and f.evidence["majority"] is False
+        assert "cannot change definitions" in f.explanation and "Khepri" in f.explanation
+
+
+def test_a_member_whose_plugin_does_not_answer_is_down_as_the_node_asked_lists_it_and_said_to_be_an_inference():
+    # n3's plugin does not answer and its peers count it unreachable: stopped, or cut off from them and from
+    # ackscope alike. The two look the same from here; the rest of the cluster has lost what was on it either way.
+    nodes = reconciled(_members(True, True, False), N1, {N1: 1, N2: 1})
+    found = _on_4_3(nodes)
+    assert list(found) == [N3] and [f.rule for f in found[N3]] == ["node-down"]
+    [down] = found[N3]
+    assert down.severity == "critical" and down.evidence["listed_not_running_by"] == N1
+    assert f"not running as {N1} lists it (inferred: no answer of its own reached ackscope" in down.explanation
+    assert "cut off from rabbit@n1 and from ackscope alike looks the same" in down.explanation
+
+
+def test_under_mnesia_the_partition_handling_mode_not_read_is_said_unknown_and_no_mode_is_named():
+    s = snapshot(nodes=[node(A, partitions=(C,)), node(B, partitions=()), node(C, partitions=(A,))])
+    for f in found(s, "network-partition"):
+        assert "cluster_partition_handling" in f.explanation and "does not show" in f.explanation
+        assert "pause_minority" not in f.explanation and "autoheal" not in f.explanation
+        assert "Khepri" not in f.explanation
+
+
+def test_a_member_cut_off_whose_plugin_counts_no_peers_reaches_node_1_at_least_and_its_side_is_not_known():
+    # 3.10, a full split: node 1 lists both not running; n2 and n3 answer, counting nothing (before 3.13). That n2 and
+    # n3 cannot reach node 1 is known; whether they reach each other (a majority together) is not.
+    nodes = reconciled(_members(True, False, False), N1, {N1: None, N2: None, N3: None})
+    s = snapshot(overview=replace(OVERVIEW, node=N1), nodes=nodes)
+    by = {f.object.removeprefix("node "): f for f in evaluate(Context(s)) if f.rule == "network-partition"}
+    assert by[N1].evidence["cannot_reach"] == [N2, N3] and by[N1].evidence["majority"] is False
+    for name in (N2, N3):
+        ev = by[name].evidence
+        assert ev["cannot_reach"] == [N1] and (ev["majority"], ev["its_side"]) == ("not known", "not known")
+        assert ev["what_else_it_cannot_reach"].startswith("not known")
+        assert f"cannot reach at least {N1}" in by[name].explanation
+    assert not [f for f in evaluate(Context(s)) if f.rule == "node-down"]

@@ -1,21 +1,25 @@
 """A real partition, both sides running, made and removed by the suite (nftables between the nodes' processes, see
 ackscope_testkit.cut_link.split), on 3.10 (Mnesia, which lists partitions) and the newest 4.x (Khepri, whose
 /api/nodes lists none): two against one, then a full split. ackscope names the partition on every node with what
-each cannot reach, and calls no running node down."""
+each cannot reach, and calls no running node down; so does `ackscope diagnose` started only after a full split, given
+each node's plugin."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 import requests
 from conftest import running_cluster
-from helpers import findings_document, matrix_release, scrape, value, wait_for
+from helpers import findings_document, matrix_release, parse, scrape, value, wait_for
 from probe_helpers import probe_config, probe_value, quick, running_probes, settled_since, wait_probe
 
-from ackscope.workloads.private_broker import LocalBroker
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope_testkit.cluster import LocalCluster
 from ackscope_testkit.cut_link import cgroup2, clean_leftovers, split
 from ackscope_testkit.fault_proxy import FaultProxy
@@ -177,6 +181,72 @@ def _node_list_missed(exporter) -> float:
     """The polls that got no node list, by reason."""
     return sum(v for labels, v in scrape(exporter).get("ackscope_poll_errors_total", [])
                if labels.get("endpoint") == "nodes")
+
+
+def test_diagnose_started_after_a_full_split_names_each_node_cut_off_and_none_down(split_cluster, release):
+    """On call, diagnose runs during the incident: it never saw the cluster whole, and the node it asks lists no
+    plugin of the members it cannot reach. Given each node's plugin (--prometheus-url), those that answer are
+    partitioned, not down: under Khepri (newest), each counting two peers unreachable, on no majority's side; on 3.10,
+    whose plugin counts no unreachable peers, cut off from node 1 at least, and what else is not known."""
+    first, second, third = split_cluster.nodes
+    newest = release == "newest"
+    if newest:
+        assert first.ctl("eval", "rabbit_khepri:is_enabled().").strip() == "true"
+    try:
+        with split(_ends(first), _ends(second), _ends(third)):
+            wait_for(lambda: _running_as_seen_by(first) == {first.nodename}, 90, "node 1 to count its peers down")
+            wait_for(lambda: _plugins_listed_by(first) == [first.nodename], 60,
+                     "node 1 to list no plugin of the members it cannot reach")
+            wait_for(lambda: all(_unreachable_counted(n) == 2 if newest else _plugin_answers(n)
+                                 for n in split_cluster.nodes), 60,
+                     "each node's plugin to count two unreachable peers (newest), or to answer (3.10)")
+            done = subprocess.run(
+                [sys.executable, "-m", "ackscope", "diagnose", "--management-url", first.management_url,
+                 "--username", ADMIN_USER, "--prometheus-url", ",".join(n.prometheus_url for n in split_cluster.nodes),
+                 "--timeout", str(SPLIT_TIMEOUT), "--window", "2s", "--format", "json"],
+                capture_output=True, text=True, timeout=300, env=dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (done.returncode, done.stderr)
+        report = json.loads(done.stdout)
+        assert not [f for f in report["findings"] if f["rule"] == "node-down"], report["findings"]
+        found = {f["object"].removeprefix("node "): f for f in report["findings"] if f["rule"] == "network-partition"}
+        names = {n.nodename for n in split_cluster.nodes}
+        assert set(found) == names, report["findings"]
+        for name, f in found.items():
+            ev = f["evidence"]
+            if newest or name == first.nodename:  # a count of its own, or the view of the node asked
+                assert ev["cannot_reach"] == sorted(names - {name}) and ev["majority"] is False, ev
+                assert ev["unreachable_peers"] == (2 if newest else None)
+                assert ("cannot change definitions" in f["explanation"]) == newest, f["explanation"]
+            else:  # what node 1 cannot reach cannot reach node 1; whether the other two reach each other is unsaid
+                assert ev["cannot_reach"] == [first.nodename] and ev["majority"] == "not known", ev
+                assert ev["what_else_it_cannot_reach"].startswith("not known"), ev
+    finally:
+        _heal(split_cluster, release, second, third)
+
+
+def _plugins_listed_by(node: LocalBroker) -> list[str] | None:
+    """The members whose Prometheus plugin listener `node`'s overview lists; None while its API does not answer."""
+    try:
+        listeners = node.api("GET", "/overview", params={"columns": "listeners"}).json()["listeners"]
+    except requests.RequestException:
+        return None
+    return sorted(x["node"] for x in listeners if x["protocol"] == "http/prometheus")
+
+
+def _plugin_answers(node: LocalBroker) -> bool:
+    try:
+        return requests.get(node.prometheus_url + "/metrics", timeout=10).ok
+    except requests.RequestException:
+        return False
+
+
+def _unreachable_counted(node: LocalBroker) -> float | None:
+    """The unreachable peers `node`'s own plugin counts; None while it does not answer."""
+    try:
+        text = requests.get(node.prometheus_url + "/metrics", timeout=10).text
+    except requests.RequestException:
+        return None
+    return value(parse(text), "rabbitmq_unreachable_cluster_peers_count")
 
 
 def test_what_a_killed_split_left_behind_is_removed_at_the_next_start():
