@@ -1,6 +1,7 @@
 """`ackscope diagnose`: a one-shot report, worst first, with exit codes as on-call checks expect (the
 Nagios convention): 0 nothing at warning or above, 1 a warning, 2 a critical, 3 the broker unreachable or
-the login refused. Where a rule needs a rate, the broker is sampled twice, --window apart.
+the login refused. Where a rule needs a rate, the broker is sampled twice, --window apart, and read a few times in
+between for what only consecutive polls show (channels closing on a connection that stays open).
 
 On call it runs after the incident: what has ended by then is in no sample. With --broker-log, the node's log of
 the last --since joins the report (channels and connections the broker closed, consumers it timed out), each
@@ -29,6 +30,7 @@ from ackscope.core import config
 from ackscope.core.config import ConfigError
 from ackscope.core.durations import describe, parse_duration
 from ackscope.dashboard.source import ExporterSource, Live
+from ackscope.diagnosis.channel_turnover import ChannelTurnover
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
@@ -62,6 +64,9 @@ STATISTICS_INTERVAL = 5.0
 MAX_SINCE = 366 * 86400.0  # --since at most: a log older than a year is no incident's
 # How far back --broker-log is read when --since does not say: an incident paged for is minutes old when diagnose runs.
 DEFAULT_SINCE = "15m"
+# Reads between the window's two samples, at most, a second apart at least: a client whose channels live for a second
+# or two is seen closing them only by reads that close together.
+SAMPLES_BETWEEN = 9
 
 
 def window_seconds(text: str) -> float:
@@ -81,7 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "reported together, exit code the worst broker's")
     parser.add_argument("--window", default="5s", help="time between the two samples rates are computed from, "
                         "and how long the probes run when --amqp-url is given; a consumer that acks nothing across "
-                        "it (5s at least) is said stalled for at least that long [5s]")
+                        "it (5s at least) is said stalled for at least that long; the broker is read up to "
+                        f"{SAMPLES_BETWEEN} times more within it, a second apart at least [5s]")
     parser.add_argument("--broker-log", metavar="FILE", help="the broker node's log file: what it logged in the "
                         "last --since (channels and connections the broker closed, consumers it timed out) is "
                         "judged too, each finding with when it was logged")
@@ -287,8 +293,11 @@ class Judged:
 
 def _judge(source: Source, window: float, thresholds: Thresholds, probes: Probes | None = None,
            log: LogWindow | None = None) -> Judged:
-    """Read `source` twice, `window` apart (the probes running meanwhile, and the log read), and judge;
-    SourceFailed when a read fails. The source is closed after."""
+    """Read `source` at the window's start and end, `window` apart (the probes running meanwhile, and the log read),
+    and judge; SourceFailed when either of those reads fails. In between, it is read up to SAMPLES_BETWEEN times more
+    for what only consecutive polls show (channels that close on a connection that stays, a consumer that acks
+    nothing): one such read that fails is left out. The source is closed after."""
+    between: list[Snapshot] = []
     try:
         if probes is not None:
             probes.start()
@@ -296,6 +305,13 @@ def _judge(source: Source, window: float, thresholds: Thresholds, probes: Probes
         began = time.monotonic()
         if log is not None:
             log.read(first)  # most of the log, while the window runs
+        step = max(1.0, window / (SAMPLES_BETWEEN + 1))
+        while time.monotonic() - began + 2 * step <= window:
+            time.sleep(max(0.0, step * (len(between) + 1) - (time.monotonic() - began)))
+            try:
+                between.append(source.read())
+            except SourceFailed:
+                continue  # the samples at the window's ends are what rates need; this one only adds detail
         time.sleep(max(0.0, window - (time.monotonic() - began)))  # the window itself: rates are counts over it
         second = source.read()
         stats = probes.stats().targets if probes is not None else ()
@@ -306,14 +322,16 @@ def _judge(source: Source, window: float, thresholds: Thresholds, probes: Probes
     if log is not None:
         log.read(second, last=True)
     breaks = log.breaks if log is not None else None
-    return Judged(source, judge_samples(first, second, thresholds, stats, breaks, log.since if log else None),
-                  second, log)
+    return Judged(source, judge_samples(first, second, thresholds, stats, breaks, log.since if log else None,
+                                        between), second, log)
 
 
 def judge_samples(first: Snapshot, second: Snapshot, thresholds: Thresholds, probes: tuple[TargetStats, ...] = (),
-                  breaks: Breaks | None = None, since: float | None = None) -> Diagnosis:
-    """The verdict on two samples of the broker and, where the log was read, its events of the last `since`
-    seconds, each such finding with when it was logged.
+                  breaks: Breaks | None = None, since: float | None = None,
+                  between: Sequence[Snapshot] = ()) -> Diagnosis:
+    """The verdict on two samples of the broker (and the samples `between` them, oldest first, for what only
+    consecutive polls show) and, where the log was read, its events of the last `since` seconds, each such finding
+    with when it was logged.
 
     A consumer that settled nothing across the samples has held its deliveries that long at least, and diagnose
     cannot know how much longer: it is judged stalled for at least that long (consumer-stalled), never a consumer
@@ -323,11 +341,12 @@ def judge_samples(first: Snapshot, second: Snapshot, thresholds: Thresholds, pro
     sampled = replace(thresholds, stalled_consumer_seconds=min(thresholds.stalled_consumer_seconds, apart))
     if since is not None:
         sampled = replace(sampled, window_seconds=since)
-    holding, waiting = Holding(), Waiting()
-    holding.update(first)
-    waiting.update(first)
+    holding, waiting, turnover = Holding(), Waiting(), ChannelTurnover(sampled.window_seconds)
+    for memory in (holding, waiting, turnover):
+        for sample in (first, *between):
+            memory.update(sample)
     verdict = diagnose(Context(second, first, probes, sampled, breaks=breaks, held=holding.update(second),
-                               oldest=waiting.update(second)))
+                               oldest=waiting.update(second), turnover=turnover.update(second)))
     verdict = replace(verdict, findings=tuple(_briefly(f, thresholds.stalled_consumer_seconds)
                                               for f in verdict.findings))
     if breaks is not None:
@@ -337,9 +356,12 @@ def judge_samples(first: Snapshot, second: Snapshot, thresholds: Thresholds, pro
 
 def _briefly(f: Finding, stalled_seconds: float) -> Finding:
     """A stall seen only across diagnose's samples, shorter than the exporter's stalled_consumer_seconds, at info: a
-    consumer on one long job acks nothing for as long, and is slow, not stalled."""
+    consumer on one long job acks nothing for as long, and is slow, not stalled. Not where it has held for half the
+    timeout the broker says is in force: at risk of it, as the exporter says."""
     held = f.evidence.get("held_for_at_least_seconds") if f.rule == "consumer-stalled" else None
-    if held is None or held >= stalled_seconds:
+    timeout, source = f.evidence.get("timeout_ms"), str(f.evidence.get("timeout_source", ""))
+    if held is None or held >= stalled_seconds or timeout and not source.startswith("inferred") \
+            and held * 2000 >= timeout:
         return f
     return replace(f, severity="info", evidence={
         **f.evidence, "seen": f"no ack across diagnose's samples {held} s apart: a consumer on one long job looks the "

@@ -19,6 +19,7 @@ from ackscope.core.config import ConfigError, Option, choice
 from ackscope.core.http_server import Source, WebSecurity, loop_healthy, make_server, serve_in_background
 from ackscope.core.processes import wait_for_signal
 from ackscope.core.secret import Secret
+from ackscope.diagnosis.channel_turnover import ChannelTurnover
 from ackscope.diagnosis.confirm_waits import ConfirmWaits
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.onset import Onset
@@ -200,6 +201,7 @@ class Exporter:
         self.holding = Holding()  # since when each channel has held deliveries without settling any
         self.waiting = Waiting()  # how long each queue's oldest message has waited, at least
         self.confirm_waits = ConfirmWaits(cfg.thresholds.window_seconds)  # how many each publisher leaves in flight
+        self.turnover = ChannelTurnover(cfg.thresholds.window_seconds)  # channels closing on connections that stay
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
         self.ledger = BreakLedger(cfg.thresholds.window_seconds,
@@ -227,7 +229,8 @@ class Exporter:
         verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds,
                                    window=self.recent.start(snapshot), breaks=breaks,
                                    held=self.holding.update(snapshot), oldest=oldest,
-                                   in_flight=self.confirm_waits.update(snapshot), confirm_bench=self.cfg.confirm_bench))
+                                   in_flight=self.confirm_waits.update(snapshot), confirm_bench=self.cfg.confirm_bench,
+                                   turnover=self.turnover.update(snapshot)))
         return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)),
                        upgrades=outlooks(snapshot, breaks), oldest=tuple(oldest.values()))
 

@@ -53,6 +53,9 @@ class Context:
     # Each confirm channel's unconfirmed count as sampled while it published over the window
     # (diagnosis.confirm_waits); None: not tracked.
     in_flight: Mapping[str, InFlight] | None = None
+    # Per connection, the channels polls saw close over the window while it stayed open
+    # (diagnosis.channel_turnover); None: not tracked, and the window's start and end alone say.
+    turnover: Mapping[str, int] | None = None
     # What `ackscope bench confirms` measured on this broker, where it was given: remedies quote it.
     confirm_bench: ConfirmBench | None = None
 

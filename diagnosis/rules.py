@@ -13,7 +13,7 @@ from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, worst_firs
 
 from . import (breaks, cluster, connections, consumers, federation, links, probes, publishers, queues, shovels,
                streams)
-from . import auto_ack_gone, dead_letter_cycles, deleted_queues, deprecated, empty_gets
+from . import auto_ack_gone, channel_churn, dead_letter_cycles, deleted_queues, deprecated, empty_gets
 from .context import Context, Rule, without_probes
 
 __all__ = ["RULES", "Context", "Rule", "diagnose", "evaluate"]
@@ -21,7 +21,7 @@ __all__ = ["RULES", "Context", "Rule", "diagnose", "evaluate"]
 RULES: tuple[Rule, ...] = (consumers.RULES + breaks.RULES + publishers.RULES + queues.RULES + connections.RULES
                            + cluster.RULES + links.RULES + streams.RULES + shovels.RULES + federation.RULES
                            + probes.RULES + empty_gets.RULES + deleted_queues.RULES + auto_ack_gone.RULES
-                           + deprecated.RULES + dead_letter_cycles.RULES)
+                           + deprecated.RULES + dead_letter_cycles.RULES + channel_churn.RULES)
 
 
 def evaluate(ctx: Context) -> list[Finding]:

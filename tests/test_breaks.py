@@ -7,8 +7,12 @@ What each release does differs (docs/versions.md): 3.10 and 4.0 close a timed-ou
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -23,7 +27,7 @@ from probe_helpers import probe_config, quick
 from ackscope.apps.exporter import Exporter
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.workloads.node_files import PLUGINS
-from ackscope.workloads.private_broker import ADMIN_USER, LocalBroker
+from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
 
 TIMEOUT_MS = 20_000  # the nodes' consumer_timeout: short, so that a timeout happens within the test
@@ -42,6 +46,9 @@ class Breaking:
     exporter: Exporter
     clients: Clients
     seen: Seen
+    # An exporter of defaults beside it that reads no log (statistics on only): what polls alone say.
+    quiet: Exporter | None
+    quiet_seen: Seen | None
 
     @property
     def newest(self) -> bool:
@@ -55,6 +62,8 @@ class Seen:
     def __init__(self, url: str):
         self.url = url
         self.findings: dict[tuple[str, str, str], dict] = {}
+        self.first: dict[tuple[str, str, str], dict] = {}  # each as first shown
+        self.shown: dict[tuple[str, str, str], tuple[float, float]] = {}  # first and last shown, monotonic seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -63,7 +72,10 @@ class Seen:
         while not self._stop.wait(1.0):
             try:
                 for f in requests.get(self.url + "/api/findings", timeout=5).json()["findings"]:
-                    self.findings[(f["rule"], f["object"], str(f["evidence"].get("queue")))] = f
+                    key, now = (f["rule"], f["object"], str(f["evidence"].get("queue"))), time.monotonic()
+                    self.findings[key] = f
+                    self.first.setdefault(key, f)
+                    self.shown[key] = (self.shown.get(key, (now, now))[0], now)
             except requests.RequestException:
                 pass  # the exporter is stopping: what was seen stays
 
@@ -108,6 +120,12 @@ def breaking(release, tmp_path_factory) -> Iterator[Breaking]:
                                             thresholds=Thresholds(stalled_consumer_seconds=STALLED_AFTER)))
         exporter.start()
         seen = Seen(exporter.url)
+        quiet = Exporter(exporter_config(node.management_url, interval=2.0, prometheus_url=node.prometheus_url,
+                                         cli=node.cli_command() if release.name == "3.10" else None)) \
+            if statistics else None
+        if quiet is not None:
+            quiet.start()
+        quiet_seen = Seen(quiet.url) if quiet is not None else None
         try:
             with Clients(node.amqp_url(), tmp_path_factory.mktemp("clients")) as clients:
                 if release.at_least(4, 3):  # an AMQP 1.0 receiver that never settles, on a quorum queue
@@ -133,10 +151,13 @@ def breaking(release, tmp_path_factory) -> Iterator[Breaking]:
                 wait_for(lambda: "celery" in node.ctl("list_consumers", "-q", "queue_name").split(), timeout=60,
                          what="the Celery worker to consume")
                 clients.run(sys.executable, "celery_app.py", "hangs", "1")
-                yield Breaking(release, statistics, node, exporter, clients, seen)
+                yield Breaking(release, statistics, node, exporter, clients, seen, quiet, quiet_seen)
         finally:
             seen.stop()
             exporter.stop()
+            if quiet is not None:
+                quiet_seen.stop()
+                quiet.stop()
 
 
 def _shown(b: Breaking) -> list[dict]:
@@ -273,3 +294,63 @@ def test_on_4_3_an_amqp10_receiver_past_the_timeout_holds_what_its_quorum_queue_
                and f["evidence"]["ready"] > 0, TIMED_OUT_WITHIN, "the AMQP 1.0 receiver")
     assert f["severity"] == "critical" and f["evidence"]["link_unsettled"] == 300 >= f["evidence"]["ready"]
     assert f["object"].startswith("link ") and f["evidence"]["protocol"] == "AMQP 1.0"
+
+
+# -- what polls alone say, without the log (issue 56) ----------------------------------------------------------------
+def test_without_the_log_a_consumer_silent_for_half_its_timeout_is_at_risk_before_a_minute_and_never_saturated(
+        breaking):
+    """The exporter beside, of defaults (a stall after a minute) and reading no log, is told the 20 s timeout by the
+    broker (/api/consumers on 4.x, the CLI on 3.10): from half of it the Java consumer is at risk, a warning, and no
+    poll after calls it saturated."""
+    if breaking.quiet is None:  # statistics off: no consumer's timeout shown; the default floor stands (unit tests)
+        return
+    seen = breaking.quiet_seen
+    def at_risk():
+        breaking.clients.check()
+        return next(((k, f) for k, f in list(seen.first.items()) if f["rule"] == "consumer-stalled"
+                     and f["evidence"]["queue"] == "java.stalled"), None)
+    key, f = wait_for(at_risk, timeout=90, what=lambda: f"consumer-stalled on java.stalled from the exporter without "
+                      f"the log; seen: {sorted((k[0], k[2]) for k in list(seen.findings))}")
+    ev = f["evidence"]
+    assert (f["severity"], ev["timeout_ms"]) == ("warning", TIMEOUT_MS), ev
+    assert not ev["timeout_source"].startswith("inferred") and ev["held_for_at_least_seconds"] < 60, ev
+    stalled_from = seen.shown[key][0]
+    saturated = [k for k, (_, last) in list(seen.shown.items())
+                 if k[0] == "prefetch-saturated" and k[2] == "java.stalled" and last > stalled_from]
+    assert not saturated, "at risk of its timeout, not slow"
+
+
+def test_without_the_log_a_connection_whose_channels_keep_closing_is_named_and_why_is_said_not_known(breaking):
+    """pika acking twice: the broker closes its channel each round and the client opens another on the same
+    connection. The exporter reading no log names the connection from polls alone, and says why is not known; the one
+    reading the log says the broker's reason; diagnose, sampling a few seconds, names it too."""
+    if breaking.quiet is None:  # the plugin names a channel by its process: no connection to group it by (no --cli)
+        return
+    seen = breaking.quiet_seen
+    def named():
+        breaking.clients.check()
+        return next((f for f in list(seen.findings.values()) if f["rule"] == "channel-churn"
+                     and f["connection_name"] == "pika-double-ack"), None)
+    f = wait_for(named, timeout=120, what=lambda: f"channel-churn naming pika-double-ack without the log; seen: "
+                 f"{[(k, x['evidence']) for k, x in list(seen.findings.items()) if k[0] == 'channel-churn']}")
+    assert f["severity"] == "warning" and f["client"].startswith("Pika"), f
+    assert f["evidence"]["reason"].startswith("not known: give --broker-log"), f["evidence"]
+    assert f["evidence"]["channels_seen_closed_at_least"] >= 3
+    assert not [x for x in list(seen.findings.values()) if x["rule"] == "channel-churn"
+                and x["connection_name"] not in ("pika-double-ack", "pika-ack-other-channel", "")], \
+        "no healthy client is named"
+    logged = _found(breaking, "channel-churn", lambda f: f["connection_name"] == "pika-double-ack"
+                    and "unknown delivery tag" in f["evidence"]["reason"], 60, "pika-double-ack, with the log")
+    assert logged["evidence"]["reason"].startswith("the broker closed")
+    env = dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD)
+    def diagnosed():
+        done = subprocess.run([sys.executable, "-m", "ackscope", "diagnose", "--management-url",
+                               breaking.node.management_url, "--username", ADMIN_USER, "--window", "10s",
+                               "--format", "json"], capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+        churn = [x for x in json.loads(done.stdout)["findings"] if x["rule"] == "channel-churn"]
+        return next((x for x in churn if x["connection_name"] == "pika-double-ack"
+                     or "pika-double-ack" in str(x["evidence"].get("candidates", ""))), None)
+    f = wait_for(diagnosed, timeout=90, what="diagnose naming pika-double-ack's channel churn")
+    assert f["evidence"]["reason" if f["connection_name"] else "client"].startswith(
+        "not known" if f["connection_name"] else "unattributed"), f

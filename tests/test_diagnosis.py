@@ -33,6 +33,8 @@ NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm", "node-down", "network-partit
                       "publisher-waits-each-confirm",
                       # Events the broker's log tells, on real clients and every release: tests/test_breaks.py.
                       "consumer-timed-out", "consumer-cancelled-by-broker", "closed-on-error", "connection-churn",
+                      # Channels a client's connection keeps closing, from polls alone: tests/test_breaks.py too.
+                      "channel-churn",
                       # A message the log says was dropped in a dead-letter cycle: tests/test_field_cases.py.
                       "dead-letter-cycle-dropped",
                       # Field failures of their own (a get storm, a queue deleted holding messages, an auto-ack

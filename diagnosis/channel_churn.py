@@ -1,0 +1,140 @@
+"""Channels opened and closed over and over on connections that stay open, named from polls alone.
+
+Polls see the channels open at a poll (diagnosis.channel_turnover): a connection whose channels close while it stays
+is named by what polls saw of it, at least that many. The broker's own churn counters count every channel closed,
+summed over its nodes and with no client named: they say how many in all, and, less the connections that closed
+(each takes its channels with it), whether channels churn on connections that stay; where polls saw no connection
+close more than one channel, the one they saw close any is named as an inference, and several are candidates.
+Why the channels closed, polls cannot say: the broker closes a channel on an error (an unknown delivery tag from a
+double ack, a redeclare with other arguments) and its log says so (closed-on-error); a client may close its own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from ackscope.model.events import BROKER_LOG, CHANNEL_ERROR
+from ackscope.model.findings import Finding
+from ackscope.model.snapshot import CHANNELS, Connection
+
+from .channel_turnover import closed_between
+from .context import Context, Named, Rule, few, rounded
+
+SEEN_ENOUGH = 3  # channels polls saw close on one connection: a client of its own churning, not a one-off
+GUIDE = "RabbitMQ guide 'Channels', 'High Channel Churn'"
+
+
+def _seen(ctx: Context) -> Mapping[str, int]:
+    """Connection name -> channels polls saw close on it in the window while it stayed open."""
+    if ctx.turnover is not None:
+        return ctx.turnover
+    start = ctx.window_start
+    return closed_between(start, ctx.snapshot) if start is not None else {}
+
+
+def _broker_counts(ctx: Context) -> tuple[int, int, float] | None:
+    """(channels, connections) the broker counted closed, all clients, and over how many seconds: since the window's
+    start, or since the poll before where the window's start has no counts (a node's first seconds list none); None
+    where neither has them."""
+    now = ctx.snapshot.overview.churn
+    def counted(s):
+        c = s.overview.churn if s is not None and s.taken_at < ctx.snapshot.taken_at else None
+        return c if c is not None and None not in (c.channels_closed, c.connections_closed) else None
+    base = next((s for s in (ctx.window_start, ctx.previous) if counted(s) is not None), None)
+    if base is None or now is None or None in (now.channels_closed, now.connections_closed):
+        return None
+    then = counted(base)
+    # A counter lower than at the start was reset (its node restarted): what it counts now is all new.
+    def grew(a: int, b: int) -> int:
+        return b - a if b >= a else b
+    return (grew(then.channels_closed, now.channels_closed), grew(then.connections_closed, now.connections_closed),
+            ctx.snapshot.taken_at - base.taken_at)
+
+
+def _why(ctx: Context, connection: str) -> str:
+    if ctx.breaks is None or not ctx.breaks.told_by(BROKER_LOG):
+        return ("not known: give --broker-log (the broker closes a channel on an error, such as an unknown delivery "
+                "tag from a double ack; a client may also close its own)")
+    errors = [e for e in ctx.breaks.events if e.kind == CHANNEL_ERROR and e.connection == connection]
+    if errors:
+        return f"the broker closed {len(errors)} of them on an error (closed-on-error names it): {errors[-1].text}"
+    return "the broker's log names no error for them: the client closes them itself (a channel per operation)"
+
+
+def _who(ctx: Context, connection: str) -> tuple[str, Connection | Named]:
+    """The connection's vhost and its record, for the culprit."""
+    record = next((c for c in ctx.snapshot.connections if c.name == connection), None)
+    if record is not None:
+        return record.vhost, record
+    ch = next(iter(ctx.channels_of(connection)), None)
+    if ch is not None:
+        return ch.vhost, Named(ch.connection_name, ch.client or "", ch.identity or connection)
+    return "", Named("", "", connection)
+
+
+def _churn(ctx: Context, rule: Rule) -> Iterator[Finding]:
+    window = ctx.window_seconds
+    if window is None:
+        return
+    per_minute = ctx.thresholds.churn_channels_per_minute
+    seen = {c: n for c, n in _seen(ctx).items() if c and n}
+    counted = _broker_counts(ctx)
+    # Channels the broker closed beyond one per connection that closed: on connections that stay, at most.
+    beyond = max(0, counted[0] - counted[1]) if counted is not None else None
+    churning = beyond is not None and beyond >= SEEN_ENOUGH and beyond * 60 / counted[2] >= per_minute
+    broker = {} if counted is None else {"broker_channels_closed": counted[0], "broker_connections_closed": counted[1],
+                                         "broker_counted_over_seconds": rounded(counted[2])}
+    named = {c: n for c, n in seen.items()
+             if n >= SEEN_ENOUGH and (churning or n * 60 / window >= per_minute)}
+    for connection, n in sorted(named.items()):
+        yield _finding(ctx, rule, connection, n, window, broker, None)
+    if named or not churning:
+        return
+    if len(seen) == 1:  # the one connection polls saw close a channel: named, as an inference
+        [(connection, n)] = seen.items()
+        yield _finding(ctx, rule, connection, n, window, broker,
+                       "the only connection polls saw close a channel while the broker counted channels closing on "
+                       "connections that stayed open")
+        return
+    candidates = sorted(seen, key=lambda c: (-seen[c], c))
+    yield rule.finding(
+        "warning" if candidates else "info", "", "channels on connections that stay open", None,
+        {"channels_closed_beyond_closed_connections": beyond, **broker, "window_seconds": rounded(window),
+         "client": "unattributed: the broker counts channels closed for all clients together",
+         "candidates": few(f"{_who(ctx, c)[1].identity} ({seen[c]} seen closing)" for c in candidates)
+         if candidates else "none: no poll saw a connection close a channel (each lived shorter than a poll)",
+         "source": "polls (the broker's churn counters)"},
+        f"the broker closed {counted[0]} channels in the last {counted[2]:.0f} s while {counted[1]} connections closed: "
+        f"at least {beyond} channels opened and closed on connections that stayed open. Which client polls cannot "
+        "tell" + (f"; polls saw channels close on {len(candidates)} connections." if candidates else "."),
+        f"Give --broker-log: the broker's log names each channel it closes on an error, and the client. See {GUIDE}.")
+
+
+def _finding(ctx: Context, rule: Rule, connection: str, n: int, window: float, broker: dict,
+             inferred: str | None) -> Finding:
+    vhost, who = _who(ctx, connection)
+    why = _why(ctx, connection)
+    evidence = {"channels_seen_closed_at_least": n, "window_seconds": rounded(window),
+                "channels_open_now": len(ctx.channels_of(connection)), **broker,
+                "seen": "polls see the channels open at a poll: one opened and closed between two polls is not seen",
+                "reason": why, "source": "polls"}
+    if inferred:
+        evidence["inferred"] = inferred
+    return rule.finding(
+        "warning", vhost, f"connection {connection}", who, evidence,
+        f"{who.identity} kept its connection open while at least {n} of its channels closed in the last {window:.0f} s"
+        f" (polls saw them go): a channel per operation, or channels the broker closes on an error. Each close takes "
+        f"back the channel's unacked deliveries (delivered again) and costs a channel process on the broker. Why: "
+        f"{why}.",
+        None)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("channel-churn", "A connection that stays open while its channels close over and over, named from polls "
+         f"alone: {SEEN_ENOUGH} or more seen closing in the window, at churn_channels_per_minute (by polls, or by the "
+         "broker's count of channels closed beyond one per connection closed). Where polls saw fewer, the one "
+         "connection they saw close a channel is named as an inference, and several are candidates of an "
+         "unattributed finding. Why they closed comes from the broker's log where it is read; else it is not known.",
+         "Read why they closed (--broker-log; closed-on-error names the broker's reason): ack each delivery once, on "
+         "the channel that received it; keep one channel per thread open for the connection's life instead of one "
+         f"per operation. See {GUIDE}.", _churn, needs=(CHANNELS,)),
+)

@@ -1,0 +1,115 @@
+"""Channels that keep closing on a connection that stays open, named from polls alone (issue 56): what polls saw of
+each connection, the broker's own churn counters beside it, and why, where the broker's log is read. Real clients on
+every release: tests/test_breaks.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from snapshot_builders import OVERVIEW, channel, connection, snapshot, stats
+
+from ackscope.diagnosis.channel_turnover import ChannelTurnover, closed_between
+from ackscope.diagnosis.rules import Context, evaluate
+from ackscope.model.events import BROKER_LOG, CHANNEL_ERROR, BrokerEvent, Breaks
+from ackscope.model.snapshot import Churn
+
+CHURNER, HEALTHY = "127.0.0.1:5001 -> 127.0.0.1:5672", "127.0.0.1:5002 -> 127.0.0.1:5672"
+
+
+def _poll(t: float, churner: tuple[int, ...], *, deliveries: int = 1, closed: int | None = None,
+          connections_closed: int = 0, healthy: bool = True):
+    """A poll at `t`: the churner's connection with channels numbered `churner` (each with `deliveries` taken), a
+    healthy client's connection with its one long-lived channel, and the broker's churn counters."""
+    channels = [channel(f"{CHURNER} ({n})", number=n, connection=CHURNER, connection_name="pika-double-ack",
+                        message_stats=stats(deliver_get=deliveries, ack=deliveries)) for n in churner]
+    if healthy:
+        channels.append(channel(f"{HEALTHY} (1)", connection=HEALTHY, connection_name="billing-healthy",
+                                message_stats=stats(deliver_get=int(t), ack=int(t))))
+    churn = None if closed is None else Churn(10, 10 + connections_closed, 100 + closed, 100 + closed)
+    return snapshot(t, overview=replace(OVERVIEW, churn=churn), channels=channels,
+                    connections=[connection(CHURNER, connection_name="pika-double-ack"),
+                                 connection(HEALTHY, connection_name="billing-healthy")])
+
+
+def _churn(polls, breaks=None, memory=True):
+    turnover = ChannelTurnover(300.0)
+    seen = None
+    for p in polls:
+        seen = turnover.update(p)
+    ctx = Context(polls[-1], polls[-2], window=polls[0], turnover=seen if memory else None, breaks=breaks)
+    return [f for f in evaluate(ctx) if f.rule == "channel-churn"]
+
+
+def test_a_name_gone_or_a_counter_fallen_is_a_channel_closed_on_a_connection_that_stayed():
+    before = _poll(0, (1, 2, 3), deliveries=5)
+    assert closed_between(before, _poll(10, (1,), deliveries=5)) == {CHURNER: 2}
+    # pika reuses the lowest free number: the same name with lower counters is a new channel.
+    assert closed_between(before, _poll(10, (1, 2, 3), deliveries=1)) == {CHURNER: 3}
+    assert closed_between(before, _poll(10, (1, 2, 3), deliveries=9)) == {}
+    # A connection that closed took its channels: no churn of a connection that stays.
+    gone = replace(_poll(10, ()), connections=(connection(HEALTHY, connection_name="billing-healthy"),))
+    assert closed_between(before, gone) == {}
+
+
+def test_a_connection_seen_closing_channels_poll_after_poll_is_named_and_why_is_not_known_without_the_log():
+    polls = [_poll(t, (1, 2) if i % 2 else (1, 3)) for i, t in enumerate(range(0, 70, 10))]
+    [f] = _churn(polls)
+    assert (f.severity, f.object, f.connection_name) == ("warning", f"connection {CHURNER}", "pika-double-ack")
+    assert f.evidence["channels_seen_closed_at_least"] == 6 and f.evidence["channels_open_now"] == 2
+    assert f.evidence["reason"].startswith("not known: give --broker-log")
+    assert "inferred" not in f.evidence
+    # The log read: the broker's own reason, or none (the client closes its own).
+    error = BrokerEvent(50.0, CHANNEL_ERROR, BROKER_LOG, connection=CHURNER, channel=2,
+                        reason="precondition_failed", text="unknown delivery tag 1")
+    [f] = _churn(polls, Breaks(60.0, (BROKER_LOG,), (error,)))
+    assert f.evidence["reason"].startswith("the broker closed 1 of them on an error") and "unknown delivery tag" in \
+        f.evidence["reason"]
+    [f] = _churn(polls, Breaks(60.0, (BROKER_LOG,)))
+    assert "the client closes them itself" in f.evidence["reason"]
+
+
+def test_a_healthy_connection_and_one_closed_channel_are_never_churn():
+    steady = [_poll(t, (1,)) for t in range(0, 70, 10)]
+    assert _churn(steady) == []
+    once = steady[:3] + [_poll(t, (2,)) for t in range(30, 70, 10)]
+    assert _churn(once) == []
+    # Even where the broker counts channels closing: one close seen is no client churning, and others may be.
+    counted = [replace(p, overview=replace(OVERVIEW, churn=Churn(10, 10, 100 + i * 10, 100 + i * 10)))
+               for i, p in enumerate(once)]
+    [f] = _churn(counted)
+    assert f.evidence["inferred"].startswith("the only connection polls saw close a channel")
+    assert f.connection_name == "pika-double-ack"
+
+
+def test_where_polls_saw_several_connections_close_few_channels_the_broker_count_names_none():
+    def two(t, i):
+        p = _poll(t, (1, 2) if i % 3 == 0 else (1,), closed=i * 10)
+        other = channel(f"{HEALTHY} ({2 if i % 3 == 1 else 3})", connection=HEALTHY, connection_name="billing-healthy")
+        return replace(p, channels=p.channels + (other,))
+    [f] = _churn([two(t, i) for i, t in enumerate(range(0, 40, 10))])
+    assert f.object == "channels on connections that stay open" and f.connection_name == ""
+    assert f.evidence["client"].startswith("unattributed")
+    assert "pika-double-ack" in f.evidence["candidates"] and "billing-healthy" in f.evidence["candidates"]
+
+
+def test_channels_of_connections_that_closed_are_no_churn_of_those_that_stay():
+    # A connection per message: each closed channel went with its connection.
+    polls = [_poll(t, (1,), closed=i * 10, connections_closed=i * 10) for i, t in enumerate(range(0, 70, 10))]
+    assert _churn(polls) == []
+
+
+def test_without_memory_the_window_start_and_end_say_what_they_can():
+    polls = [_poll(0, tuple(range(1, 9))), _poll(30, (1, 9)), _poll(60, (1,))]
+    [f] = _churn(polls, memory=False)
+    assert f.evidence["channels_seen_closed_at_least"] == 7
+
+
+def test_where_the_windows_first_poll_has_no_counts_the_poll_before_gives_them():
+    """A node's first seconds list no churn counts (measured on 4.3.6): the window's start then says nothing, and
+    the poll before does."""
+    polls = [_poll(0, (1,))] + [_poll(t, (1, 2) if t % 20 else (1,), closed=t) for t in range(10, 70, 10)]
+    [f] = _churn(polls)
+    assert f.evidence["broker_channels_closed"] == 10 and f.evidence["broker_counted_over_seconds"] == 10
+    # Three seen closing in a minute, at 6 a minute only with the broker's count beside them.
+    assert f.evidence["channels_seen_closed_at_least"] == 3 and f.connection_name == "pika-double-ack"
+    assert _churn([replace(p, overview=OVERVIEW) for p in polls]) == []
