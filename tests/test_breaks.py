@@ -194,6 +194,13 @@ def test_amqplib_connecting_per_message_is_churn_named_by_its_address(breaking):
                and f["evidence"]["connections_opened"] >= 10 and f["evidence"]["per_minute"] >= 10, 60, "amqplib")
     # With the log and the event exchange both read, connections are the log's (it says why each closed).
     assert f["evidence"]["source"] == "broker log" and f["evidence"]["peer_host"] == "127.0.0.1"
+    # Every client here connects from 127.0.0.1 as guest: the named ones, whose connections stay open, are no churn
+    # (issue 56: a healthy named client was once lumped with the churner).
+    churns = [x for x in list(breaking.seen.findings.values()) if x["rule"] == "connection-churn"]
+    assert not [x for x in churns if x["connection_name"]], churns
+    # amqplib's connections last shorter than a poll: no poll saw their library, and the finding says no more than
+    # the log does (an address and a user).
+    assert f["object"] == "clients from 127.0.0.1 as guest" and f["connection_name"] == "", f
     samples = scrape(breaking.exporter)
     opened = sum(v for labels, v in samples["ackscope_broker_connections_opened_total"])
     assert opened >= 10

@@ -270,6 +270,23 @@ def test_a_client_opening_a_connection_per_message_is_named_from_the_log_or_the_
     assert ({"consumer-timed-out", "closed-on-error"} <= skipped) == (source == EVENT_EXCHANGE)
 
 
+def test_churn_is_grouped_by_the_name_a_client_gives_and_never_takes_in_a_connection_that_stays_open():
+    """Issue 56: a client opening a connection per message and a healthy one named billing-healthy, both from
+    127.0.0.1 as guest, were one finding naming the healthy one; a poison loop's 40 names were lumped together."""
+    def opened(i: int, name: str | None, client: str | None = None) -> BrokerEvent:
+        return BrokerEvent(1000.0 + i, CONNECTION_OPENED, BROKER_LOG, connection=f"127.0.0.1:{40000 + i} -> "
+                           "127.0.0.1:5672", connection_name=name, client=client, vhost="/", user="guest")
+    churner = [opened(i, None, "amqplib 0.10.4") for i in range(30)]
+    healthy = [opened(100 + i, "billing-healthy") for i in range(3)]  # restarted twice; its last connection open
+    named = [opened(200 + i, f"poison-{i}") for i in range(40)]  # 40 clients, once each
+    still_open = connection(healthy[-1].connection, connection_name="billing-healthy")
+    breaks = Breaks(1300.0, (BROKER_LOG,), tuple(sorted(churner + healthy + named)))
+    found = _rules(diagnose(Context(snapshot(taken_at=1300.0, connections=(still_open,)), breaks=breaks)))
+    (churn,) = found["connection-churn"]
+    assert churn.identity == "amqplib 0.10.4 clients from 127.0.0.1 as guest" and churn.evidence["connections_opened"] == 30
+    assert churn.connection_name == "" and "billing-healthy" not in churn.explanation
+
+
 def test_churn_from_polls_alone_is_info_and_says_the_log_would_name_the_client():
     then = snapshot(taken_at=0.0, overview=replace(OVERVIEW, churn=Churn(10, 9, 10, 9)))
     now = snapshot(taken_at=300.0, overview=replace(OVERVIEW, churn=Churn(130, 129, 130, 129)))
