@@ -183,11 +183,13 @@ def _node_list_missed(exporter) -> float:
                if labels.get("endpoint") == "nodes")
 
 
-def test_diagnose_started_after_a_full_split_names_each_node_cut_off_and_none_down(split_cluster, release):
+def test_diagnose_started_after_a_full_split_names_each_node_cut_off_and_none_down(split_cluster, release,
+                                                                                   start_exporter):
     """On call, diagnose runs during the incident: it never saw the cluster whole, and the node it asks lists no
     plugin of the members it cannot reach. Given each node's plugin (--prometheus-url), those that answer are
     partitioned, not down: under Khepri (newest), each counting two peers unreachable, on no majority's side; on 3.10,
-    whose plugin counts no unreachable peers, cut off from node 1 at least, and what else is not known."""
+    whose plugin counts no unreachable peers, cut off from node 1 at least, and what else is not known. An exporter
+    started during the split, given the same, says the same."""
     first, second, third = split_cluster.nodes
     newest = release == "newest"
     if newest:
@@ -205,6 +207,12 @@ def test_diagnose_started_after_a_full_split_names_each_node_cut_off_and_none_do
                  "--username", ADMIN_USER, "--prometheus-url", ",".join(n.prometheus_url for n in split_cluster.nodes),
                  "--timeout", str(SPLIT_TIMEOUT), "--window", "2s", "--format", "json"],
                 capture_output=True, text=True, timeout=300, env=dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD))
+            exporter = start_exporter(first.management_url, timeout=SPLIT_TIMEOUT,
+                                      prometheus_url=tuple(n.prometheus_url for n in split_cluster.nodes))
+            shown = wait_for(lambda: (d := findings_document(exporter)) and len(
+                [f for f in d["findings"] if f["rule"] == "network-partition"]) == 3 and d, 60,
+                "the exporter started during the split to name the partition on each node")
+            assert not [f for f in shown["findings"] if f["rule"] == "node-down"], shown["findings"]
         assert done.returncode == 2 and "Traceback" not in done.stderr, (done.returncode, done.stderr)
         report = json.loads(done.stdout)
         assert not [f for f in report["findings"] if f["rule"] == "node-down"], report["findings"]

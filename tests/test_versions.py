@@ -282,6 +282,14 @@ def test_stuck_dead_lettering_names_the_exchange_the_key_and_the_queue_full_with
     assert f["evidence"]["why"] == ["queue 'parked' (through exchange 'orders-dlx-full' (direct, binding key 'late')) "
                                     "refuses them: full, 5 messages against its limit of 5, overflow reject-publish"]
     assert node.api("GET", f"/queues/{vhost}/parked").json().get("messages") == 5  # it took none of them
+    # diagnose, as on call, says the same from its own two samples.
+    done = subprocess.run([sys.executable, "-m", "ackscope", "diagnose", "--management-url", node.management_url,
+                           "--username", ADMIN_USER, "--include-vhosts", re.escape(vhost), "--window", "2s",
+                           "--format", "json"], env={"ACKSCOPE_PASSWORD": ADMIN_PASSWORD, "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+    [said] = [g for g in json.loads(done.stdout)["findings"] if g["rule"] == "dead-lettering-stuck"]
+    assert (said["object"], said["evidence"]["why"]) == ("queue orders", f["evidence"]["why"]), said
 
 
 # -- a quorum queue's delivery limit, as each release applies it -------------------------------------------
