@@ -288,6 +288,9 @@ def test_warnings_known_to_make_no_event_are_not_counted_as_not_understood():
         PLAIN.format("warning", 1, 'Message store "628WB79CIFDYO9LJI6DKMI09L/msg_store_persistent": rebuilding indices '
                                 "from scratch"),
         PLAIN.format("warning", 2, "Classic peer discovery backend: list of nodes does not contain the local node []"),
+        # The node's own AMQP client (its management API's publish, as tests use it) connecting.
+        PLAIN.format("warning", 2, "AMQP 0-9-1 client call timeout was 70000 ms, is updated to a safe effective value "
+                                   "of 130000 ms"),
         # 4.3 says a failed login twice: the connection's error after it names the connection.
         PLAIN.format("warning", 3, "User 'guest' failed to authenticate: user 'guest' - invalid credentials"),
         # The node's alarms, which polls read (memory-alarm): a record of several lines, and its clearing.

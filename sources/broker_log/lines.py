@@ -97,9 +97,11 @@ _READ = ("Channel error on connection", "Consumer ", "connection ", "closing AMQ
 # Levels at which a record no parser turns into an event is counted as not understood: never passed over silently.
 _SAID = frozenset(("warning", "error", "critical", "alert", "emergency"))
 # Warnings known to be about the node alone: written as it starts, or its alarms (which polls read: memory-alarm,
-# disk-alarm), read and about no client.
+# disk-alarm), read and about no client; or the node's own AMQP client (its management API's publish and get, a
+# shovel's or federation link's connection) raising its call timeout as it connects (3.10.8, 4.x: "AMQP 0-9-1 client
+# call timeout was 70000 ms, is updated to a safe effective value of 130000 ms").
 _NODE_ALONE = ('Message store "', "Classic peer discovery backend: ", "memory resource limit alarm ",
-               "disk resource limit alarm ")
+               "disk resource limit alarm ", "AMQP 0-9-1 client call timeout was ")
 # Warnings the record after them says again, with the connection: 4.3's failed login before its connection error.
 _SAID_AGAIN = re.compile(r"User '.*' failed to authenticate: ")
 # What _event returns for a record it read whole and holds for the next (a consumer's timeout, before its close).
