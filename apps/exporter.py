@@ -23,6 +23,7 @@ from ackscope.diagnosis.channel_turnover import ChannelTurnover
 from ackscope.diagnosis.confirm_waits import ConfirmWaits
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.onset import Onset
+from ackscope.diagnosis.queues import PERSISTENT_COUNT_LAG
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.diagnosis.upgrade import outlooks
@@ -227,6 +228,7 @@ class Exporter:
     def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None, breaks: Breaks | None) -> Diagnosis:
         oldest = self.waiting.update(snapshot)
         verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds,
+                                   earlier=self.recent.before(snapshot, PERSISTENT_COUNT_LAG),
                                    window=self.recent.start(snapshot), breaks=breaks,
                                    held=self.holding.update(snapshot), oldest=oldest,
                                    in_flight=self.confirm_waits.update(snapshot), confirm_bench=self.cfg.confirm_bench,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -30,18 +29,29 @@ def _transient_in_durable(ctx: Context, rule: Rule) -> Iterator[Finding]:
 
 
 # How long the broker may take to count a persistent message as persistent: 4.3.6's classic queues, loaded, counted a
-# healthy publisher's last messages (two a second, all persistent) as not yet persistent across polls a second apart.
+# healthy publisher's last messages (two a second, all persistent) as not yet persistent across polls a second apart;
+# 3.10.8, loaded, listed three persistent messages as ready and none persistent at a poll (its persistent count comes
+# with the queue's statistics, later than its depth).
 PERSISTENT_COUNT_LAG = 5.0
 
 
 def _arriving(ctx: Context, q: Queue) -> int:
-    """How many of the queue's messages may be too new for its persistent count: what was published into it over
-    the last PERSISTENT_COUNT_LAG seconds at its rate over the window (all of it on the first poll)."""
-    seconds = ctx.window_seconds
-    if seconds is None:
-        return num(q.messages_ready) + num(q.messages_unacked)
-    # The management API leaves out a counter never counted: a queue nobody published into lately has none.
-    return math.ceil(num(ctx.over_window(q, "publish")) / seconds * PERSISTENT_COUNT_LAG)
+    """How many of the queue's messages may be too new for its persistent count: all that was published into it
+    since the newest poll at least PERSISTENT_COUNT_LAG seconds old (the previous poll, one kept of the window, or
+    the window's start); all of its messages where no poll is that old, or the queue is newer."""
+    now = ctx.snapshot.taken_at
+    held = num(q.messages_ready) + num(q.messages_unacked)
+    polls = [s for s in (ctx.previous, ctx.earlier, ctx.window_start)
+             if s is not None and s.taken_at <= now - PERSISTENT_COUNT_LAG]
+    if not polls:
+        return held
+    then = next((p for p in max(polls, key=lambda s: s.taken_at).queues if (p.vhost, p.name) == (q.vhost, q.name)),
+                None)
+    if then is None:
+        return held
+    # The management API leaves out a counter never counted: a queue nobody published into has none.
+    published = num(q.message_stats.publish) - num(then.message_stats.publish)
+    return published if published >= 0 else held  # a counter that fell: the queue was declared anew
 
 
 def _non_durable_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:

@@ -22,6 +22,11 @@ class Recent:
         """Snapshots kept (at most KEPT + 1 or so, whatever the poll interval: the memory it costs)."""
         return len(self._kept)
 
+    def before(self, snapshot: Snapshot, seconds: float) -> Snapshot | None:
+        """The newest kept snapshot at least `seconds` older than `snapshot` (kept: a few per window, so it may be
+        older by up to a tenth of the window more); None where none is. Call it before start(snapshot)."""
+        return next((s for s in reversed(self._kept) if s.taken_at <= snapshot.taken_at - seconds), None)
+
     def start(self, snapshot: Snapshot) -> Snapshot | None:
         """The kept snapshot closest to `seconds` before this one (the oldest, while the exporter is younger
         than the window); then keeps this one. None on the first poll."""
