@@ -61,13 +61,19 @@ def _partition(ctx: Context, rule: Rule) -> Iterator[Finding]:
         cannot = list(n.partitions)
         # A member the node asked cannot reach, whose own plugin answers without counting its unreachable peers
         # (RabbitMQ before 3.13): it cannot reach the side of the node asked at least, and whether it reaches the
-        # other members it is cut from too, nothing read says. Its side and majority are not known.
-        unsure = n.partitions_inferred and n.unreachable_peers is None and n.name != ctx.snapshot.overview.node
+        # other members cut from that side too, nothing read says. Its side is itself and some of those: a majority
+        # only where all of them with it would be one.
+        others = [m for m in members if m != n.name and m not in cannot]
+        unsure = bool(others) and n.partitions_inferred and n.unreachable_peers is None \
+            and n.name != ctx.snapshot.overview.node
         side = None if unsure else [m for m in members if m not in cannot]
-        majority = None if side is None else len(side) > len(members) / 2
+        majority = (len(side) > len(members) / 2 if side is not None else
+                    False if 1 + len(others) <= len(members) / 2 else None)
         if unsure:
-            means = ("which of the other members it still reaches is not known (its plugin counts no unreachable "
-                     "peers before RabbitMQ 3.13), so neither is whether its side holds a majority")
+            means = (f"whether it still reaches {', '.join(others)} is not known (its plugin counts no unreachable "
+                     "peers before RabbitMQ 3.13), " + ("but its side holds no majority whichever it reaches"
+                                                        if majority is False else
+                                                        "so neither is whether its side holds a majority"))
         elif khepri:
             means = ("this side holds a majority of the cluster: it can still change definitions (queues, exchanges, "
                      "bindings, users, policies), and each quorum queue goes on where a majority of its members is"
@@ -85,10 +91,10 @@ def _partition(ctx: Context, rule: Rule) -> Iterator[Finding]:
             " (inferred: they answer themselves while it lists them as not running)" if n.partitions_inferred else "")
         yield rule.finding("critical", "", f"node {n.name}", None,
                            {"cannot_reach": cannot, "inferred": n.partitions_inferred,
-                            **({"what_else_it_cannot_reach": "not known: its plugin counts no unreachable peers "
-                                "(before RabbitMQ 3.13)"} if unsure else {}),
+                            **({"what_else_it_cannot_reach": f"not known: whether it reaches {', '.join(others)} "
+                                "(its plugin counts no unreachable peers before RabbitMQ 3.13)"} if unsure else {}),
                             "unreachable_peers": n.unreachable_peers,
-                            "its_side": "not known" if side is None else side,
+                            "its_side": f"itself and some of {', '.join(others)} (not known)" if side is None else side,
                             "majority": "not known" if majority is None else majority,
                             "metadata_store": ("khepri" if khepri else "mnesia") + " (inferred from the release)"},
                            f"node {n.name} is cut off from part of its cluster: it cannot reach {who}; {means}.")
