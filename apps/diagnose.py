@@ -29,6 +29,7 @@ from typing import Any
 from ackscope.core import config
 from ackscope.core.config import ConfigError
 from ackscope.core.durations import describe, parse_duration
+from ackscope.core.evidence import rows as evidence_rows
 from ackscope.dashboard.source import ExporterSource, Live
 from ackscope.diagnosis.channel_turnover import ChannelTurnover
 from ackscope.diagnosis.holding import Holding
@@ -573,6 +574,18 @@ def _headline(s: Snapshot, url: str) -> str:
         for what in ("queues", "channels", "connections"))
 
 
+LABEL_WIDTH = 28  # a longer label pushes only its own value along
+
+
+def evidence_lines(evidence: dict) -> list[str]:
+    """A finding's evidence under its first line: a row a line (core/evidence.py), the labels in a column, the
+    first line headed "evidence"; nothing where there is none."""
+    rows = evidence_rows(evidence)
+    width = min(max((len(label) for label, _ in rows), default=0), LABEL_WIDTH)
+    return [f"  {'evidence' if i == 0 else '':<8}  {label:<{width}}  {value}".rstrip() for i, (label, value) in
+            enumerate(rows)]
+
+
 def print_report(verdict: Diagnosis, headline: str, nothing: str = "no findings", notes: Sequence[str] = ()) -> None:
     """The headline and its notes (where the findings come from), then worst first, one block per finding:
     severity, rule, vhost and culprit on its first line (never wrapped, so it can be grepped), then since when
@@ -590,12 +603,12 @@ def print_report(verdict: Diagnosis, headline: str, nothing: str = "no findings"
     console.print(", ".join(f"[{COLOURS[k]}]{n} {k}[/]" for k, n in counts.items() if n) if findings
                   else f"[green]{escape(nothing)}[/green]")
     for f in findings:
-        evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
         console.print(f"\n[{COLOURS[f.severity]}]{f.severity.upper():<8}[/] [bold]{f.rule}[/bold]  "
                       f"vhost={escape(f.vhost or '-')}  {escape(f.culprit)}")
         if f.since is not None:
             console.print(f"  since     {_clock(f.since)}")
-        console.print(f"  evidence  {escape(evidence)}")
+        for line in evidence_lines(f.evidence):
+            console.print(escape(line))
         console.print(f"  why       {escape(f.explanation)}")
         console.print(f"  do        {escape(f.remedy)}")
     if verdict.not_evaluated:

@@ -30,21 +30,24 @@ def unacked_vs_prefetch(df: pd.DataFrame) -> go.Figure:
 
 def probe_latency(df: pd.DataFrame, title: str = "Probe confirm latency") -> go.Figure:
     """p50/p90/p99 per probe target (classic against quorum, persistent against transient)."""
-    labels = [f"{r.target} ({r.queue_type}, {r.persistent})" for r in df.itertuples()]
+    labels = [f"{target} ({kind}, {persistent})"
+              for target, kind, persistent in zip(df["target"], df["queue type"], df["persistent"])]
     fig = go.Figure()
-    for column, name in (("p50_ms", "p50"), ("p90_ms", "p90"), ("p99_ms", "p99")):
-        fig.add_bar(x=labels, y=df[column], name=name)
+    for name in ("p50", "p90", "p99"):
+        fig.add_bar(x=labels, y=df[f"{name} (ms)"], name=name, hovertemplate="%{x}<br>%{y:.1f} ms")
     fig.update_layout(title=title, barmode="group", yaxis_title="ms", height=340, **_LAYOUT)
     return fig
 
 
 def batch_sizes(df: pd.DataFrame) -> go.Figure:
-    """Confirm frames per batch-size bucket and target."""
+    """Confirm frames per batch-size bucket and target: the buckets as categories ("1", "3-5", "over 1000"), in
+    order, so that each bar stands over its bucket rather than at a number on an axis to 1,000."""
     fig = go.Figure()
     for target, rows in df.groupby("target", sort=True):
-        fig.add_bar(x=rows["batch_size_up_to"], y=rows["frames"], name=target)
+        fig.add_bar(x=rows["batch size"], y=rows["frames"], name=target)
     fig.update_layout(title="Confirm frames by batch size (messages one basic.ack settled)", barmode="group",
-                      xaxis_title="batch size ≤", yaxis_title="frames", height=340, **_LAYOUT)
+                      xaxis_title="batch size (messages)", yaxis_title="frames", height=340, **_LAYOUT)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=list(dict.fromkeys(df["batch size"])))
     return fig
 
 
@@ -76,6 +79,8 @@ def over_time(df: pd.DataFrame, x: str, ys: list[str], colour: str, title: str, 
     fig = go.Figure()
     for key, rows in df.sort_values(x).groupby(colour, sort=True):
         for y in ys:
-            fig.add_scatter(x=rows[x], y=rows[y], mode="lines", name=f"{key} {y}" if len(ys) > 1 else str(key))
+            # p50_ms → "p50": the unit is the axis's title.
+            name = f"{key} {y.removesuffix('_ms')}" if len(ys) > 1 else str(key)
+            fig.add_scatter(x=rows[x], y=rows[y], mode="lines", name=name)
     fig.update_layout(title=title, yaxis_title=y_title, height=340, **_LAYOUT)
     return fig

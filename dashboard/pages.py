@@ -127,13 +127,20 @@ def _findings_section(data: Live, min_severity: str = "warning") -> pd.DataFrame
     counts = found["severity"].value_counts()
     st.subheader(f"What is wrong: {len(found)} finding(s) — "
                  + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "info") if s in counts))
-    for f in found.head(CARDS).to_dict("records"):
+    for f in views.cards(data.findings, min_severity, CARDS):
         since = f" · since {f['since']} ({f['for']})" if f["since"] else ""
         with st.container(border=True):
             st.markdown(f":{_COLOUR.get(f['severity'], 'gray')}[**{_md(f['severity'])}**] · **{_md(f['rule'])}** — "
-                        f"**{_md(f['culprit'])}**{_md(since)}  \n"
-                        f"{_md(f['evidence'])}  \n*Remedy:* {_md(f['remedy'])}")
+                        f"**{_md(f['culprit'])}**{_md(since)}")
+            if f["evidence"]:
+                st.markdown(_evidence_table(f["evidence"]))
+            st.markdown(f"*Remedy:* {_md(f['remedy'])}")
     return found
+
+
+def _evidence_table(rows: list[tuple[str, str]]) -> str:
+    """A finding's evidence as a two-column Markdown table: what, in words, and its value with its unit."""
+    return _markdown_table(pd.DataFrame(rows, columns=["evidence", ""]))
 
 
 def _all_findings(found: pd.DataFrame) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from ackscope.core import evidence
 from ackscope.core.durations import describe
 from ackscope.core.quantile import histogram_quantile
 from ackscope.model.snapshot import prefetch_fill
@@ -19,20 +20,36 @@ SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 def findings(items: list[dict[str, Any]], min_severity: str = "info", now: float | None = None) -> pd.DataFrame:
     """Findings worst first: severity, rule, culprit (the client's name first: it is what on-call knows, then
-    the object), since when (UTC) and for how long, vhost, evidence, remedy."""
+    the object), since when (UTC) and for how long, vhost, evidence (its rows on one line, "label: value · …",
+    core/evidence.py), remedy."""
+    rows = [{**row, "evidence": evidence.text(f.get("evidence") or {})}
+            for f, row in _worst(items, min_severity, now)]
+    return pd.DataFrame(rows, columns=["severity", "rule", "culprit", "since", "for", "vhost", "evidence", "remedy"])
+
+
+def cards(items: list[dict[str, Any]], min_severity: str = "warning", top: int = 5,
+          now: float | None = None) -> list[dict[str, Any]]:
+    """The worst `top` findings as findings() has them, each with its evidence as (label, value) rows to show as
+    a small table (core/evidence.py), for the landing page's cards."""
+    return [{**row, "evidence": evidence.rows(f.get("evidence") or {})}
+            for f, row in _worst(items, min_severity, now)[:top]]
+
+
+def _worst(items: list[dict[str, Any]], min_severity: str, now: float | None) -> list[tuple[dict, dict]]:
+    """(finding, its row but the evidence) worst first, at `min_severity` and above."""
     now = time.time() if now is None else now
     keep = [f for f in items if SEVERITY_ORDER.get(f["severity"], 3) <= SEVERITY_ORDER[min_severity]]
-    rows = [{"severity": f["severity"], "rule": f["rule"],
-             "culprit": f"{who} · {f['object']}" if (who := f.get("identity") or f.get("connection_name"))
-             else f["object"],
-             "since": None if f.get("since") is None else
-             datetime.fromtimestamp(f["since"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-             "for": None if f.get("since") is None else describe(now - f["since"]),
-             "vhost": f["vhost"],
-             "evidence": ", ".join(f"{k}={_short(v)}" for k, v in sorted(f.get("evidence", {}).items())),
-             "remedy": f.get("remedy", "")} for f in keep]
-    df = pd.DataFrame(rows, columns=["severity", "rule", "culprit", "since", "for", "vhost", "evidence", "remedy"])
-    return df.sort_values("severity", key=lambda s: s.map(SEVERITY_ORDER), kind="stable").reset_index(drop=True)
+    keep.sort(key=lambda f: SEVERITY_ORDER[f["severity"]])  # stable: the exporter's order among equals
+    return [(f, {"severity": f["severity"], "rule": f["rule"], "culprit": _culprit(f),
+                 "since": None if f.get("since") is None else
+                 datetime.fromtimestamp(f["since"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                 "for": None if f.get("since") is None else describe(now - f["since"]),
+                 "vhost": f["vhost"], "remedy": f.get("remedy", "")}) for f in keep]
+
+
+def _culprit(f: dict[str, Any]) -> str:
+    who = f.get("identity") or f.get("connection_name")
+    return f"{who} · {f['object']}" if who else f["object"]
 
 
 # A broker's state on the landing page of several, worst first: one that cannot be read now is worse than a
@@ -68,12 +85,10 @@ def brokers(fetched: list[tuple[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]
 
 def upgrade(items: list[dict[str, Any]]) -> pd.DataFrame:
     """What one release will change, worst first: severity, the change, the culprit (client first, then the
-    object), vhost, what will happen, what to do, and the evidence."""
-    rows = [{"severity": f["severity"], "change": f["rule"],
-             "culprit": f"{who} · {f['object']}" if (who := f.get("identity") or f.get("connection_name"))
-             else f["object"],
+    object), vhost, what will happen, what to do, and the evidence (on one line, as findings() has it)."""
+    rows = [{"severity": f["severity"], "change": f["rule"], "culprit": _culprit(f),
              "vhost": f["vhost"], "what happens": f.get("explanation", ""), "remedy": f.get("remedy", ""),
-             "evidence": ", ".join(f"{k}={_short(v)}" for k, v in sorted(f.get("evidence", {}).items()))}
+             "evidence": evidence.text(f.get("evidence") or {})}
             for f in items]
     df = pd.DataFrame(rows, columns=["severity", "change", "culprit", "vhost", "what happens", "remedy", "evidence"])
     return df.sort_values("severity", key=lambda s: s.map(SEVERITY_ORDER), kind="stable").reset_index(drop=True)
@@ -174,7 +189,7 @@ def redeliveries(snapshot: dict[str, Any] | None, previous: dict[str, Any] | Non
                  top: int = 50) -> tuple[pd.DataFrame, int]:
     """Queues that have redelivered, by redelivered share: counts since the queue's stats began, and the
     redelivery rate since the previous snapshot when there is one."""
-    columns = ["queue", "vhost", "type", "redelivered", "delivered", "share", "redelivered_per_s", "consumers"]
+    columns = ["queue", "vhost", "type", "redelivered", "delivered", "share", "redelivered (per s)", "consumers"]
     if not snapshot:
         return pd.DataFrame(columns=columns), 0
     before = {}
@@ -192,37 +207,48 @@ def redeliveries(snapshot: dict[str, Any] | None, previous: dict[str, Any] | Non
         rate = (redelivered - old) / elapsed if old is not None and elapsed and redelivered >= old else None
         rows.append({"queue": q["name"], "vhost": q["vhost"], "type": q.get("type"), "redelivered": redelivered,
                      "delivered": delivered, "share": redelivered / delivered if delivered else None,
-                     "redelivered_per_s": rate, "consumers": q.get("consumers")})
+                     "redelivered (per s)": None if rate is None else round(rate, 2),
+                     "consumers": q.get("consumers")})
     df = _search(pd.DataFrame(rows, columns=columns), search, ("queue", "vhost"))
     df = df.sort_values(["share", "redelivered"], ascending=False, kind="stable", na_position="first")
     return df.head(top).reset_index(drop=True), len(df)
 
 
+LATENCY_COLUMNS = ["target", "queue type", "persistent", "count", "p50 (ms)", "p90 (ms)", "p99 (ms)"]
+
+
 def probe_latency(probes: list[dict[str, Any]], histogram: str = "confirm_latency_seconds") -> pd.DataFrame:
-    """Per probe target: queue type, persistence, observations and p50/p90/p99 in milliseconds."""
+    """Per probe target: queue type, persistence, observations and p50/p90/p99 in milliseconds, to one decimal."""
     rows = []
     for p in probes:
         buckets = p["histograms"].get(histogram, [])
         count = buckets[-1][1] if buckets else 0
-        row = {"target": p["target"], "queue_type": p["queue_type"],
+        row = {"target": p["target"], "queue type": p["queue_type"],
                "persistent": "persistent" if p["persistent"] else "transient", "count": int(count)}
-        for name, q in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99)):
+        for name, q in (("p50 (ms)", 0.5), ("p90 (ms)", 0.9), ("p99 (ms)", 0.99)):
             v = histogram_quantile(buckets, q)
-            row[name] = None if v is None else v * 1000
+            row[name] = None if v is None else round(v * 1000, 1)
         rows.append(row)
-    return pd.DataFrame(rows, columns=["target", "queue_type", "persistent", "count", "p50_ms", "p90_ms", "p99_ms"])
+    return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
 
 
 def batch_sizes(probes: list[dict[str, Any]]) -> pd.DataFrame:
-    """Confirm frames per batch-size bucket and target (not cumulative): many frames above 1 under load is
-    the fsync batching signature."""
+    """Confirm frames per batch-size bucket and target (not cumulative), each bucket named by the sizes it holds
+    ("1", "3-5", "over 1000"): many frames above 1 under load is the fsync batching signature. The buckets
+    above the largest any target used are left out, so that a chart of them is not mostly empty."""
     rows = []
     for p in probes:
-        previous = 0.0
+        previous, low = 0.0, 1
         for le, count in p["histograms"].get("confirm_batch_size", []):
-            rows.append({"target": p["target"], "batch_size_up_to": str(le), "frames": count - previous})
-            previous = count
-    return pd.DataFrame(rows, columns=["target", "batch_size_up_to", "frames"])
+            high = float(le)
+            label = (f"over {low - 1:g}" if high == float("inf") else f"{low:g}" if high <= low
+                     else f"{low:g}-{high:g}")
+            rows.append({"target": p["target"], "batch size": label, "frames": count - previous})
+            previous, low = count, int(high) + 1 if high != float("inf") else low
+    df = pd.DataFrame(rows, columns=["target", "batch size", "frames"])
+    bucket = df.groupby("target").cumcount()
+    used = bucket[df["frames"] > 0]
+    return df[bucket <= (used.max() if len(used) else -1)].reset_index(drop=True)
 
 
 AUDIT = ("published", "confirmed", "delivered", "lost", "duplicates", "redelivered", "requeued", "nacked",
@@ -242,12 +268,12 @@ def nodes(snapshot: dict[str, Any] | None) -> pd.DataFrame:
     for n in (snapshot or {}).get("nodes", []):
         alarms = [name for name, on in (("memory", n.get("mem_alarm")), ("disk", n.get("disk_free_alarm"))) if on]
         rows.append({"node": n["name"], "running": n.get("running"),
-                     "cannot_reach": ", ".join(n.get("partitions") or []),
-                     "memory_used_mib": _mib(n.get("mem_used")), "memory_limit_mib": _mib(n.get("mem_limit")),
-                     "disk_free_mib": _mib(n.get("disk_free")), "disk_free_limit_mib": _mib(n.get("disk_free_limit")),
-                     "alarms": ", ".join(alarms)})
-    return pd.DataFrame(rows, columns=["node", "running", "cannot_reach", "memory_used_mib", "memory_limit_mib",
-                                       "disk_free_mib", "disk_free_limit_mib", "alarms"])
+                     "cannot reach": ", ".join(n.get("partitions") or []),
+                     "memory used (MiB)": _mib(n.get("mem_used")), "memory limit (MiB)": _mib(n.get("mem_limit")),
+                     "disk free (MiB)": _mib(n.get("disk_free")),
+                     "disk free limit (MiB)": _mib(n.get("disk_free_limit")), "alarms": ", ".join(alarms)})
+    return pd.DataFrame(rows, columns=["node", "running", "cannot reach", "memory used (MiB)", "memory limit (MiB)",
+                                       "disk free (MiB)", "disk free limit (MiB)", "alarms"])
 
 
 def degraded_queues(snapshot: dict[str, Any] | None) -> pd.DataFrame:
@@ -337,7 +363,3 @@ def _search(df: pd.DataFrame, text: str, columns: tuple[str, ...]) -> pd.DataFra
 
 def _mib(v: int | None) -> float | None:
     return None if v is None else round(v / 2**20, 1)
-
-
-def _short(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)

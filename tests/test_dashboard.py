@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -91,7 +92,7 @@ def test_overview_shows_findings_with_their_culprits_unacked_against_prefetch_an
     saturated = prefetch["ackscope-scenario prefetch-saturated"]
     assert saturated["unacked"] == saturated["prefetch limit"] == "10" and saturated["fill"] == "█" * 10 + " 100%"
     latency = rest[-1]
-    assert set(latency["target"]) == {"classic-persistent", "quorum"} and (latency["p50_ms"] > 0).all()
+    assert set(latency["target"]) == {"classic-persistent", "quorum"} and (latency["p50 (ms)"] > 0).all()
     assert _charts(app) >= 2
     assert not app.error
 
@@ -213,7 +214,8 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
             tab.on("pageerror", lambda e: script_errors.append(str(e)))
             tab.goto(url)
             seen(tab, tab.get_by_text("What is wrong:"), "the findings")
-            cells = tab.locator("[data-testid=stMarkdown] table").filter(has_text="prefetch limit").locator("td")
+            tables = tab.locator("[data-testid=stMarkdown] table")
+            cells = tables.filter(has=tab.locator("th", has_text="prefetch limit")).locator("td")
             seen(tab, cells.first, "the prefetch table")
             seen(tab, tab.locator(".js-plotly-plot").first, "a chart")
             text = tab.inner_text("body")
@@ -222,6 +224,7 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
                 assert f"ackscope-scenario {scenario}" in prefetch  # the prefetch table names the client
             assert "ackscope-scenario prefetch-saturated" in text  # and so does a finding card
             assert "Remedy:" in text
+            _evidence_reads_as_words_with_units(tab, tables.filter(has=tab.locator("th", has_text="evidence")))
             # The charts are drawn one after another: wait for the second, do not count at the first.
             seen(tab, tab.locator(".js-plotly-plot").nth(1), "the second chart")
             assert "Traceback" not in text
@@ -236,6 +239,30 @@ def test_landing_page_in_a_real_browser_names_the_culprits_and_draws_the_charts(
         finally:
             browser.close()
     assert (ARTIFACTS / "dashboard-landing.png").stat().st_size > 10_000
+
+
+# Labels whose values are durations, and how a duration is shown: "95 s", "1.8 ms", "1,800 s (30 min)".
+DURATION_LABELS = ("window", "held for at least", "timeout", "over", "oldest message age", "last poll", "last seen")
+DURATION = re.compile(r"^[0-9][0-9,.]* (ms|s)( \(.+\))?( ago)?$")
+
+
+def _evidence_reads_as_words_with_units(tab, evidence) -> None:
+    """The finding cards' evidence, as the browser shows it: a table of label and value, no repr (no dict or
+    list brackets, no quoted keys), and a unit on every duration and rate (issue 57)."""
+    seen(tab, evidence.first, "a finding card's evidence")
+    rows = [[c.inner_text().strip() for c in row.locator("td").all()]
+            for table in evidence.all() for row in table.locator("tbody tr").all()]
+    assert rows and all(len(r) == 2 for r in rows), rows
+    shown = "\n".join(" | ".join(r) for r in rows)
+    assert not re.search(r"[{}\[\]]|': |='|\b[a-z]+_[a-z_]+=", shown), shown
+    with_units = [(label, value) for label, value in rows if re.match(r"^[0-9]", value)
+                  and (label in DURATION_LABELS or label.endswith("rate"))]
+    assert with_units, f"no duration or rate among the cards' evidence:\n{shown}"
+    for label, value in with_units:
+        if label.endswith("rate"):
+            assert value.endswith((" a second", " a minute")), (label, value)
+        else:
+            assert DURATION.match(value), (label, value)
 
 
 def test_the_browser_is_sent_none_of_the_credentials_the_dashboard_and_the_exporter_hold(broker, start_exporter,

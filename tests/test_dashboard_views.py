@@ -48,15 +48,49 @@ def test_findings_come_worst_first_with_the_client_named_in_the_culprit():
              {"rule": "probe-message-lost", "severity": "critical", "vhost": "/", "object": "probe quorum",
               "connection_name": "", "evidence": {"lost": 3}, "remedy": "check the disk", "since": 1_795_000_000},
              {"rule": "prefetch-unlimited", "severity": "warning", "vhost": "/", "object": "channel c2",
-              "connection_name": "hoarder", "evidence": {"unacked": 500, "share": 0.123456}, "remedy": "set qos"}]
+              "connection_name": "hoarder", "evidence": {"unacked": 500, "share": 0.123456, "window_seconds": 94.99,
+                                                          "queues": ["orders", "invoices"], "confirm": None},
+              "remedy": "set qos"}]
     df = views.findings(items, now=1_795_000_000 + 7_500)
     assert list(df["rule"]) == ["probe-message-lost", "prefetch-unlimited", "prefetch-one"]
     assert (df.loc[0, "since"], df.loc[0, "for"]) == ("2026-11-18 11:06:40 UTC", "2 h 5 min")
     assert df.loc[1, "since"] is None
     assert df.loc[1, "culprit"] == "hoarder · channel c2"
     assert df.loc[2, "culprit"] == "amqplib 0.10.9 from 10.0.3.7:51234 as app · channel c4"  # an unnamed client
-    assert df.loc[1, "evidence"] == "share=0.1235, unacked=500"
+    # The evidence in words with units, on one line in the table (core/evidence.py).
+    assert df.loc[1, "evidence"] == "unacked: 500 · share: 12.3% · window: 95 s · queues: orders, invoices"
     assert list(views.findings(items, "warning")["severity"]) == ["critical", "warning"]
+
+
+def test_finding_cards_are_the_worst_with_their_evidence_as_rows_of_label_and_value():
+    items = [{"rule": "prefetch-one", "severity": "info", "vhost": "/", "object": "channel c4",
+              "connection_name": "calm", "evidence": {"prefetch": 1}},
+             {"rule": "publisher-without-confirms", "severity": "warning", "vhost": "/", "object": "channel <0.859.0>",
+              "connection_name": "", "identity": "ackscope-scenario prefetch-saturated", "remedy": "confirm",
+              "evidence": {"confirm": False, "publish_rate": 10.53, "window_seconds": 94.99,
+                           "routing": "counted by the broker per channel and queue (inferred: the Prometheus "
+                                      "plugin's channel <0.859.0>)",
+                           "at_stake": [{"queue": "orders", "durable": True, "persistent": "5 of the 5 messages it "
+                                                                                          "holds"}]}},
+             {"rule": "probe-message-lost", "severity": "critical", "vhost": "/", "object": "probe quorum",
+              "connection_name": "", "evidence": {"lost": 3}, "remedy": "check the disk"}]
+    cards = views.cards(items, "warning", top=5, now=0)
+    assert [c["rule"] for c in cards] == ["probe-message-lost", "publisher-without-confirms"]
+    assert cards[1]["culprit"] == "ackscope-scenario prefetch-saturated · channel <0.859.0>"
+    assert cards[1]["evidence"] == [
+        ("confirm", "no"), ("publish rate", "10.5 a second"), ("window", "95 s"),
+        ("routing", "counted by the broker per channel and queue"),
+        ("inferred", "the Prometheus plugin's channel <0.859.0>"),
+        ("at stake", "orders — durable, persistent: 5 of the 5 messages it holds")]
+    assert views.cards(items, "info", top=1, now=0)[0]["rule"] == "probe-message-lost"
+
+
+def test_upgrade_items_show_their_evidence_in_words():
+    items = [{"rule": "consumer-timeout-argument-on-classic-queue", "severity": "critical", "vhost": "/",
+              "object": "queue reports", "connection_name": "",
+              "evidence": {"queue": "reports", "consumers": 1, "value": "3600000", "timeout_today_ms": 3_600_000}}]
+    assert views.upgrade(items).loc[0, "evidence"] == ("queue: reports · consumers: 1 · value: 3600000 · "
+                                                       "timeout today: 3,600 s (1 h 0 min)")
 
 
 def test_prefetch_view_puts_unlimited_and_full_channels_first_and_marks_auto_ack_and_prefetch_zero():
@@ -88,8 +122,8 @@ def test_redeliveries_rank_queues_by_share_and_rate_from_the_previous_snapshot()
     previous = {"taken_at": 990.0, "queues": [{"vhost": "/", "name": "orders", "message_stats": {"redeliver": 40}}]}
     df, total = views.redeliveries(SNAPSHOT, previous)
     assert total == 2 and list(df["queue"]) == ["orders", "emails"]
-    assert df.loc[0, "share"] == 0.9 and df.loc[0, "redelivered_per_s"] == 5.0
-    assert df.loc[1, "redelivered_per_s"] is None or math.isnan(df.loc[1, "redelivered_per_s"])
+    assert df.loc[0, "share"] == 0.9 and df.loc[0, "redelivered (per s)"] == 5.0
+    assert df.loc[1, "redelivered (per s)"] is None or math.isnan(df.loc[1, "redelivered (per s)"])
 
 
 @pytest.mark.parametrize("q, expected", [(0.5, 0.0075), (0.9, 0.02125), (1.0, 0.025)])
@@ -108,9 +142,13 @@ def test_probe_tables_give_percentiles_batch_frames_and_the_audit():
     probes = [_probe("classic-persistent", {"published": 10, "confirmed": 9, "lost": 1},
                      [[0.005, 50], [0.01, 100], ["+Inf", 100]], [[1, 30], [2, 35], [5, 45], ["+Inf", 45]])]
     latency = views.probe_latency(probes)
-    assert latency.loc[0, "p50_ms"] == pytest.approx(5.0) and latency.loc[0, "count"] == 100
+    assert list(latency.columns) == ["target", "queue type", "persistent", "count", "p50 (ms)", "p90 (ms)",
+                                     "p99 (ms)"]  # headed in words, with their unit
+    assert latency.loc[0, "p50 (ms)"] == pytest.approx(5.0) and latency.loc[0, "count"] == 100
+    assert latency.loc[0, "p90 (ms)"] == 9.0  # 0.009 s: in ms to one decimal
     frames = views.batch_sizes(probes)
-    assert list(frames["frames"]) == [30, 5, 10, 0]
+    # Each bucket named by the sizes it holds; none past the largest used (over 5 is empty).
+    assert list(zip(frames["batch size"], frames["frames"])) == [("1", 30), ("2", 5), ("3-5", 10)]
     audit = views.probe_audit(probes)
     assert (audit.loc[0, "published"], audit.loc[0, "lost"], audit.loc[0, "nacked"]) == (10, 1, 0)
 
@@ -124,7 +162,7 @@ def test_percentiles_over_time_come_from_bucket_increments_between_samples():
 
 def test_broker_views_show_alarms_and_blocked_connections():
     nodes = views.nodes(SNAPSHOT)
-    assert nodes.loc[0, "alarms"] == "memory" and nodes.loc[0, "memory_limit_mib"] == 2048.0
+    assert nodes.loc[0, "alarms"] == "memory" and nodes.loc[0, "memory limit (MiB)"] == 2048.0
     assert list(views.blocked_connections(SNAPSHOT)["client"]) == ["billing"]
 
 
@@ -177,7 +215,7 @@ def test_an_upgrade_s_items_are_worst_first_each_with_its_client_what_happens_an
     df = views.upgrade(items)
     assert list(df["change"]) == ["consumer-timeout-argument-on-classic-queue", "global-qos-per-consumer"]
     assert list(df["culprit"]) == ["queue reports", "celery · channel c1"]
-    assert df.iloc[1]["what happens"] == "applied per consumer" and df.iloc[1]["evidence"] == "global_prefetch_count=4"
+    assert df.iloc[1]["what happens"] == "applied per consumer" and df.iloc[1]["evidence"] == "global prefetch count: 4"
     assert views.upgrade([]).empty
 
 
