@@ -22,11 +22,6 @@ class Recent:
         """Snapshots kept (at most KEPT + 1 or so, whatever the poll interval: the memory it costs)."""
         return len(self._kept)
 
-    def before(self, snapshot: Snapshot, seconds: float) -> Snapshot | None:
-        """The newest kept snapshot at least `seconds` older than `snapshot` (kept: a few per window, so it may be
-        older by up to a tenth of the window more); None where none is. Call it before start(snapshot)."""
-        return next((s for s in reversed(self._kept) if s.taken_at <= snapshot.taken_at - seconds), None)
-
     def start(self, snapshot: Snapshot) -> Snapshot | None:
         """The kept snapshot closest to `seconds` before this one (the oldest, while the exporter is younger
         than the window); then keeps this one. None on the first poll."""
@@ -38,3 +33,25 @@ class Recent:
         if not kept or snapshot.taken_at - kept[-1].taken_at >= self.seconds / KEPT:
             kept.append(snapshot)
         return start
+
+
+class Trailing:
+    """The newest snapshot at least `seconds` before each one, for a count the broker updates later than the rest:
+    keeps the snapshots of the last `seconds` and one older (polls further apart than that keep one)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._kept: deque[Snapshot] = deque()
+
+    def __len__(self) -> int:
+        """Snapshots kept: those of the last `seconds` and one older (the memory it costs)."""
+        return len(self._kept)
+
+    def update(self, snapshot: Snapshot) -> Snapshot | None:
+        """The newest kept snapshot at least `seconds` older than `snapshot`, None where none is; then keeps it."""
+        kept = self._kept
+        while len(kept) >= 2 and kept[1].taken_at <= snapshot.taken_at - self.seconds:
+            kept.popleft()
+        found = kept[0] if kept and kept[0].taken_at <= snapshot.taken_at - self.seconds else None
+        kept.append(snapshot)
+        return found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from snapshot_builders import queue, snapshot, stats
 
-from ackscope.diagnosis.window import KEPT, Recent
+from ackscope.diagnosis.window import KEPT, Recent, Trailing
 from ackscope.model.snapshot import sharing
 
 
@@ -25,6 +25,17 @@ def test_a_window_keeps_a_bounded_number_of_snapshots_whatever_the_poll_interval
     for t in range(0, 3000):  # a poll a second for 50 minutes
         recent.start(snapshot(float(t)))
     assert len(recent) <= KEPT + 2
+
+
+def test_the_trailing_poll_is_the_newest_at_least_so_old_and_few_are_kept():
+    trailing = Trailing(5.0)
+    found = [trailing.update(snapshot(t / 2)) for t in range(0, 40)]  # a poll every half second
+    assert found[:10] == [None] * 10
+    assert [s.taken_at for s in found[10:]] == [t / 2 - 5.0 for t in range(10, 40)]
+    assert len(trailing) <= 12
+    # Polls further apart than that: the one before.
+    apart = Trailing(5.0)
+    assert [getattr(apart.update(snapshot(t)), "taken_at", None) for t in (0.0, 10.0, 20.0)] == [None, 0.0, 10.0]
 
 
 def test_a_poll_shares_the_records_that_did_not_change_with_the_one_before():
