@@ -38,9 +38,15 @@ from .exporter import Exporter, ExporterConfig
 
 log = logging.getLogger("ackscope.demo")
 
-# One of each kind of client mistake the dashboard and the alerts show, and a healthy client beside them.
-SCENARIOS = ("prefetch-saturated", "prefetch-unlimited", "auto-ack-consumer", "requeue-loop",
+# One of each kind of client mistake the dashboard and the alerts show, the failures reported from the field among
+# them (a stalled consumer, a double ack, a connection per message, confirmed messages a length limit or a
+# dead-letter cycle drops, a publisher nacked by a full queue), and a healthy client beside them.
+SCENARIOS = ("prefetch-saturated", "prefetch-unlimited", "auto-ack-consumer", "requeue-loop", "consumer-stalled",
+             "double-ack", "connection-per-message", "overflow-dropped", "dead-letter-cycle", "publisher-nacked",
              "publisher-without-confirms", "unroutable-dropped", "healthy")
+# Its own node logs at info, where RabbitMQ logs each connection opened and closed: the exporter, which follows
+# that log, names who churns connections as well as why the broker closed channels.
+NODE_LOG = ("log.file.level = info",)
 # Shipped as package data (ackscope.deploy), so an installed ackscope finds them as a source tree does.
 ALERT_RULES = resources.files("ackscope.deploy") / "prometheus" / "ackscope-alerts.yml"
 
@@ -53,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--username", default="guest", help="management API user with --management-url [guest]")
     parser.add_argument("--amqp-url", help="the probes' broker with --management-url (password from "
                         "ACKSCOPE_AMQP_PASSWORD[_FILE]); without it, no probes")
-    parser.add_argument("--scenarios", help="comma-separated failure scenarios to run (default: a set of seven on "
+    parser.add_argument("--scenarios", help="comma-separated failure scenarios to run (default: a set of thirteen on "
                         "the private broker, none on yours); 'none' for none")
     parser.add_argument("--data-dir", help="where the probes and the exporter write Parquet [a new temporary "
                         "directory, kept for `ackscope pipeline`]")
@@ -80,7 +86,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         raise ConfigError("--scenarios needs --amqp-url: they are AMQP clients")
     broker = None
     if not args.management_url:
-        broker = LocalBroker(name="ackscope-demo", statistics=not args.stats_off)
+        broker = LocalBroker(name="ackscope-demo", statistics=not args.stats_off, config=NODE_LOG)
         log.info("starting a private RabbitMQ node in %s ...", broker.base_dir)
         try:
             broker.start()
@@ -100,6 +106,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         exporter = Exporter(ExporterConfig(
             management_url=management_url, username=username, password=password,
             prometheus_url=(broker.prometheus_url,) if broker is not None else None,
+            # Beside its own node the demo reads what only the node tells: its log (why channels and connections
+            # closed, who churns) and, through rabbitmqctl, its settings (the consumer timeout in force, read every
+            # 5 minutes). Not with statistics off: there the CLI is run twice at every poll (its channel and
+            # connection lists), an Erlang VM started each time, too much for a demo's machine.
+            broker_log=str(broker.log_file) if broker is not None else None,
+            cli=broker.cli_command() if broker is not None and not args.stats_off else None,
             listen=listen, interval=args.interval, timeout=5.0, deadline=args.interval, verify=True,
             selection=Selection(), limits=Limits(), web=WebSecurity(), data_dir=data_dir,
             # The demo shows every path the probes measure, the nack path included.

@@ -260,7 +260,7 @@ SERVICE_OF_FIXTURE = {
     "rabbitmq_server": "broker", "cluster": "broker", "statsoff_cluster": "broker",
     "cluster_whole": "broker", "partition_pair": "broker", "ram_node_cluster": "broker", "newest_cluster": "broker",
     "newest_partition_pair": "broker", "newest_statsoff_cluster": "broker", "split_cluster": "broker",
-    "statsoff_broker": "broker", "plugin_only_broker": "broker",
+    "statsoff_broker": "broker", "plugin_only_broker": "broker", "logging_broker": "broker",
     "release": "broker", "release_broker": "broker", "pair": "broker", "release_statsoff": "broker", "release_plugin_only": "broker",
     "spark": "spark", "java": "spark", "spark_cluster": "spark",
     "chromium": "browser",

@@ -288,6 +288,15 @@ def scenarios_running(broker: LocalBroker, vhost: str, *names: str) -> Iterator:
     assert not scenarios.errors, scenarios.errors
 
 
+def from_the_log(scenario) -> bool:
+    """Whether what the scenario does is told only by the broker's log: its rule needs --broker-log, or names the
+    client only from it (connection-churn: from polls alone, the broker's churn counters name none). An exporter
+    judges it only while following the node's log."""
+    from ackscope.diagnosis.rules import RULES
+    from ackscope.model.events import EVENTS
+    return scenario.rule == "connection-churn" or any(r.id == scenario.rule and EVENTS in r.needs for r in RULES)
+
+
 @contextmanager
 def suspended_queue(broker, vhost: str, queue: str):
     """Suspend a classic queue's process, so publishes into it wait for their confirms."""

@@ -130,12 +130,74 @@ def delivery_limit_reached(run: Run) -> None:
 
 def overflow_dropped(run: Run) -> None:
     """A queue limited to 10 messages (overflow drop-head, the default) without a dead-letter exchange or a
-    consumer, two messages a second into it: the oldest are dropped."""
+    consumer, two persistent messages a second into it from a publisher that waits for each confirm: each is
+    confirmed, and the oldest are dropped (issue 55's K6: the publisher was told they were safe)."""
     conn = run.connect()
     ch = conn.channel()
     q = run.queue(ch, **{"x-max-length": 10})
+    ch.confirm_delivery()  # basic_publish returns once the broker confirmed the message
     _publish(ch, q, 10)
     run.idle(conn, every=0.5, tick=lambda: _publish(ch, q, 1))
+
+
+def double_ack(run: Run) -> None:
+    """Every two seconds, on a channel of its own: publish one message, basic.get it and ack its delivery tag twice
+    (an ack in a finally block beside the handler's). The broker closes the channel on the second ack
+    (PRECONDITION_FAILED - unknown delivery tag), which only its log says; the connection stays open."""
+    conn = run.connect()
+    q = run.queue(conn.channel())
+    last: list = []  # the round's channel, closed by the broker meanwhile unless its get found nothing
+
+    def round_trip():
+        for ch in last:
+            if ch.is_open:
+                try:
+                    ch.close()
+                except pika.exceptions.ChannelClosedByBroker:
+                    pass  # the broker's close for the double ack crossed ours (seen on 4.0 under load)
+        ch = conn.channel()
+        last[:] = [ch]
+        ch.basic_publish("", q, b"job", PERSISTENT)
+        method, _props, _body = ch.basic_get(q)
+        if method is not None:
+            ch.basic_ack(method.delivery_tag)
+            ch.basic_ack(method.delivery_tag)  # the broker closes the channel on this one; pika raises nothing
+    run.idle(conn, every=2.0, tick=round_trip)
+
+
+def connection_per_message(run: Run) -> None:
+    """A publisher that opens a connection for each message, one every two seconds (30 a minute), publishes it and
+    closes the connection again; a long-lived consumer on the same connection name acks them. Which client churns,
+    the broker's log names (at info level, where it logs connections opened)."""
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+    ch.basic_qos(prefetch_count=10)
+    ch.basic_consume(q, lambda c, m, p, b: c.basic_ack(m.delivery_tag))
+
+    def publish_on_a_new_connection():
+        once = pika.BlockingConnection(run.parameters())
+        try:
+            once.channel().basic_publish("", q, b"one message, one connection", PERSISTENT)
+        finally:
+            once.close()
+    run.idle(conn, every=2.0, tick=publish_on_a_new_connection)
+
+
+def dead_letter_cycle(run: Run) -> None:
+    """Two queues dead-lettering into each other through the default exchange, each with a message TTL (a work queue
+    and its retry queue): a confirmed persistent message every two seconds into the work queue expires there, then in
+    the retry queue, and the broker drops it as it would come back into the work queue (no consumer rejected it on
+    the way round). The broker's log says so once per cycle and queue process; the cycle itself shows in the
+    queues' settings. The retry queue is the scenario's own name: the drop is logged leaving it."""
+    conn = run.connect()
+    ch = conn.channel()
+    retry, work = PREFIX + run.name, PREFIX + run.name + ".work"
+    run.queue(ch, ".work", **{"x-message-ttl": 500, "x-dead-letter-exchange": "",
+                              "x-dead-letter-routing-key": retry})
+    run.queue(ch, **{"x-message-ttl": 500, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": work})
+    ch.confirm_delivery()
+    run.idle(conn, every=2.0, tick=lambda: _publish(ch, work, 1))
 
 
 def _publishing_to_itself(mode: str, every: float = 0.2):
@@ -321,7 +383,11 @@ SCENARIOS: tuple[Scenario, ...] = (
              "requeue, on a quorum queue with a delivery limit of 20 and no dead-letter exchange: each message is "
              "dropped after 20 deliveries", delivery_limit_reached),
     Scenario("overflow-dropped", "messages-dropped", "a queue of at most 10 messages without a dead-letter "
-             "exchange, fed twice a second with nobody consuming: the oldest are dropped", overflow_dropped),
+             "exchange, fed twice a second by a publisher using confirms, with nobody consuming: the oldest are "
+             "dropped after they were confirmed", overflow_dropped),
+    Scenario("dead-letter-cycle", "dead-letter-cycle-dropped", "a work queue and a retry queue dead-lettering into "
+             "each other by expiry, a confirmed message every two seconds: the broker drops each at the second hop "
+             "(its log tells it; the cycle itself shows in the queues' settings)", dead_letter_cycle),
     Scenario("publisher-without-confirms", "publisher-without-confirms", "a publisher without confirms or "
              "transactions", _publishing_to_itself("plain")),
     Scenario("transactional-publisher", "transactional-publisher", "a publisher committing a transaction per "
@@ -347,6 +413,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              "holds one and never acks", messages_waiting),
     Scenario("queue-polled", "queue-polled", "150 messages in a queue read only with basic.get, twice a second",
              queue_polled),
+    Scenario("double-ack", "closed-on-error", "a client that acks each delivery twice, one every two seconds: the "
+             "broker closes its channel each time (its log tells why)", double_ack),
+    Scenario("connection-per-message", "connection-churn", "a publisher opening a connection for each message, 30 a "
+             "minute (the broker's log at info level names it)", connection_per_message),
     Scenario("heartbeat-disabled", "heartbeat-disabled", "a consumer whose connection negotiated heartbeat 0",
              heartbeat_disabled),
     Scenario("blocked-publisher", "connection-blocked", "a confirm-mode publisher; blocked once a memory or disk "
