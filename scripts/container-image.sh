@@ -11,9 +11,11 @@
 # Usage: scripts/container-image.sh [--dashboard | --rabbitmq]   (as root). Works in a fresh clone: it installs
 # the Debian packages it needs (podman, runc, debootstrap, binutils, python3-venv) and makes the wheels in a venv
 # of its own where scripts/setup.sh made none. Prints the image's name and size; on a failure, one line naming the
-# step, then the tail of its log.
+# step, then the tail of its log. Debian is fetched from the mirror this machine's APT uses, or
+# ACKSCOPE_DEBIAN_MIRROR (scripts/debian-mirror.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+source "$here/scripts/debian-mirror.sh"
 case "${1:-}" in
   "") target=exporter image_name=ackscope package=ackscope ;;
   --dashboard) target=dashboard image_name=ackscope-dashboard package='ackscope[dashboard]' ;;
@@ -36,7 +38,6 @@ if [ ${#need[@]} -gt 0 ]; then
     || { echo "container-image: apt-get install ${need[*]} failed: install them, then run this again" >&2; exit 1; }
 fi
 roots=${ACKSCOPE_ROOTS:-/var/cache/ackscope/roots}
-mirror=${ACKSCOPE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 podman=("$here/scripts/podman.sh")
 mkdir -p "$roots"
 log=$roots/container-image.log
@@ -76,6 +77,7 @@ base=localhost/ackscope-base:bookworm
 if ! "${podman[@]}" image exists "$base"; then
   root=$roots/image-bookworm
   if [ ! -f "$root/.ackscope-ready" ]; then
+    mirror=$(debian_mirror container-image) || exit 1
     rm -rf "$root"
     debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$root" "$mirror" \
       >>"$log" 2>&1 || fail "debootstrap of the image's base from $mirror"

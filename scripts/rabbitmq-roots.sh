@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Build the Debian roots that the suite's RabbitMQ 4 nodes run from: Debian 13's RabbitMQ 4.0 (trixie) and the
 # newest 4.x Debian packages (sid), each with its own Erlang. Built once and cached outside the repository
-# (ACKSCOPE_ROOTS, /var/cache/ackscope/roots by default); a root whose RabbitMQ answers is kept as it is.
+# (ACKSCOPE_ROOTS, /var/cache/ackscope/roots by default); a root whose RabbitMQ answers is kept as it is. Fetched
+# from the Debian mirror this machine's APT uses, or ACKSCOPE_DEBIAN_MIRROR (scripts/debian-mirror.sh).
 # Usage: scripts/rabbitmq-roots.sh [suite...]   (default: trixie sid). As root.
 # One line per root when all goes well; on a failure, one line naming the step, then the tail of its log.
 set -euo pipefail
 roots=${ACKSCOPE_ROOTS:-/var/cache/ackscope/roots}
-mirror=${ACKSCOPE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+source "$(dirname "$0")/debian-mirror.sh"
+mirror=  # looked up when a root is to be built: built roots need none
 suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(trixie sid)
 mkdir -p "$roots"
@@ -24,6 +26,7 @@ for suite in "${suites[@]}"; do
     echo "rabbitmq-roots: $suite root ready at $root (RabbitMQ $(cat "$root/.ackscope-ready"))"
     continue
   fi
+  [ -n "$mirror" ] || mirror=$(debian_mirror rabbitmq-roots) || exit 1
   : > "$log"
   command -v debootstrap >/dev/null || {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >>"$log" 2>&1 \
