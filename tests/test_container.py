@@ -59,7 +59,7 @@ def secrets_dir(tmp_path, probe_password: str = ADMIN_PASSWORD) -> str:
 
 def test_the_image_is_under_its_size_budget_and_runs_as_a_user_of_its_own(ackscope_image):
     size = image_size_mib(ackscope_image)
-    print(f"\n{ackscope_image}: {size:.0f} MiB")  # the figure docs/containers.md gives
+    print(f"\n{ackscope_image}: {size:.0f} MiB")  # docs/containers.md gives the bound below
     # pandas, plotly and Streamlit are the dashboard extra, PySpark the pipeline's: neither is in this image.
     assert size <= 250, f"{size:.0f} MiB: something large came into the exporter's image"
     config = json.loads(podman("image", "inspect", ackscope_image).stdout)[0]["Config"]
@@ -178,7 +178,7 @@ def test_sigterm_mid_poll_ends_the_container_within_5s_with_its_parquet_closed(b
             podman("kill", "--signal", "TERM", name)
             code = exit_code(name, timeout=30)
             took = time.monotonic() - signalled
-            print(f"\nSIGTERM mid-poll: exit {code} after {took:.1f} s")  # the figure docs/containers.md gives
+            print(f"\nSIGTERM mid-poll: exit {code} after {took:.1f} s")  # docs/containers.md gives the bound below
             assert code == 0 and took <= 5, f"exit {code} after {took:.1f} s"
     finally:
         hanging.close()
@@ -254,7 +254,7 @@ def test_the_dashboard_image_built_in_a_fresh_clone_as_the_docs_say_is_healthy_a
     image = done.stdout.strip().splitlines()[-1].split()[1]
     assert image.startswith("localhost/ackscope-dashboard:"), done.stdout
     size = image_size_mib(image)
-    print(f"\n{image}: {size:.0f} MiB")  # the figure docs/containers.md gives
+    print(f"\n{image}: {size:.0f} MiB")  # docs/containers.md gives the bound below
     assert size < 700, f"{size:.0f} MiB"
     port = free_port()
     with container(image, env={"ACKSCOPE_PORT": str(port), "ACKSCOPE_EXPORTER_URL": "http://127.0.0.1:9"},
