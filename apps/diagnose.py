@@ -31,6 +31,7 @@ from ackscope.core.config import ConfigError
 from ackscope.core.durations import describe, parse_duration
 from ackscope.core.evidence import rows as evidence_rows
 from ackscope.dashboard.source import ExporterSource, Live
+from ackscope.diagnosis.breaks import STATISTICS_INTERVAL
 from ackscope.diagnosis.channel_turnover import ChannelTurnover
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
@@ -59,9 +60,6 @@ SOURCES = {"management": "management API", "prometheus": "Prometheus plugin, man
            "management+prometheus": "Prometheus plugin for the queues, management API for the rest: a large broker"}
 
 
-# RabbitMQ's default collect_statistics_interval: the management API refreshes a channel's counters this often, so
-# two samples closer than this may show the counters of a consumer that acks unmoved.
-STATISTICS_INTERVAL = 5.0
 MAX_SINCE = 366 * 86400.0  # --since at most: a log older than a year is no incident's
 # How far back --broker-log is read when --since does not say: an incident paged for is minutes old when diagnose runs.
 DEFAULT_SINCE = "15m"

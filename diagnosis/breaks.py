@@ -21,6 +21,9 @@ from .holding import link_key, stranded
 from .links import link_culprit, link_object
 
 CONSUMERS_GUIDE = "RabbitMQ guide 'Consumers', 'Delivery Acknowledgement Timeout'"
+# RabbitMQ's default collect_statistics_interval: the management API refreshes a channel's counters this often, so
+# two polls closer than this may show the counters of a consumer that acks unmoved.
+STATISTICS_INTERVAL = 5.0
 DEFAULT_TIMEOUT_MS = 1_800_000  # RabbitMQ's consumer_timeout when nothing sets another: 30 minutes
 UNDEFINED_TIMEOUT_MS = 86_400_000  # 4.3's quorum queues, where consumer_timeout is no number (rabbit_queue_type)
 MISSED_HEARTBEATS = "missed_heartbeats"  # the cause of a connection the broker closed for missed heartbeats
@@ -105,10 +108,11 @@ def stalled(ctx: Context) -> dict[str, float]:
 
 def _stall_after(ctx: Context, consumer: Consumer) -> float:
     """Seconds without an ack after which a consumer holding deliveries is stalled: the floor, or half the timeout
-    in force where the broker said which applies and that is sooner."""
+    in force where the broker said which applies and that is sooner, but never less than STATISTICS_INTERVAL (two
+    polls closer than that may read the same counters)."""
     floor = ctx.thresholds.stalled_consumer_seconds
     timeout = timeout_in_force(ctx, consumer, ctx.queue(consumer.vhost, consumer.queue))
-    return min(floor, timeout.ms / 2000) if timeout.known and timeout.ms else floor
+    return min(floor, max(STATISTICS_INTERVAL, timeout.ms / 2000)) if timeout.known and timeout.ms else floor
 
 
 def stuck(ctx: Context) -> set[str]:

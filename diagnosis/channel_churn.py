@@ -3,8 +3,9 @@
 Polls see the channels open at a poll (diagnosis.channel_turnover): a connection whose channels close while it stays
 is named by what polls saw of it, at least that many. The broker's own churn counters count every channel closed,
 summed over its nodes and with no client named: they say how many in all, and, less the connections that closed
-(each takes its channels with it), whether channels churn on connections that stay; where polls saw no connection
-close more than one channel, the one they saw close any is named as an inference, and several are candidates.
+(each takes its channels with it), whether channels churn on connections that stay. A connection polls saw close
+fewer at its own rate is named then as an inference; where polls saw none close enough, the one they saw close two or
+more is named as an inference, and the others seen are candidates of an unattributed finding.
 Why the channels closed, polls cannot say: the broker closes a channel on an error (an unknown delivery tag from a
 double ack, a redeclare with other arguments) and its log says so (closed-on-error); a client may close its own."""
 
@@ -76,20 +77,26 @@ def _churn(ctx: Context, rule: Rule) -> Iterator[Finding]:
     if window is None:
         return
     per_minute = ctx.thresholds.churn_channels_per_minute
-    seen = {c: n for c, n in _seen(ctx).items() if c and n}
+    # Connections of this snapshot only: the probes' own are not judged (the memory was fed every connection).
+    known = {c.name for c in ctx.snapshot.connections} | {c.connection for c in ctx.snapshot.channels}
+    seen = {c: n for c, n in _seen(ctx).items() if c and n and c in known}
     counted = _broker_counts(ctx)
     # Channels the broker closed beyond one per connection that closed: on connections that stay, at most.
     beyond = max(0, counted[0] - counted[1]) if counted is not None else None
     churning = beyond is not None and beyond >= SEEN_ENOUGH and beyond * 60 / counted[2] >= per_minute
     broker = {} if counted is None else {"broker_channels_closed": counted[0], "broker_connections_closed": counted[1],
                                          "broker_counted_over_seconds": rounded(counted[2])}
+    # At its own rate, as polls saw it: a fact. Below it, where the broker counts churn beyond it: an inference (the
+    # churner's channels may live shorter than a poll, and this one close a few of its own now and then).
     named = {c: n for c, n in seen.items()
              if n >= SEEN_ENOUGH and (churning or n * 60 / window >= per_minute)}
     for connection, n in sorted(named.items()):
-        yield _finding(ctx, rule, connection, n, window, broker, None)
+        yield _finding(ctx, rule, connection, n, window, broker, None if n * 60 / window >= per_minute else
+                       "polls saw it close fewer than churn_channels_per_minute; the broker counted channels closing "
+                       "on connections that stayed open, at that rate, for all clients together")
     if named or not churning:
         return
-    if len(seen) == 1:  # the one connection polls saw close a channel: named, as an inference
+    if len(seen) == 1 and next(iter(seen.values())) >= 2:  # the one connection polls saw close channels: inferred
         [(connection, n)] = seen.items()
         yield _finding(ctx, rule, connection, n, window, broker,
                        "the only connection polls saw close a channel while the broker counted channels closing on "
@@ -130,10 +137,12 @@ def _finding(ctx: Context, rule: Rule, connection: str, n: int, window: float, b
 
 RULES: tuple[Rule, ...] = (
     Rule("channel-churn", "A connection that stays open while its channels close over and over, named from polls "
-         f"alone: {SEEN_ENOUGH} or more seen closing in the window, at churn_channels_per_minute (by polls, or by the "
-         "broker's count of channels closed beyond one per connection closed). Where polls saw fewer, the one "
-         "connection they saw close a channel is named as an inference, and several are candidates of an "
-         "unattributed finding. Why they closed comes from the broker's log where it is read; else it is not known.",
+         f"alone: {SEEN_ENOUGH} or more seen closing in the window at churn_channels_per_minute (below it, where the "
+         "broker counts channels closing beyond one per connection closed at that rate, as an inference). A "
+         "channel is counted once a second poll has not listed it again, and not from a poll that did not read "
+         "the channels. Where polls saw fewer, the one connection they saw close two or more is named as an "
+         "inference; otherwise those seen are candidates of an unattributed finding. Why they closed comes from "
+         "the broker's log where it is read; else it is not known.",
          "Read why they closed (--broker-log; closed-on-error names the broker's reason): ack each delivery once, on "
          "the channel that received it; keep one channel per thread open for the connection's life instead of one "
          f"per operation. See {GUIDE}.", _churn, needs=(CHANNELS,)),

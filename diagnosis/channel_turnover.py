@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from ackscope.model.snapshot import Channel, Snapshot
+from ackscope.model.snapshot import CHANNELS, Channel, Snapshot
 
 _COUNTERS = ("publish", "deliver_get", "ack", "redeliver")
 
@@ -22,19 +22,27 @@ _COUNTERS = ("publish", "deliver_get", "ack", "redeliver")
 def closed_between(before: Snapshot, now: Snapshot) -> dict[str, int]:
     """Connection name -> how many of its channels open at `before` were closed by `now` while the connection
     stayed open: gone from the list, or under the same name with counters lower than before (a reused number).
-    Connections seen at only one of the two are left out: their channels went with them."""
+    Connections seen at only one of the two are left out: their channels went with them. Nothing where either poll
+    did not read the channels (its list is empty, not closed)."""
+    return {c: len(names) for c, names in _gone(before, now).items()}
+
+
+def _gone(before: Snapshot, now: Snapshot) -> dict[str, set[str]]:
+    """Per connection that stayed open, the names of its channels at `before` not at `now` or reused since."""
+    if CHANNELS in before.unreported or CHANNELS in now.unreported:
+        return {}
     open_now = {c.name for c in now.connections}
     then = {c.connection for c in before.channels}
     stayed = open_now & then if now.connections else {c.connection for c in now.channels} & then
     current = {c.name: c for c in now.channels}
-    closed: dict[str, int] = {}
+    gone: dict[str, set[str]] = {}
     for ch in before.channels:
         if ch.connection not in stayed:
             continue
         later = current.get(ch.name)
         if later is None or _fell(ch, later):
-            closed[ch.connection] = closed.get(ch.connection, 0) + 1
-    return closed
+            gone.setdefault(ch.connection, set()).add(ch.name)
+    return gone
 
 
 def _fell(then: Channel, now: Channel) -> bool:
@@ -43,18 +51,33 @@ def _fell(then: Channel, now: Channel) -> bool:
 
 
 class ChannelTurnover:
-    """Per connection, the channels polls saw close over the last `window_seconds` while it stayed open."""
+    """Per connection, the channels polls saw close over the last `window_seconds` while it stayed open. A channel
+    gone from one poll is counted once the next poll has not listed it again with its counters grown (a paged list,
+    or a node's plugin that missed a poll, leaves a channel out once); a poll that did not read the channels is
+    passed over."""
 
     def __init__(self, window_seconds: float) -> None:
         self.window_seconds = window_seconds
         self._previous: Snapshot | None = None
+        self._pending: dict[str, tuple[str, Channel]] = {}  # channel name: (its connection, its last record)
         self._seen: dict[str, deque[tuple[float, int]]] = {}  # per connection: (taken_at, channels seen closed)
 
     def update(self, s: Snapshot) -> Mapping[str, int]:
         """Connection name -> channels seen closed in the window, for connections that are open at `s`."""
+        if CHANNELS in s.unreported:
+            return self._counts()
         if self._previous is not None and s.taken_at > self._previous.taken_at:
-            for connection, n in closed_between(self._previous, s).items():
+            current = {c.name: c for c in s.channels}
+            confirmed: dict[str, int] = {}
+            for name, (connection, was) in self._pending.items():
+                back = current.get(name)
+                if back is None or _fell(was, back):
+                    confirmed[connection] = confirmed.get(connection, 0) + 1
+            for connection, n in confirmed.items():
                 self._seen.setdefault(connection, deque()).append((s.taken_at, n))
+            before = {c.name: c for c in self._previous.channels}
+            self._pending = {name: (connection, before[name])
+                             for connection, names in _gone(self._previous, s).items() for name in names}
         self._previous = s
         since = s.taken_at - self.window_seconds
         alive = {c.connection for c in s.channels} | {c.name for c in s.connections}
@@ -64,4 +87,7 @@ class ChannelTurnover:
                 kept.popleft()
             if not kept or connection not in alive:  # a closed connection's name does not come back
                 del self._seen[connection]
+        return self._counts()
+
+    def _counts(self) -> Mapping[str, int]:
         return MappingProxyType({c: sum(n for _, n in kept) for c, kept in self._seen.items()})

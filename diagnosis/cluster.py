@@ -52,6 +52,7 @@ def _node_down(ctx: Context, rule: Rule) -> Iterator[Finding]:
 
 def _partition(ctx: Context, rule: Rule) -> Iterator[Finding]:
     members = [n.name for n in ctx.snapshot.nodes]
+    down = {n.name for n in ctx.snapshot.nodes if n.running is False}
     khepri = ctx.release is not None and ctx.release >= (4, 2)
     for n in ctx.snapshot.nodes:
         # Named members only: a plugin's count alone lags a rejoin by a poll or two (measured on 4.3.6 after a
@@ -63,10 +64,11 @@ def _partition(ctx: Context, rule: Rule) -> Iterator[Finding]:
         # (RabbitMQ before 3.13): it cannot reach the side of the node asked at least, and whether it reaches the
         # other members cut from that side too, nothing read says. Its side is itself and some of those: a majority
         # only where all of them with it would be one.
-        others = [m for m in members if m != n.name and m not in cannot]
+        others = [m for m in members if m != n.name and m not in cannot and m not in down]
         unsure = bool(others) and n.partitions_inferred and n.unreachable_peers is None \
             and n.name != ctx.snapshot.overview.node
-        side = None if unsure else [m for m in members if m not in cannot]
+        # A member not running (listed so, answering nothing) is on no side.
+        side = None if unsure else [m for m in members if m not in cannot and m not in down]
         majority = (len(side) > len(members) / 2 if side is not None else
                     False if 1 + len(others) <= len(members) / 2 else None)
         if unsure:

@@ -285,8 +285,8 @@ def _unroutable_severity(ctx: Context, ch: Channel, count: int, returned: bool) 
 
 def _unroutable_into(ctx: Context, ch: Channel) -> tuple[str, str]:
     """The exchange a channel's unroutable messages went to, for the evidence and for a sentence: the one
-    exchange the source counts it publishing to; else, inferred, the one exchange of its vhost with no binding that
-    took publishes over the window, where it took exactly as many as the channels that may have published to it
+    exchange the source counts it publishing to; else, inferred, the one exchange of its vhost that took publishes
+    over the window, where it has no binding and took exactly as many as the channels that may have published to it
     counted unroutable (every message into an exchange with no binding is unroutable, so it accounts for all of
     theirs; a bound exchange or the default one may route some messages nowhere too, and then nothing is named);
     else not known, and why."""
@@ -296,9 +296,11 @@ def _unroutable_into(ctx: Context, ch: Channel) -> tuple[str, str]:
         return said(ch.exchanges[0]), f" to {said(ch.exchanges[0])}"
     if ch.exchanges:
         return f"one of {few(said(x) for x in ch.exchanges)}", f" to one of {few(said(x) for x in ch.exchanges)}"
-    unbound = [x for x in ctx.snapshot.exchanges if x.vhost == ch.vhost and x.name and not x.bindings
-               and ctx.over_window(x, "publish")]
-    if len(unbound) != 1:
+    took = [x for x in ctx.snapshot.exchanges if x.vhost == ch.vhost and ctx.over_window(x, "publish")]
+    unbound = [x for x in took if x.name and not x.bindings]
+    # Any other exchange that took messages (the default one, a bound one, an alternate exchange routing what an
+    # unbound one passes it) may have routed some nowhere too, or be where the unbound one's messages went.
+    if len(unbound) != 1 or len(took) != 1:
         return ("not known: the source does not say which exchange the channel published to", "")
     # Every message into it came from a channel of the vhost that may have published to it.
     unroutable = sum(num(ctx.over_window(c, stat)) for c in ctx.snapshot.channels

@@ -36,8 +36,8 @@ PERSISTENT_COUNT_LAG = 5.0
 
 
 def _arriving(ctx: Context, q: Queue) -> int:
-    """How many of the queue's messages may be too new for its persistent count: all that was published into it
-    since the newest poll at least PERSISTENT_COUNT_LAG seconds old (the previous poll, one kept of the window, or
+    """How many of the queue's messages may be too new for its persistent count: all that was published into it (or
+    what its depth grew by, where more) since the newest poll at least PERSISTENT_COUNT_LAG seconds old (the previous poll, one kept of the window, or
     the window's start); all of its messages where no poll is that old, or the queue is newer."""
     now = ctx.snapshot.taken_at
     held = num(q.messages_ready) + num(q.messages_unacked)
@@ -49,9 +49,11 @@ def _arriving(ctx: Context, q: Queue) -> int:
                 None)
     if then is None:
         return held
-    # The management API leaves out a counter never counted: a queue nobody published into has none.
+    # The management API leaves out a counter never counted: a queue nobody published into has none. Dead-lettered
+    # messages arrive without moving it: what the depth grew by is a floor on what arrived.
     published = num(q.message_stats.publish) - num(then.message_stats.publish)
-    return published if published >= 0 else held  # a counter that fell: the queue was declared anew
+    grew = held - (num(then.messages_ready) + num(then.messages_unacked))
+    return max(published, grew) if published >= 0 else held  # a counter that fell: the queue was declared anew
 
 
 def _non_durable_backlog(ctx: Context, rule: Rule) -> Iterator[Finding]:
