@@ -1,13 +1,12 @@
 """Channels opened and closed over and over on connections that stay open, named from polls alone.
 
 Polls see the channels open at a poll (diagnosis.channel_turnover): a connection whose channels close while it stays
-is named by what polls saw of it, at least that many. The broker's own churn counters count every channel closed,
-summed over its nodes and with no client named: they say how many in all, and, less the connections that closed
-(each takes its channels with it), whether channels churn on connections that stay. A connection polls saw close
-fewer at its own rate is named then as an inference; where polls saw none close enough, the one they saw close two or
-more is named as an inference, and the others seen are candidates of an unattributed finding.
-Why the channels closed, polls cannot say: the broker closes a channel on an error (an unknown delivery tag from a
-double ack, a redeclare with other arguments) and its log says so (closed-on-error); a client may close its own."""
+is named by what polls saw of it, at least that many, at its own rate. The broker's own churn counters count every
+channel and connection closed, summed over its nodes and with no client named: shown beside, they name nobody (a
+connection closing with several channels closes them all, so their difference counts no churn on connections that
+stay). Why the channels closed, polls cannot say: the broker closes a channel on an error (an unknown delivery tag
+from a double ack, a redeclare with other arguments) and its log says so (closed-on-error); a client may close its
+own."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from ackscope.model.findings import Finding
 from ackscope.model.snapshot import CHANNELS, Connection
 
 from .channel_turnover import closed_between
-from .context import Context, Named, Rule, few, rounded
+from .context import Context, Named, Rule, rounded
 
 SEEN_ENOUGH = 3  # channels polls saw close on one connection: a client of its own churning, not a one-off
 GUIDE = "RabbitMQ guide 'Channels', 'High Channel Churn'"
@@ -81,51 +80,23 @@ def _churn(ctx: Context, rule: Rule) -> Iterator[Finding]:
     known = {c.name for c in ctx.snapshot.connections} | {c.connection for c in ctx.snapshot.channels}
     seen = {c: n for c, n in _seen(ctx).items() if c and n and c in known}
     counted = _broker_counts(ctx)
-    # Channels the broker closed beyond one per connection that closed: on connections that stay, at most.
-    beyond = max(0, counted[0] - counted[1]) if counted is not None else None
-    churning = beyond is not None and beyond >= SEEN_ENOUGH and beyond * 60 / counted[2] >= per_minute
+    # Beside a finding, the broker's own count, for all clients: how many channels and connections closed. Their
+    # difference is no count of channels closed on connections that stayed (a connection closing with three channels
+    # closes three), so it names nobody and tips nothing.
     broker = {} if counted is None else {"broker_channels_closed": counted[0], "broker_connections_closed": counted[1],
                                          "broker_counted_over_seconds": rounded(counted[2])}
-    # At its own rate, as polls saw it: a fact. Below it, where the broker counts churn beyond it: an inference (the
-    # churner's channels may live shorter than a poll, and this one close a few of its own now and then).
-    named = {c: n for c, n in seen.items()
-             if n >= SEEN_ENOUGH and (churning or n * 60 / window >= per_minute)}
-    for connection, n in sorted(named.items()):
-        yield _finding(ctx, rule, connection, n, window, broker, None if n * 60 / window >= per_minute else
-                       "polls saw it close fewer than churn_channels_per_minute; the broker counted channels closing "
-                       "on connections that stayed open, at that rate, for all clients together")
-    if named or not churning:
-        return
-    if len(seen) == 1 and next(iter(seen.values())) >= 2:  # the one connection polls saw close channels: inferred
-        [(connection, n)] = seen.items()
-        yield _finding(ctx, rule, connection, n, window, broker,
-                       "the only connection polls saw close a channel while the broker counted channels closing on "
-                       "connections that stayed open")
-        return
-    candidates = sorted(seen, key=lambda c: (-seen[c], c))
-    yield rule.finding(
-        "warning" if candidates else "info", "", "channels on connections that stay open", None,
-        {"channels_closed_beyond_closed_connections": beyond, **broker, "window_seconds": rounded(window),
-         "client": "unattributed: the broker counts channels closed for all clients together",
-         "candidates": few(f"{_who(ctx, c)[1].identity} ({seen[c]} seen closing)" for c in candidates)
-         if candidates else "none: no poll saw a connection close a channel (each lived shorter than a poll)",
-         "source": "polls (the broker's churn counters)"},
-        f"the broker closed {counted[0]} channels in the last {counted[2]:.0f} s while {counted[1]} connections closed: "
-        f"at least {beyond} channels opened and closed on connections that stayed open. Which client polls cannot "
-        "tell" + (f"; polls saw channels close on {len(candidates)} connections." if candidates else "."),
-        f"Give --broker-log: the broker's log names each channel it closes on an error, and the client. See {GUIDE}.")
+    for connection, n in sorted(seen.items()):
+        if n >= SEEN_ENOUGH and n * 60 / window >= per_minute:
+            yield _finding(ctx, rule, connection, n, window, broker)
 
 
-def _finding(ctx: Context, rule: Rule, connection: str, n: int, window: float, broker: dict,
-             inferred: str | None) -> Finding:
+def _finding(ctx: Context, rule: Rule, connection: str, n: int, window: float, broker: dict) -> Finding:
     vhost, who = _who(ctx, connection)
     why = _why(ctx, connection)
     evidence = {"channels_seen_closed_at_least": n, "window_seconds": rounded(window),
                 "channels_open_now": len(ctx.channels_of(connection)), **broker,
                 "seen": "polls see the channels open at a poll: one opened and closed between two polls is not seen",
                 "reason": why, "source": "polls"}
-    if inferred:
-        evidence["inferred"] = inferred
     return rule.finding(
         "warning", vhost, f"connection {connection}", who, evidence,
         f"{who.identity} kept its connection open while at least {n} of its channels closed in the last {window:.0f} s"
@@ -137,12 +108,10 @@ def _finding(ctx: Context, rule: Rule, connection: str, n: int, window: float, b
 
 RULES: tuple[Rule, ...] = (
     Rule("channel-churn", "A connection that stays open while its channels close over and over, named from polls "
-         f"alone: {SEEN_ENOUGH} or more seen closing in the window at churn_channels_per_minute (below it, where the "
-         "broker counts channels closing beyond one per connection closed at that rate, as an inference). A "
-         "channel is counted once a second poll has not listed it again, and not from a poll that did not read "
-         "the channels. Where polls saw fewer, the one connection they saw close two or more is named as an "
-         "inference; otherwise those seen are candidates of an unattributed finding. Why they closed comes from "
-         "the broker's log where it is read; else it is not known.",
+         f"alone: {SEEN_ENOUGH} or more seen closing in the window, at churn_channels_per_minute. A channel is counted "
+         "once a second poll has not listed it again, and not from a poll that did not read the channels; the "
+         "broker's own counts of channels and connections closed are shown beside, and name nobody. Why they "
+         "closed comes from the broker's log where it is read; else it is not known.",
          "Read why they closed (--broker-log; closed-on-error names the broker's reason): ack each delivery once, on "
          "the channel that received it; keep one channel per thread open for the connection's life instead of one "
          f"per operation. See {GUIDE}.", _churn, needs=(CHANNELS,)),

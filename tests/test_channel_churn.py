@@ -74,23 +74,21 @@ def test_a_healthy_connection_and_one_closed_channel_are_never_churn():
     assert _churn(steady) == []
     once = steady[:3] + [_poll(t, (2,)) for t in range(30, 70, 10)]
     assert _churn(once) == []
-    # Even where the broker counts channels closing: one close seen is no client churning, and others may be.
+    # Even where the broker counts channels closing: one close seen is no client churning, and the broker's count
+    # (all clients together) names nobody.
     counted = [replace(p, overview=replace(OVERVIEW, churn=Churn(10, 10, 100 + i * 10, 100 + i * 10)))
                for i, p in enumerate(once)]
-    [f] = _churn(counted)
-    assert (f.object, f.connection_name) == ("channels on connections that stay open", "")
-    assert f.evidence["client"].startswith("unattributed") and "pika-double-ack" in f.evidence["candidates"]
+    assert _churn(counted) == []
 
 
-def test_where_polls_saw_several_connections_close_few_channels_the_broker_count_names_none():
+def test_where_polls_saw_connections_close_few_channels_the_broker_count_names_none():
+    """A connection closing with its channels closes them all: the broker's channel closes less its connection
+    closes count no churn on connections that stay, and name nobody (the field cases' restarting workers)."""
     def two(t, i):
         p = _poll(t, (1, 2) if i % 3 == 0 else (1,), closed=i * 10)
         other = channel(f"{HEALTHY} ({2 + i})", connection=HEALTHY, connection_name="billing-healthy")
         return replace(p, channels=p.channels + (other,))
-    [f] = _churn([two(t, i) for i, t in enumerate(range(0, 40, 10))])
-    assert f.object == "channels on connections that stay open" and f.connection_name == ""
-    assert f.evidence["client"].startswith("unattributed")
-    assert "pika-double-ack" in f.evidence["candidates"] and "billing-healthy" in f.evidence["candidates"]
+    assert _churn([two(t, i) for i, t in enumerate(range(0, 40, 10))]) == []
 
 
 def test_channels_of_connections_that_closed_are_no_churn_of_those_that_stay():
@@ -108,9 +106,8 @@ def test_without_memory_the_window_start_and_end_say_what_they_can():
 def test_where_the_windows_first_poll_has_no_counts_the_poll_before_gives_them():
     """A node's first seconds list no churn counts (measured on 4.3.6): the window's start then says nothing, and
     the poll before does."""
-    polls = [_poll(0, (1,))] + [_poll(t, (1, t) if t % 20 else (1,), closed=t) for t in range(10, 80, 10)]
+    polls = [_poll(0, (1,))] + [_poll(t, (1, t), closed=t) for t in range(5, 45, 5)]
     [f] = _churn(polls)
-    assert f.evidence["broker_channels_closed"] == 10 and f.evidence["broker_counted_over_seconds"] == 10
-    # Three seen closing in a minute, at 6 a minute only with the broker's count beside them.
-    assert f.evidence["channels_seen_closed_at_least"] == 3 and f.connection_name == "pika-double-ack"
-    assert _churn([replace(p, overview=OVERVIEW) for p in polls]) == []
+    assert f.evidence["broker_channels_closed"] == 5 and f.evidence["broker_counted_over_seconds"] == 5
+    assert f.evidence["channels_seen_closed_at_least"] == 6 and f.connection_name == "pika-double-ack"
+    assert "broker_channels_closed" not in _churn([replace(p, overview=OVERVIEW) for p in polls])[0].evidence

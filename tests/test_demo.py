@@ -143,8 +143,11 @@ def _the_dashboard_shows_what_the_log_tells(chromium: str, url: str) -> None:
             assert "Traceback" not in text
             # The events' table and the findings' are grids drawn on a canvas; the cells in view are in the grid's
             # accessible table, as a screen reader reads them.
-            cells = " ".join(tab.locator("[role=grid] td").all_inner_texts())
-            assert "channel error" in cells and "unknown_delivery_tag" in cells and "closed-on-error" in cells, cells
+            # The grids draw after the page shows: wait for their cells, not a clock.
+            def cells() -> str:
+                return " ".join(tab.locator("[role=grid] td").all_inner_texts())
+            wait_for(lambda: all(w in cells() for w in ("channel error", "unknown_delivery_tag", "closed-on-error")),
+                     timeout=30, what=lambda: f"the grids' cells to name the double ack's closes (they show {cells()!r})")
         finally:
             browser.close()
 
