@@ -414,7 +414,10 @@ def test_the_nodes_get_empty_counter_is_read_and_alone_names_no_queue(field, kin
     finally:
         source.close()
     assert sum(c.get_empty or 0 for c in second.protocol_counts) > sum(c.get_empty or 0 for c in first.protocol_counts)
-    found = [g for g in evaluate(Context(second, first)) if g.rule == "get-empty-storm"]
+    # What is judged here is whom the counts name, not the storm's rate: beside the suite's other workers the storm
+    # client (a get every 5 ms) has fallen under the default 50 a second between two reads.
+    found = [g for g in evaluate(Context(second, first, thresholds=Thresholds(get_empty_rate=5.0)))
+             if g.rule == "get-empty-storm"]
     if kind == "management":
         assert [g.object for g in found] == ["queue k7.polled"]
     else:
