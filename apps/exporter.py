@@ -28,7 +28,7 @@ from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.diagnosis.upgrade import outlooks
 from ackscope.diagnosis.waiting import Waiting
-from ackscope.diagnosis.window import Recent, Trailing
+from ackscope.diagnosis.window import Recent
 from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.exposition import compressed, probe_metrics
 from ackscope.exporter.history import SnapshotHistory
@@ -199,7 +199,7 @@ class Exporter:
         self.cfg = cfg
         self.onset = Onset()  # since when each finding holds: "since when" is the on-call's third question
         self.recent = Recent(cfg.thresholds.window_seconds)  # the window the rate-like rules judge
-        self.trailing = Trailing(PERSISTENT_COUNT_LAG)  # a poll a few seconds back, for counts that lag
+        self.lagging = Recent(PERSISTENT_COUNT_LAG)  # a poll a few seconds back, for counts that lag
         self.holding = Holding()  # since when each channel has held deliveries without settling any
         self.waiting = Waiting()  # how long each queue's oldest message has waited, at least
         self.confirm_waits = ConfirmWaits(cfg.thresholds.window_seconds)  # how many each publisher leaves in flight
@@ -229,7 +229,7 @@ class Exporter:
     def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None, breaks: Breaks | None) -> Diagnosis:
         oldest = self.waiting.update(snapshot)
         verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds,
-                                   earlier=self.trailing.update(snapshot),
+                                   earlier=self.lagging.start(snapshot),
                                    window=self.recent.start(snapshot), breaks=breaks,
                                    held=self.holding.update(snapshot), oldest=oldest,
                                    in_flight=self.confirm_waits.update(snapshot), confirm_bench=self.cfg.confirm_bench,

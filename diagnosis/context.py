@@ -56,7 +56,7 @@ class Context:
     # Per connection, the channels polls saw close over the window while it stayed open
     # (diagnosis.channel_turnover); None: not tracked, and the window's start and end alone say.
     turnover: Mapping[str, int] | None = None
-    # The newest poll a few seconds or more before this one (diagnosis.window.Trailing), for a count the broker
+    # A poll a few seconds before this one (diagnosis.window.Recent over those seconds), for a count the broker
     # updates later than the rest (a queue's persistent count); None: the previous poll and the window's start say.
     earlier: Snapshot | None = None
     # What `ackscope bench confirms` measured on this broker, where it was given: remedies quote it.

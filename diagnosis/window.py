@@ -34,24 +34,3 @@ class Recent:
             kept.append(snapshot)
         return start
 
-
-class Trailing:
-    """The newest snapshot at least `seconds` before each one, for a count the broker updates later than the rest:
-    keeps the snapshots of the last `seconds` and one older (polls further apart than that keep one)."""
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self._kept: deque[Snapshot] = deque()
-
-    def __len__(self) -> int:
-        """Snapshots kept: those of the last `seconds` and one older (the memory it costs)."""
-        return len(self._kept)
-
-    def update(self, snapshot: Snapshot) -> Snapshot | None:
-        """The newest kept snapshot at least `seconds` older than `snapshot`, None where none is; then keeps it."""
-        kept = self._kept
-        while len(kept) >= 2 and kept[1].taken_at <= snapshot.taken_at - self.seconds:
-            kept.popleft()
-        found = kept[0] if kept and kept[0].taken_at <= snapshot.taken_at - self.seconds else None
-        kept.append(snapshot)
-        return found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from snapshot_builders import queue, snapshot, stats
 
-from ackscope.diagnosis.window import KEPT, Recent, Trailing
+from ackscope.diagnosis.window import KEPT, Recent
 from ackscope.model.snapshot import sharing
 
 
@@ -27,15 +27,12 @@ def test_a_window_keeps_a_bounded_number_of_snapshots_whatever_the_poll_interval
     assert len(recent) <= KEPT + 2
 
 
-def test_the_trailing_poll_is_the_newest_at_least_so_old_and_few_are_kept():
-    trailing = Trailing(5.0)
-    found = [trailing.update(snapshot(t / 2)) for t in range(0, 40)]  # a poll every half second
-    assert found[:10] == [None] * 10
-    assert [s.taken_at for s in found[10:]] == [t / 2 - 5.0 for t in range(10, 40)]
-    assert len(trailing) <= 12
-    # Polls further apart than that: the one before.
-    apart = Trailing(5.0)
-    assert [getattr(apart.update(snapshot(t)), "taken_at", None) for t in (0.0, 10.0, 20.0)] == [None, 0.0, 10.0]
+def test_a_window_of_a_few_seconds_gives_the_newest_poll_at_least_so_old():
+    """What the persistent count is judged against: Recent over PERSISTENT_COUNT_LAG, polls half a second apart."""
+    recent = Recent(5.0)
+    found = [recent.start(snapshot(t / 2)) for t in range(0, 40)]
+    assert [s.taken_at for s in found[12:]] == [t / 2 - 5.0 for t in range(12, 40)]
+    assert len(recent) <= KEPT + 2
 
 
 def test_a_poll_shares_the_records_that_did_not_change_with_the_one_before():
