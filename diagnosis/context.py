@@ -14,6 +14,7 @@ from ackscope.model.probes import NAMESPACE, TargetStats, is_probe_connection
 from ackscope.model.snapshot import (DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Exchange, Link, Queue,
                                      Snapshot)
 
+from .channel_turnover import Closed
 from .confirm_waits import InFlight
 from .holding import Held
 from .thresholds import Thresholds
@@ -53,9 +54,9 @@ class Context:
     # Each confirm channel's unconfirmed count as sampled while it published over the window
     # (diagnosis.confirm_waits); None: not tracked.
     in_flight: Mapping[str, InFlight] | None = None
-    # Per connection, the channels polls saw close over the window while it stayed open
-    # (diagnosis.channel_turnover); None: not tracked, and the window's start and end alone say.
-    turnover: Mapping[str, int] | None = None
+    # Per connection, the channels polls saw close (or inferred closed) over the window while it stayed open
+    # (diagnosis.channel_turnover.Closed); None: not tracked, and the window's start and end alone say.
+    turnover: Mapping[str, Closed] | None = None
     # A poll a few seconds before this one (diagnosis.window.Recent over those seconds), for a count the broker
     # updates later than the rest (a queue's persistent count); None: the previous poll and the window's start say.
     earlier: Snapshot | None = None

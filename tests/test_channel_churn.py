@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from snapshot_builders import OVERVIEW, channel, connection, snapshot, stats
 
-from ackscope.diagnosis.channel_turnover import ChannelTurnover, closed_between
+from ackscope.diagnosis.channel_turnover import ChannelTurnover, Closed, closed_between
 from ackscope.diagnosis.rules import Context, evaluate
 from ackscope.model.events import BROKER_LOG, CHANNEL_ERROR, BrokerEvent, Breaks
 from ackscope.model.snapshot import Churn
@@ -42,9 +42,9 @@ def _churn(polls, breaks=None, memory=True):
 
 def test_a_name_gone_or_a_counter_fallen_is_a_channel_closed_on_a_connection_that_stayed():
     before = _poll(0, (1, 2, 3), deliveries=5)
-    assert closed_between(before, _poll(10, (1,), deliveries=5)) == {CHURNER: 2}
+    assert closed_between(before, _poll(10, (1,), deliveries=5)) == {CHURNER: Closed(seen=2)}
     # pika reuses the lowest free number: the same name with lower counters is a new channel.
-    assert closed_between(before, _poll(10, (1, 2, 3), deliveries=1)) == {CHURNER: 3}
+    assert closed_between(before, _poll(10, (1, 2, 3), deliveries=1)) == {CHURNER: Closed(seen=3)}
     assert closed_between(before, _poll(10, (1, 2, 3), deliveries=9)) == {}
     # A connection that closed took its channels: no churn of a connection that stays.
     gone = replace(_poll(10, ()), connections=(connection(HEALTHY, connection_name="billing-healthy"),))
@@ -111,3 +111,48 @@ def test_where_the_windows_first_poll_has_no_counts_the_poll_before_gives_them()
     assert f.evidence["broker_channels_closed"] == 5 and f.evidence["broker_counted_over_seconds"] == 5
     assert f.evidence["channels_seen_closed_at_least"] == 6 and f.connection_name == "pika-double-ack"
     assert "broker_channels_closed" not in _churn([replace(p, overview=OVERVIEW) for p in polls])[0].evidence
+
+
+def test_channel_numbers_passed_over_between_polls_count_as_closed_no_more_than_the_broker_counted():
+    """The Java client numbers channels upwards: a client opening a channel every 2 s, polled every 5 s, shows one
+    channel at a poll (or none, where the management plugin has not listed it yet), its number a few above the last.
+    The numbers passed over were opened and closed in between: inferred, up to the broker's own count of channels
+    closed over the same polls."""
+    def climbing(t: int, listed: bool, closed_per_poll: int = 3):
+        n = 2 + t // 2  # channel 1 stays: the one that declared the queue
+        return _poll(t, (1, n) if listed else (1,), closed=(t // 5) * closed_per_poll)
+    polls = [climbing(t, listed=(t // 5) % 3 != 1) for t in range(0, 65, 5)]
+    [f] = _churn(polls)
+    ev = f.evidence
+    assert ev["channels_seen_closed_at_least"] >= 3 and ev["channels_inferred_closed"] >= 10, ev
+    assert ev["inferred"].startswith("channel numbers the client passed over") and "inferred from" in f.explanation
+    # The broker counted fewer closes than numbers passed over: no more than its count is inferred.
+    few = [climbing(t, listed=(t // 5) % 3 != 1, closed_per_poll=1) for t in range(0, 65, 5)]
+    [f] = _churn(few)
+    ev = f.evidence
+    assert 0 < ev["channels_inferred_closed"] and ev["channels_inferred_closed"] + ev["channels_seen_closed_at_least"] \
+        <= 12, ev  # what the broker counted over the minute
+    # Without the broker's count, nothing is inferred: what polls saw stands alone.
+    uncounted = [replace(p, overview=OVERVIEW) for p in polls]
+    [f] = _churn(uncounted)
+    assert "channels_inferred_closed" not in f.evidence
+
+
+def test_a_channel_number_a_client_picks_itself_closes_nothing():
+    """A client may open channel 100 itself beside channel 1: the numbers between were never opened. The broker
+    counted no channel closed meanwhile, and no poll saw the client close a channel: nothing inferred, nobody named,
+    even where other clients close channels elsewhere (the broker's count is for all of them)."""
+    quiet = [_poll(t, (1,) if t < 20 else (1, 100), closed=0) for t in range(0, 70, 10)]
+    assert _churn(quiet) == []
+    turnover = ChannelTurnover(300.0)
+    for p in quiet:
+        seen = turnover.update(p)
+    assert CHURNER not in seen
+    elsewhere = [_poll(t, (1,) if t < 20 else (1, 100), closed=t * 10) for t in range(0, 70, 10)]
+    assert _churn(elsewhere) == []
+    # Numbers that wrap back to 1 after channel_max pass over nothing.
+    wrapped = [_poll(t, (2047,) if t < 20 else (1, 3), closed=t) for t in range(0, 70, 10)]
+    turnover = ChannelTurnover(300.0)
+    for p in wrapped:
+        seen = turnover.update(p)
+    assert seen[CHURNER].inferred == 0

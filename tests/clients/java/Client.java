@@ -10,6 +10,9 @@
 //   confirm-stream     confirmSelect, then persistent messages into a quorum queue without pause, confirms handled
 //                      as they come by a ConfirmListener, at most 8 unconfirmed (the confirms
 //                      tutorial's third strategy)
+//   double-ack         a worker taking each job on a new channel (the client numbers them upwards): publish one,
+//                      basicGet it, work 2 s, basicAck its delivery tag twice; the broker closes the channel
+//                      (PRECONDITION_FAILED - unknown delivery tag) and the connection stays
 import com.rabbitmq.client.*;
 import java.util.Map;
 import java.util.Set;
@@ -82,6 +85,19 @@ public class Client {
                     window.acquire();
                     unconfirmed.add(ch.getNextPublishSeqNo());
                     ch.basicPublish("", queue, MessageProperties.PERSISTENT_BASIC, "order".getBytes());
+                }
+            }
+            case "double-ack" -> {
+                System.out.println("ready");
+                while (true) {
+                    Channel round = conn.createChannel();
+                    round.basicPublish("", queue, MessageProperties.PERSISTENT_BASIC, "job".getBytes());
+                    GetResponse got = round.basicGet(queue, false);
+                    Thread.sleep(2000);  // the job's work, its channel open meanwhile
+                    if (got != null) {
+                        round.basicAck(got.getEnvelope().getDeliveryTag(), false);
+                        round.basicAck(got.getEnvelope().getDeliveryTag(), false);
+                    }
                 }
             }
             default -> throw new IllegalArgumentException("unknown mode " + mode);
