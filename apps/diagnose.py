@@ -31,7 +31,6 @@ from ackscope.core.config import ConfigError
 from ackscope.core.durations import describe, parse_duration
 from ackscope.core.evidence import rows as evidence_rows
 from ackscope.dashboard.source import ExporterSource, Live
-from ackscope.diagnosis.breaks import STATISTICS_INTERVAL
 from ackscope.diagnosis.channel_turnover import ChannelTurnover
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
@@ -41,7 +40,7 @@ from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_ERROR, 
                                    BrokerEvent, Breaks, cause)
 from ackscope.model.findings import SEVERITIES, Diagnosis, Finding, NotEvaluated
 from ackscope.model.probes import TargetStats
-from ackscope.model.snapshot import CHANNELS, CONNECTIONS, QUEUE_COUNTS, Snapshot
+from ackscope.model.snapshot import CHANNELS, CONNECTIONS, QUEUE_COUNTS, STATISTICS_INTERVAL, Snapshot
 from ackscope.model.source import Source, SourceFailed
 from ackscope.probes import config as probe_config
 from ackscope.probes.service import Probes

@@ -14,16 +14,13 @@ from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_CLOSED,
                                    CONSUMER_TIMEOUT, DEAD_LETTER_CYCLE, EVENT_EXCHANGE, EVENTS, INEQUIVALENT_ARGUMENTS,
                                    MESSAGE_DROPPED, UNKNOWN_DELIVERY_TAG, BrokerEvent, cause)
 from ackscope.model.findings import Finding
-from ackscope.model.snapshot import CHANNELS, CONNECTIONS, Consumer, Queue
+from ackscope.model.snapshot import CHANNELS, CONNECTIONS, STATISTICS_INTERVAL, Consumer, Queue
 
 from .context import ACKS_GUIDE, Context, Named, Rule, few, num, rounded
 from .holding import link_key, stranded
 from .links import link_culprit, link_object
 
 CONSUMERS_GUIDE = "RabbitMQ guide 'Consumers', 'Delivery Acknowledgement Timeout'"
-# RabbitMQ's default collect_statistics_interval: the management API refreshes a channel's counters this often, so
-# two polls closer than this may show the counters of a consumer that acks unmoved.
-STATISTICS_INTERVAL = 5.0
 DEFAULT_TIMEOUT_MS = 1_800_000  # RabbitMQ's consumer_timeout when nothing sets another: 30 minutes
 UNDEFINED_TIMEOUT_MS = 86_400_000  # 4.3's quorum queues, where consumer_timeout is no number (rabbit_queue_type)
 MISSED_HEARTBEATS = "missed_heartbeats"  # the cause of a connection the broker closed for missed heartbeats

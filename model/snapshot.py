@@ -12,6 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 
+# RabbitMQ's default collect_statistics_interval, seconds: the management API refreshes a channel's counters this
+# often, and lists a channel opened since only from its next collection. Two polls closer than this may show the
+# counters of a consumer that acks unmoved.
+STATISTICS_INTERVAL = 5.0
+
+
 @dataclass(frozen=True, slots=True)
 class MessageStats:
     """Cumulative message counts as the management API reports them (never its smoothed rates)."""
@@ -118,6 +124,9 @@ class Connection:
     # (received, sent) bytes as the broker last counted them: they move whenever frames cross the connection and
     # stand still while it is idle. None where it lists none (statistics off).
     octets: tuple[int, int] | None = None
+    # When the broker accepted it, unix seconds: a new connection from the same peer port has the old one's name but
+    # not its time. None where the source does not say.
+    connected_at: float | None = None
 
     @property
     def identity(self) -> str:

@@ -335,7 +335,7 @@ def test_channels_the_broker_keeps_closing_are_named_from_polls_alone_and_with_t
     the exporter that reads no log names it by its connection's name from polls alone, why "not known: give
     --broker-log"; the one following the log names the broker's reason. pika doing the same reuses the lowest free
     channel number, and may go unnamed from polls (a new channel doing the same work looks like the last); nothing
-    but the clients whose channels the broker closes is ever named. diagnose, reading the broker over 45 s, names the
+    but the clients whose channels the broker closes is ever named. diagnose, reading the broker over 60 s, names the
     Java client too."""
     if breaking.quiet is None:  # the plugin names a channel by its process: no connection to group it by (no --cli)
         return
@@ -346,7 +346,7 @@ def test_channels_the_broker_keeps_closing_are_named_from_polls_alone_and_with_t
             return next((f for f in list(seen.findings.values()) if f["rule"] == "channel-churn"
                          and f["connection_name"] == "java-double-ack" and f["evidence"]["reason"].startswith(why)),
                         None)
-        f = wait_for(named, timeout=120, what=lambda seen=seen: f"channel-churn on java-double-ack "
+        f = wait_for(named, timeout=180, what=lambda seen=seen: f"channel-churn on java-double-ack "
                      f"(RabbitMQ {breaking.release.version}); channel-churn seen: "
                      f"{[x['evidence'] for x in list(seen.findings.values()) if x['rule'] == 'channel-churn']}")
         assert f["severity"] == "warning" and f["evidence"]["channels_seen_closed_at_least"] >= 1, f
@@ -354,7 +354,7 @@ def test_channels_the_broker_keeps_closing_are_named_from_polls_alone_and_with_t
         assert {f["connection_name"] for f in churn} <= churning, churn
         assert all(f["evidence"]["reason"].startswith(why) for f in churn), churn
     done = subprocess.run([sys.executable, "-m", "ackscope", "diagnose", "--management-url",
-                           breaking.node.management_url, "--username", ADMIN_USER, "--window", "45s",
+                           breaking.node.management_url, "--username", ADMIN_USER, "--window", "60s",
                            "--format", "json"], capture_output=True, text=True, timeout=180,
                           env=dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD))
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr

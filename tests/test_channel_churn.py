@@ -156,3 +156,83 @@ def test_a_channel_number_a_client_picks_itself_closes_nothing():
     for p in wrapped:
         seen = turnover.update(p)
     assert seen[CHURNER].inferred == 0
+
+
+A, B = "10.0.0.1:40001 -> 10.0.0.9:5672", "10.0.0.2:40002 -> 10.0.0.9:5672"
+
+
+def _ch(conn: str, n: int | None, done: int = 1, name: str | None = None):
+    return channel(name or f"{conn} ({n})", number=n, connection=conn, connection_name=conn[:9],
+                   message_stats=stats(deliver_get=done, ack=done, publish=done))
+
+
+def _at(t: float, channels, connections=(A,), closed: int | None = None, **kw):
+    churn = None if closed is None else Churn(10, 10, closed, closed)
+    return snapshot(t, overview=replace(OVERVIEW, churn=churn), channels=channels,
+                    connections=[connection(c, connection_name=c[:9], **kw) for c in connections])
+
+
+def _turnover(polls, window: float = 300.0):
+    turnover, seen = ChannelTurnover(window), {}
+    for p in polls:
+        seen = turnover.update(p)
+    return dict(seen)
+
+
+def test_what_others_close_pays_for_no_number_a_client_picked_itself():
+    """A review's inputs: a client closing one channel and opening channel 100 itself while others close channels;
+    two such clients claiming the same count of the broker's; a node restart lowering the summed count."""
+    others = [_at(0, [_ch(A, 1), _ch(A, 2)], closed=1000), _at(10, [_ch(A, 1), _ch(A, 100)], closed=1020),
+              _at(20, [_ch(A, 1), _ch(A, 100)], closed=1040)]
+    assert _turnover(others) == {A: Closed(seen=1)}
+    two = [_at(0, [_ch(A, 1), _ch(A, 2), _ch(B, 1), _ch(B, 2)], (A, B), closed=0),
+           _at(10, [_ch(A, 1), _ch(A, 50), _ch(B, 1), _ch(B, 50)], (A, B), closed=20),
+           _at(20, [_ch(A, 1), _ch(A, 50), _ch(B, 1), _ch(B, 50)], (A, B), closed=40)]
+    assert _turnover(two) == {A: Closed(seen=1), B: Closed(seen=1)}
+    restarted = [_at(0, [_ch(A, 1), _ch(A, 2)], closed=3000), _at(10, [_ch(A, 1), _ch(A, 100)], closed=3000),
+                 _at(20, [_ch(A, 1), _ch(A, 100)], closed=2000), _at(30, [_ch(A, 1), _ch(A, 100)], closed=2000)]
+    assert _turnover(restarted) == {A: Closed(seen=1)}
+
+
+def test_a_channel_missing_from_polls_and_back_with_its_counters_grown_never_closed():
+    """A paged list, or a node's plugin left unread, leaves channels out of a poll or two: back with their counters
+    grown, they never closed, and the broker counted none closed."""
+    pool = [_at(t, [_ch(A, n, done=t + 1) for n in range(1, 41)] if t not in (50, 60) else [], closed=100)
+            for t in range(0, 310, 10)]
+    assert _turnover(pool) == {}
+    # Listed again only after they were counted (no broker count to check against): taken back.
+    late = [_at(t, [_ch(A, n, done=t + 1) for n in (1, 2, 3)] if t not in (10, 20) else [_ch(A, 1, done=t + 1)])
+            for t in range(0, 40, 10)]
+    assert _turnover(late) == {}
+
+
+def test_counters_that_fall_close_no_channel_named_by_its_process():
+    """The Prometheus plugin names a channel by its process and sums its counters over the queues it touched: a
+    deleted queue lowers the sum, and a process is never reused."""
+    pid = "<rabbit@n1.1700000000.1234.0>"
+    polls = [_at(2 * i, [_ch(A, None, done=d, name=pid)]) for i, d in enumerate([10, 2, 3, 12, 4, 5, 14, 6, 7])]
+    assert _turnover(polls) == {}
+
+
+def test_a_new_connection_under_an_old_ones_name_inherits_none_of_its_channels():
+    old = [_ch(A, n, done=50) for n in (1, 2, 3)]
+    polls = [_at(0, old, connected_at=1000.0), _at(5, [_ch(A, 1)], connected_at=1004.0),
+             _at(10, [_ch(A, 1, done=2)], connected_at=1004.0)]
+    assert _turnover(polls) == {}
+
+
+def test_a_poll_older_than_the_last_one_is_passed_over():
+    def a(ns, t):
+        return [_ch(A, n, done=t + 1) for n in ns]
+    polls = [_at(10, a((1, 2, 3, 4), 10)), _at(20, a((1,), 20)), _at(30, a((1,), 30)), _at(5, a((1, 2, 3, 4), 5)),
+             _at(40, a((1,), 40)), _at(50, a((1,), 50))]
+    assert _turnover(polls) == {A: Closed(seen=3)}
+
+
+def test_polls_without_the_brokers_count_leave_the_rest_of_the_window_its_count():
+    """A node's first seconds list no churn counts: the polls that have them still bound (and allow) what is
+    inferred."""
+    polls = [_at(t, [_ch(A, 1)] + ([_ch(A, 2 + t // 2)] if t % 10 == 0 else []),
+                 closed=None if t < 6 else 100 + t) for t in range(0, 62, 2)]
+    seen = _turnover(polls)
+    assert seen[A].seen >= 3 and seen[A].inferred >= 4, seen

@@ -60,7 +60,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "vhosts": ("name",),
     "connections": ("name", "vhost", "user", "user_provided_name", "client_properties", "timeout", "state",
                     # The octet counts say whether an AMQP 1.0 connection's sessions moved (session_reads.py).
-                    "node", "peer_host", "peer_port", "protocol", "container_id", "recv_oct", "send_oct"),
+                    "node", "peer_host", "peer_port", "protocol", "container_id", "recv_oct", "send_oct",
+                    "connected_at"),
     "channels": ("name", "number", "vhost", "user", "connection_details.name", "prefetch_count",
                  "global_prefetch_count", "messages_unacknowledged", "messages_unconfirmed", "confirm",
                  "transactional", "consumer_count", "state") + _stats_columns(*_STATS),
@@ -198,6 +199,7 @@ def connection(raw: dict) -> Connection:
         protocol=as_str(raw.get("protocol")),
         container_id=as_str(raw.get("container_id")),
         octets=_octets(raw),
+        connected_at=ms / 1000 if (ms := as_int(raw.get("connected_at"))) is not None else None,
     )
 
 
