@@ -48,8 +48,12 @@ NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm", "node-down", "network-partit
                       # A consumer timed out takes 30 minutes or a node set otherwise; a cancel needs 4.3: on real
                       # clients and every release in tests/test_breaks.py.
                       "consumer-timed-out", "consumer-cancelled-by-broker",
-                      # Listed by RabbitMQ 3.13 and later only: on real clients in tests/test_field_cases.py (the
-                      # non-durable-queue-backlog scenario makes it too on 4.x).
+                      # Channels a client's connection keeps closing, from polls alone: tests/test_breaks.py (the
+                      # double-ack scenario makes it too, beside its own closed-on-error).
+                      "channel-churn",
+                      # Field failures of their own (a get storm, a queue deleted holding messages, an auto-ack
+                      # consumer killed, a deprecated feature), on real clients: tests/test_field_cases.py.
+                      "get-empty-storm", "temporary-queue-holding", "queue-deleted-holding", "auto-ack-consumer-gone",
                       "deprecated-feature-used",
                       # A dead-letter topology with no client to it: tests/test_field_cases.py (the dead-letter-cycle
                       # scenario makes it too, beside the drop its rule is named for).
