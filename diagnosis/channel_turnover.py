@@ -83,11 +83,6 @@ def _fell(then: Channel, now: Channel) -> bool:
         and b < a for k in _COUNTERS)
 
 
-def _grown(then: Channel, now: Channel) -> bool:
-    """The same channel, listed again: its counters where they were or above."""
-    return not _fell(then, now)
-
-
 def _closed_count(s: Snapshot) -> int | None:
     """The channels the broker counted closed since it started, all clients; None where the poll has no count."""
     return s.overview.churn.channels_closed if s.overview.churn is not None else None
@@ -164,7 +159,7 @@ class ChannelTurnover:
         """A channel counted closed that is listed again with its counters grown never closed: uncounted."""
         for name, (connection, record, at) in list(self._closed.items()):
             back = current.get(name)
-            if back is not None and _grown(record, back):
+            if back is not None and not _fell(record, back):
                 del self._closed[name]
                 kept = self._seen.get(connection)
                 for i, (t, c) in enumerate(kept or ()):
@@ -173,7 +168,7 @@ class ChannelTurnover:
                         break
 
     def _note_missing(self, before: Snapshot, s: Snapshot, stayed: set[str], current: Mapping[str, Channel]) -> None:
-        for name in [n for n, m in self._missing.items() if n in current and _grown(m.record, current[n])]:
+        for name in [n for n, m in self._missing.items() if n in current and not _fell(m.record, current[n])]:
             del self._missing[name]  # back: a paged list or a missed node left it out
         for ch in before.channels:
             if ch.connection in stayed and ch.name not in self._missing:
