@@ -54,9 +54,14 @@ def seen(tab, locator, what: str, timeout_ms: int = SHOWN_WITHIN_MS) -> None:
     except PlaywrightTimeout:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / f"not-seen-{what.replace(' ', '-')[:40]}.png"
-        tab.screenshot(path=str(shot), full_page=True)
+        # A browser that did not draw the part may not draw a screenshot either (seen under load): the failure
+        # says what was not shown whether or not the picture was taken.
+        try:
+            tab.screenshot(path=str(shot), full_page=True, timeout=10_000)
+        except PlaywrightTimeout:
+            shot = "no screenshot: the browser took more than 10 s to draw one"
         raise AssertionError(f"{what} not shown within {timeout_ms / 1000:g} s; the page ({shot}) said:\n"
-                             + tab.inner_text("body")[:3000]) from None
+                             + tab.inner_text("body", timeout=10_000)[:3000]) from None
 
 
 @contextmanager
