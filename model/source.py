@@ -34,9 +34,14 @@ class SourceFailed(Exception):
 
 
 def as_fetch_error(endpoint: str, error: BaseException) -> FetchError:
-    """A read's failure as a FetchError; anything else is a bug, said in one line all the same."""
-    return error if isinstance(error, FetchError) else FetchError(endpoint, "internal",
-                                                                  f"{type(error).__name__}: {error}")
+    """A read's failure as a FetchError of the part `endpoint` that failed: a part made of several reads (a
+    vhost's exchanges and bindings) is counted, and its facts marked unreported, under the part's own name, the
+    read inside it named in the message. Anything but a FetchError is a bug, said in one line all the same."""
+    if not isinstance(error, FetchError):
+        return FetchError(endpoint, "internal", f"{type(error).__name__}: {error}")
+    if error.endpoint != endpoint:
+        return FetchError(endpoint, error.reason, str(error), error.status)
+    return error
 
 
 def partial(snapshot: Snapshot, errors: list[FetchError], missed: frozenset[str]) -> Snapshot:
