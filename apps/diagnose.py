@@ -40,7 +40,7 @@ from ackscope.model.events import (BROKER_LOG, CHANNEL_ERROR, CONNECTION_ERROR, 
                                    BrokerEvent, Breaks, cause)
 from ackscope.model.findings import SEVERITIES, Diagnosis, Finding, NotEvaluated
 from ackscope.model.probes import TargetStats
-from ackscope.model.snapshot import CHANNELS, CONNECTIONS, QUEUE_COUNTS, STATISTICS_INTERVAL, Snapshot
+from ackscope.model.snapshot import CHANNELS, CONNECTIONS, QUEUE_COUNTS, STATISTICS_INTERVAL, Snapshot, carried
 from ackscope.model.source import Source, SourceFailed
 from ackscope.probes import config as probe_config
 from ackscope.probes.service import Probes
@@ -308,11 +308,11 @@ def _judge(source: Source, window: float, thresholds: Thresholds, probes: Probes
         while time.monotonic() - began + 2 * step <= window:
             time.sleep(max(0.0, step * (len(between) + 1) - (time.monotonic() - began)))
             try:
-                between.append(source.read())
+                between.append(carried(source.read(), between[-1] if between else first))
             except SourceFailed:
                 continue  # the samples at the window's ends are what rates need; this one only adds detail
         time.sleep(max(0.0, window - (time.monotonic() - began)))  # the window itself: rates are counts over it
-        second = source.read()
+        second = carried(source.read(), between[-1] if between else first)
         stats = probes.stats().targets if probes is not None else ()
     finally:
         if probes is not None:

@@ -17,7 +17,7 @@ from ackscope.core import native_memory
 from ackscope.core.episode import Episode
 from ackscope.model.events import Breaks
 from ackscope.model.findings import Diagnosis
-from ackscope.model.snapshot import Snapshot, sharing
+from ackscope.model.snapshot import Snapshot, carried, sharing
 from ackscope.model.source import FetchError, Source, SourceFailed
 
 from .cardinality import Limits
@@ -82,7 +82,7 @@ class Poller:
     def _poll(self) -> None:
         started_wall, started = time.time(), time.monotonic()
         try:
-            snapshot = sharing(self.source.read(), self.snapshot)
+            snapshot = sharing(carried(self.source.read(), self.snapshot), self.snapshot)
         except SourceFailed as failure:
             self._read_breaks(None)
             self._publish_failure(failure.errors, started, started_wall)

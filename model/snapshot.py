@@ -667,6 +667,28 @@ def attributed(s: Snapshot) -> Snapshot:
                    stream_publishers=tuple(who(p) for p in s.stream_publishers))
 
 
+def carried(s: Snapshot, previous: Snapshot | None) -> Snapshot:
+    """`s` with each channel and consumer listed without its connection, and so unattributed, attributed as
+    `previous` attributed the same channel (by name): the management database drops a closed connection's record
+    before its channels', and a poll between the two lists channels of no known client. A channel `previous`
+    did not attribute either stays unattributed."""
+    if previous is None or not (s.channels or s.consumers):
+        return s
+    listed = {c.name for c in s.connections}
+    if all(ch.connection in listed for ch in s.channels) and all(c.connection in listed for c in s.consumers):
+        return s
+    before = {ch.name: ch for ch in previous.channels if ch.identity}
+
+    def who(record, channel: str):
+        known = before.get(channel)
+        if record.connection in listed or record.identity or known is None or known.connection != record.connection:
+            return record
+        return replace(record, connection_name=known.connection_name, client=known.client, identity=known.identity)
+
+    return replace(s, channels=tuple(who(ch, ch.name) for ch in s.channels),
+                   consumers=tuple(who(c, c.channel) for c in s.consumers))
+
+
 def sharing(s: Snapshot, previous: Snapshot | None) -> Snapshot:
     """`s` with every record equal to one of `previous` replaced by that one. The snapshots a rule window
     keeps then hold an unchanged record once: at 50,000 mostly idle queues, ten snapshots cost about the

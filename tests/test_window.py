@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from snapshot_builders import queue, snapshot, stats
+from dataclasses import replace
+
+from snapshot_builders import channel, connection, consumer, queue, snapshot, stats
 
 from ackscope.diagnosis.window import KEPT, Recent
-from ackscope.model.snapshot import sharing
+from ackscope.model.snapshot import carried, sharing
 
 
 def test_the_window_starts_at_the_newest_snapshot_at_least_a_window_old():
@@ -78,3 +80,29 @@ def test_a_channels_nacks_seen_in_two_samples_are_remembered_for_the_window_and_
         jitter = waits.update(at(t, publish, confirm))
     assert jitter["ch 1"].nacks_seen_at == 10.0
     assert waits.update(at(15, 40, 40))["ch 1"].nacks_seen_at is None
+
+
+def test_a_channel_listed_after_its_connection_went_keeps_the_client_the_poll_before_knew():
+    """The management database drops a closed connection's record before its channels': a poll between the two
+    lists the channel unattributed, and a rule naming it then (the channel gone at the next poll) would name no
+    client."""
+    gone = replace(channel("ch 1", client="py-amqp 5.3.1", identity="py-amqp 5.3.1 from 127.0.0.1 as guest",
+                           connection_name=""), connection="conn")
+    stays = channel("ch 2", connection="other", client="pika 1.3", identity="app")
+    before = snapshot(1000.0, connections=[connection("conn"), connection("other")], channels=[gone, stays],
+                      consumers=[consumer(channel_name="ch 1", connection_name="", identity=gone.identity)])
+    unattributed = replace(gone, client=None, identity="", message_stats=stats(deliver_no_ack=3))
+    now = carried(snapshot(1001.0, connections=[connection("other")], channels=[unattributed, stays],
+                           consumers=[consumer(channel_name="ch 1", connection_name="", identity="")]), before)
+    assert [(ch.client, ch.identity) for ch in now.channels] == [
+        ("py-amqp 5.3.1", "py-amqp 5.3.1 from 127.0.0.1 as guest"), ("pika 1.3", "app")]
+    assert now.channels[0].message_stats.deliver_no_ack == 3  # this poll's counts, the poll before's client
+    assert now.consumers[0].identity == "py-amqp 5.3.1 from 127.0.0.1 as guest"
+    # A channel of another connection under the same name (a number reused after a reconnect), or one the poll
+    # before did not attribute either, stays unattributed: never a guess.
+    elsewhere = replace(unattributed, connection="new")
+    assert carried(snapshot(1001.0, channels=[elsewhere]), before).channels[0].identity == ""
+    assert carried(snapshot(1002.0, channels=[unattributed]), snapshot(1001.0, channels=[unattributed])
+                   ).channels[0].identity == ""
+    whole = snapshot(1001.0, connections=[connection("conn")], channels=[gone])
+    assert carried(whole, before) is whole
