@@ -117,7 +117,9 @@ def test_a_consumer_that_acks_nothing_is_stalled_never_at_its_prefetch(k8):
 def test_with_an_exporter_its_findings_over_its_window_are_reported(k8):
     exporter = Exporter(exporter_config(k8.node.management_url, interval=0.5, broker_log=str(k8.node.log_file),
                                         selection=Selection(include_vhosts=re.compile(re.escape(k8.running))),
-                                        thresholds=Thresholds(stalled_consumer_seconds=3)))
+                                        # Not 3 s: on a loaded machine the healthy consumer's acks, in a
+                                        # thread beside the exporter's, were once counted still for 3 s.
+                                        thresholds=Thresholds(stalled_consumer_seconds=15)))
     exporter.start()
     try:
         # What ended inside the exporter's window and no sample of diagnose's own could see: a double ack.
@@ -132,7 +134,7 @@ def test_with_an_exporter_its_findings_over_its_window_are_reported(k8):
     rules = {f["rule"]: f for f in report["findings"]}
     closed = rules["closed-on-error"]
     assert closed["vhost"] == k8.running and closed["evidence"]["reason"] == "unknown_delivery_tag"
-    stalled = rules["consumer-stalled"]
+    (stalled,) = [f for f in report["findings"] if f["rule"] == "consumer-stalled"]
     assert stalled["connection_name"] == STALLED and stalled["since"] is not None
     assert "prefetch-saturated" not in rules and _loud_about_healthy(report["findings"]) == []
     head = text.stdout.splitlines()
