@@ -57,10 +57,18 @@ def _finish(process: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def local_reports(tmp_path_factory, java) -> tuple[Path, dict]:
-    """The known answer: the same input run in local mode."""
+def history(tmp_path_factory) -> Path:
+    """The input, for the tests that fail before reading it (they run beside the cluster's group, which then need
+    not run the local answer twice: a pipeline run in a JVM of its own took 200 s of a loaded suite)."""
     data = tmp_path_factory.mktemp("cluster-input")
     _history(data)
+    return data
+
+
+@pytest.fixture(scope="module")
+def local_reports(history, tmp_path_factory, java) -> tuple[Path, dict]:
+    """The known answer: the same input run in local mode."""
+    data = history
     out = tmp_path_factory.mktemp("local-out")
     code, err = _finish(_pipeline(data, out))
     assert code == 0, err
@@ -124,8 +132,8 @@ def test_a_worker_lost_mid_run_is_retried_by_spark_and_the_reports_are_still_rig
             spark_cluster.add_worker(0)  # for the tests after this one
 
 
-def test_a_master_that_cannot_be_reached_is_one_line(local_reports, tmp_path):
-    data, _ = local_reports
+def test_a_master_that_cannot_be_reached_is_one_line(history, tmp_path):
+    data = history
     master = f"spark://127.0.0.1:{free_port()}"
     started = time.monotonic()
     code, err = _finish(_pipeline(data, tmp_path / "out", "--master", master))
@@ -133,8 +141,8 @@ def test_a_master_that_cannot_be_reached_is_one_line(local_reports, tmp_path):
     assert err.strip() == f"ackscope pipeline: cannot reach the Spark master at {master}: Connection refused"
 
 
-def test_a_master_without_workers_is_one_line_not_a_wait(java, local_reports, tmp_path):
-    data, _ = local_reports
+def test_a_master_without_workers_is_one_line_not_a_wait(java, history, tmp_path):
+    data = history
     with StandaloneCluster(tmp_path / "empty", workers=0) as empty:
         code, err = _finish(_pipeline(data, tmp_path / "out", "--master", empty.master_url, "--executor-wait", "10",
                                       *CLUSTER_CONF))
@@ -144,8 +152,8 @@ def test_a_master_without_workers_is_one_line_not_a_wait(java, local_reports, tm
                            "(spark.executor.memory, spark.executor.cores)")
 
 
-def test_executors_without_pyarrow_are_named_before_any_file_is_checked(spark_cluster, local_reports, tmp_path):
-    data, _ = local_reports
+def test_executors_without_pyarrow_are_named_before_any_file_is_checked(spark_cluster, history, tmp_path):
+    data = history
     bare = "/usr/bin/python3"  # Debian's, without the venv's pyarrow
     assert subprocess.run([bare, "-c", "import pyarrow"], capture_output=True).returncode != 0
     code, err = _finish(_pipeline(data, tmp_path / "out", "--master", spark_cluster.master_url,
