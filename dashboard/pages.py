@@ -129,12 +129,14 @@ def _findings_section(data: Live, min_severity: str = "warning") -> pd.DataFrame
                  + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "info") if s in counts))
     for f in views.cards(data.findings, min_severity, CARDS):
         since = f" · since {f['since']} ({f['for']})" if f["since"] else ""
+        # One Markdown element a card: each element is a component the browser mounts and lays out on its own,
+        # and three a card cost a fresh browser's landing page more than the cards' text (docs/benchmarks.md).
+        parts = [f":{_COLOUR.get(f['severity'], 'gray')}[**{_md(f['severity'])}**] · **{_md(f['rule'])}** — "
+                 f"**{_md(f['culprit'])}**{_md(since)}",
+                 _evidence_table(f["evidence"]) if f["evidence"] else None,
+                 f"*Remedy:* {_md(f['remedy'])}"]
         with st.container(border=True):
-            st.markdown(f":{_COLOUR.get(f['severity'], 'gray')}[**{_md(f['severity'])}**] · **{_md(f['rule'])}** — "
-                        f"**{_md(f['culprit'])}**{_md(since)}")
-            if f["evidence"]:
-                st.markdown(_evidence_table(f["evidence"]))
-            st.markdown(f"*Remedy:* {_md(f['remedy'])}")
+            st.markdown("\n\n".join(p for p in parts if p))
     return found
 
 
