@@ -305,14 +305,16 @@ def _judge(source: Source, window: float, thresholds: Thresholds, probes: Probes
         if log is not None:
             log.read(first)  # most of the log, while the window runs
         step = max(1.0, window / (SAMPLES_BETWEEN + 1))
+        last = first  # the newest sample read: a channel listed without its connection keeps its client from it
         while time.monotonic() - began + 2 * step <= window:
             time.sleep(max(0.0, step * (len(between) + 1) - (time.monotonic() - began)))
             try:
-                between.append(carried(source.read(), between[-1] if between else first))
+                between.append(carried(source.read(), last))
+                last = between[-1]
             except SourceFailed:
                 continue  # the samples at the window's ends are what rates need; this one only adds detail
         time.sleep(max(0.0, window - (time.monotonic() - began)))  # the window itself: rates are counts over it
-        second = carried(source.read(), between[-1] if between else first)
+        second = carried(source.read(), last)
         stats = probes.stats().targets if probes is not None else ()
     finally:
         if probes is not None:

@@ -199,14 +199,18 @@ def _wait_for_polls_until(field: Field, until: float, timeout: float) -> None:
              what=lambda: f"a poll taken after {until:.0f} (latest {field.polls.latest():.0f})")
 
 
+def _snapshot(f: Field) -> dict:
+    """The exporter's last snapshot document ({} before its first poll)."""
+    return requests.get(f.exporter.url + "/api/snapshot", timeout=15).json()["snapshot"] or {}
+
+
 def _snapshot_queue(f: Field, name: str) -> dict | None:
-    doc = requests.get(f.exporter.url + "/api/snapshot", timeout=15).json()["snapshot"]
-    return next((q for q in doc["queues"] if q["name"] == name), None) if doc else None
+    return next((q for q in _snapshot(f).get("queues", []) if q["name"] == name), None)
 
 
 def _auto_ack_channel_seen(f: Field, queue: str) -> bool:
     """A poll listed a channel consuming `queue` with automatic ack, with deliveries without ack counted."""
-    doc = requests.get(f.exporter.url + "/api/snapshot", timeout=15).json()["snapshot"] or {}
+    doc = _snapshot(f)
     channels = {c["channel"] for c in doc.get("consumers", [])
                 if c["queue"] == queue and c["ack_required"] is False}
     return any(ch["name"] in channels and (ch.get("message_stats") or {}).get("deliver_no_ack")
