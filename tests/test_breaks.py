@@ -336,7 +336,7 @@ def test_channels_the_broker_keeps_closing_are_named_from_polls_alone_and_with_t
     --broker-log"; the one following the log names the broker's reason. pika doing the same reuses the lowest free
     channel number, and may go unnamed from polls (a new channel doing the same work looks like the last); nothing
     but the clients whose channels the broker closes is ever named. diagnose, reading the broker over 60 s, names the
-    Java client too."""
+    Java client too (in one of three windows at most)."""
     if breaking.quiet is None:  # the plugin names a channel by its process: no connection to group it by (no --cli)
         return
     churning = {"java-double-ack", "pika-double-ack", "pika-ack-other-channel"}
@@ -353,15 +353,25 @@ def test_channels_the_broker_keeps_closing_are_named_from_polls_alone_and_with_t
         churn = [f for f in list(seen.findings.values()) if f["rule"] == "channel-churn"]
         assert {f["connection_name"] for f in churn} <= churning, churn
         assert all(f["evidence"]["reason"].startswith(why) for f in churn), churn
-    done = subprocess.run([sys.executable, "-m", "ackscope", "diagnose", "--management-url",
-                           breaking.node.management_url, "--username", ADMIN_USER, "--window", "60s",
-                           "--format", "json"], capture_output=True, text=True, timeout=180,
-                          env=dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD))
-    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
-    churn = [x for x in json.loads(done.stdout)["findings"] if x["rule"] == "channel-churn"]
-    assert "java-double-ack" in {x["connection_name"] for x in churn}, churn
-    assert {x["connection_name"] for x in churn} <= churning, churn
-    assert all(x["evidence"]["reason"].startswith("not known") for x in churn), churn
+    # Polls name a connection from two sightings of its short-lived channels (numbers passed over count from the
+    # second climb). A loaded 3.10 node lists a channel that lives 2 s at few of diagnose's 20 samples, or none (its
+    # statistics lag): a window whose samples caught one names nobody, rightly. Up to three windows, each naming no
+    # one else.
+    named = []
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-m", "ackscope", "diagnose", "--management-url",
+                               breaking.node.management_url, "--username", ADMIN_USER, "--window", "60s",
+                               "--format", "json"], capture_output=True, text=True, timeout=180,
+                              env=dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD))
+        assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+        churn = [x for x in json.loads(done.stdout)["findings"] if x["rule"] == "channel-churn"]
+        assert {x["connection_name"] for x in churn} <= churning, churn
+        assert all(x["evidence"]["reason"].startswith("not known") for x in churn), churn
+        named.append(churn)
+        if "java-double-ack" in {x["connection_name"] for x in churn}:
+            break
+    else:
+        pytest.fail(f"diagnose named no channel churn on java-double-ack in three 60 s windows: {named}")
 
 
 def test_diagnose_calls_a_consumer_silent_for_half_its_timeout_at_risk_and_never_saturated(breaking):
