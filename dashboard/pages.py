@@ -118,12 +118,12 @@ def _md(text: str) -> str:
     return _CONTROL.sub(lambda m: "\\\\" + _NAMED.get(m.group(), f"x{ord(m.group()):02x}"), escaped)
 
 
-def _findings_section(data: Live, min_severity: str = "warning") -> pd.DataFrame:
-    """The worst findings as cards to read at a glance; returns them all, for _all_findings' table."""
+def _findings_section(data: Live, min_severity: str = "warning") -> None:
+    """The worst findings as cards to read at a glance, and how many there are."""
     found = views.findings(data.findings, min_severity)
     if found.empty:
         st.success(f"No findings at {min_severity} or above.")
-        return found
+        return
     counts = found["severity"].value_counts()
     st.subheader(f"What is wrong: {len(found)} finding(s) — "
                  + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "info") if s in counts))
@@ -137,7 +137,6 @@ def _findings_section(data: Live, min_severity: str = "warning") -> pd.DataFrame
                  f"*Remedy:* {_md(f['remedy'])}"]
         with st.container(border=True):
             st.markdown("\n\n".join(p for p in parts if p))
-    return found
 
 
 def _evidence_table(rows: list[tuple[str, str]]) -> str:
@@ -145,12 +144,15 @@ def _evidence_table(rows: list[tuple[str, str]]) -> str:
     return _markdown_table(pd.DataFrame(rows, columns=["evidence", ""]))
 
 
-def _all_findings(found: pd.DataFrame) -> None:
-    """Every finding in an interactive table, below the landing page's first view (the table's script would
-    hold back what follows it, docs/dashboard.md)."""
-    if not found.empty:
-        with st.expander(f"All {len(found)} findings", expanded=len(found) > CARDS):
-            _table(found)
+def _all_findings_link(data: Live) -> None:
+    """A plain link to the Findings page: the interactive table of them all costs a fresh browser a script of its
+    own, about 0.2 s of the landing page's first view at 5,000 queues (docs/benchmarks.md)."""
+    if data.findings:
+        broker = st.query_params.get("broker")
+        target = "findings" + (f"?broker={quote(broker)}" if broker else "")
+        # In this tab, as the page of several brokers links each (Markdown's links open a new one).
+        st.markdown(f'<a href="{target}" target="_self">All {len(data.findings)} findings, info included, to search '
+                    'and sort: Findings</a>', unsafe_allow_html=True)
 
 
 def _not_evaluated_section(data: Live) -> None:
@@ -254,15 +256,36 @@ def overview() -> None:
     st.title("ackscope — what is wrong, who causes it")
 
     def render(data: Live) -> None:
-        found = _findings_section(data)
+        _findings_section(data)
         _not_evaluated_section(data)
         _prefetch_section(data, chart=False)
-        _all_findings(found)
+        _all_findings_link(data)
         left, right = st.columns(2)
         with left:
             _redelivery_section(data)
         with right:
             _latency_section(data)
+    _live_page(render, LANDING)
+
+
+def findings() -> None:
+    st.title("Findings")
+    search = st.text_input("Search rule, culprit or vhost", key="finding-search")
+
+    def render(data: Live) -> None:
+        found = views.findings(data.findings)
+        if search:
+            text = found["rule"] + " " + found["culprit"] + " " + found["vhost"]
+            found = found[text.str.contains(search, case=False, regex=False)]
+        if found.empty:
+            st.success("No findings." if not search else f"No finding matches {search!r}.")
+        else:
+            counts = found["severity"].value_counts()
+            st.subheader(f"{len(found)} finding(s), worst first — "
+                         + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "info") if s in counts))
+            _table(found)
+        _not_evaluated_section(data)
+    # What the landing page fetches holds every finding: the two share one fetch in the background.
     _live_page(render, LANDING)
 
 
@@ -299,11 +322,11 @@ def brokers() -> None:
             st.success("No findings at warning or above on any broker that answers.")
         else:
             # A plain table of the worst: an interactive one costs the browser 0.3-0.5 s before it shows anything
-            # of the page (measured at 5,000 queues, docs/dashboard.md); each broker's Overview has them all.
+            # of the page (measured at 5,000 queues, docs/dashboard.md); each broker's Findings page has them all.
             st.subheader(f"Every broker's findings, worst first: {len(found)}")
             shown = found.head(BROKERS_TOP)
-            st.caption(f"The worst {len(shown)} of {len(found)} at warning and above; each broker's Overview lists "
-                       "all of its own.")
+            st.caption(f"The worst {len(shown)} of {len(found)} at warning and above; each broker's Findings page "
+                       "lists all of its own.")
             st.markdown(_markdown_table(shown[["broker", "severity", "rule", "culprit", "for", "vhost"]].fillna("")))
     body()
 
@@ -528,7 +551,7 @@ def _findings_by_rule(data: Live, rules: tuple[str, ...]) -> None:
         _table(found)
 
 
-PAGES = {"overview": overview, "confirms": confirms, "consumers": consumers, "redeliveries": redelivery,
+PAGES = {"overview": overview, "findings": findings, "confirms": confirms, "consumers": consumers, "redeliveries": redelivery,
          "breaks": breaks, "audit": probe_audit, "history": history, "broker": broker,
          "upgrade": upgrade}
 
@@ -545,6 +568,7 @@ def main() -> None:
     every = st.Page(brokers, title="All brokers", url_path="brokers", default=True)
     pages = [*([every] if several else []),
              st.Page(overview, title="Overview", url_path="overview", default=not several),
+             st.Page(findings, title="Findings", url_path="findings"),
              st.Page(confirms, title="Confirms", url_path="confirms"),
              st.Page(consumers, title="Consumers & prefetch", url_path="consumers"),
              st.Page(redelivery, title="Redeliveries & requeue loops", url_path="redeliveries"),
