@@ -39,11 +39,13 @@ from .exporter import Exporter, ExporterConfig
 log = logging.getLogger("ackscope.demo")
 
 # One of each kind of client mistake the dashboard and the alerts show, the failures reported from the field among
-# them (a stalled consumer, a double ack, a connection per message, confirmed messages a length limit or a
-# dead-letter cycle drops, a publisher nacked by a full queue), and a healthy client beside them.
+# them (a stalled consumer, a double ack, a connection per message, a channel per job, confirmed messages a length
+# limit, a dead-letter cycle or a deleted queue drops, a temporary queue holding messages, an auto-ack consumer that
+# leaves, a get storm, a publisher nacked by a full queue), and a healthy client beside them.
 SCENARIOS = ("prefetch-saturated", "prefetch-unlimited", "auto-ack-consumer", "requeue-loop", "consumer-stalled",
-             "double-ack", "connection-per-message", "overflow-dropped", "dead-letter-cycle", "publisher-nacked",
-             "publisher-without-confirms", "unroutable-dropped", "healthy")
+             "double-ack", "connection-per-message", "channel-per-job", "overflow-dropped", "dead-letter-cycle",
+             "queue-deleted-holding", "temporary-queue-holding", "auto-ack-consumer-gone", "get-empty-storm",
+             "publisher-nacked", "publisher-without-confirms", "unroutable-dropped", "healthy")
 # Its own node logs at info, where RabbitMQ logs each connection opened and closed: the exporter, which follows
 # that log, names who churns connections as well as why the broker closed channels.
 NODE_LOG = ("log.file.level = info",)
@@ -59,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--username", default="guest", help="management API user with --management-url [guest]")
     parser.add_argument("--amqp-url", help="the probes' broker with --management-url (password from "
                         "ACKSCOPE_AMQP_PASSWORD[_FILE]); without it, no probes")
-    parser.add_argument("--scenarios", help="comma-separated failure scenarios to run (default: a set of thirteen on "
+    parser.add_argument("--scenarios", help="comma-separated failure scenarios to run (default: a set of eighteen on "
                         "the private broker, none on yours); 'none' for none")
     parser.add_argument("--data-dir", help="where the probes and the exporter write Parquet [a new temporary "
                         "directory, kept for `ackscope pipeline`]")

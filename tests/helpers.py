@@ -288,6 +288,13 @@ def scenarios_running(broker: LocalBroker, vhost: str, *names: str) -> Iterator:
     assert not scenarios.errors, scenarios.errors
 
 
+# The scenarios of failures reported from the field: each is proven alone (tests/test_diagnosis.py) and on real
+# clients on every release (tests/test_field_cases.py). The tests that run every scenario at once leave them out:
+# beside the others, a get storm's hundred round trips a second load a node that is judged on what the rest do.
+FIELD_SCENARIOS = frozenset({"channel-per-job", "get-empty-storm", "temporary-queue-holding", "queue-deleted-holding",
+                             "auto-ack-consumer-gone"})
+
+
 def from_the_log(scenario) -> bool:
     """Whether what the scenario does is told only by the broker's log: its rule needs --broker-log, or names the
     client only from it (connection-churn: from polls alone, the broker's churn counters name none). An exporter

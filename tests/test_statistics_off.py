@@ -15,6 +15,7 @@ import pytest
 import requests
 from client_processes import Clients
 from helpers import (
+    FIELD_SCENARIOS,
     from_the_log,
     markdown_table,
     only_vhost,
@@ -44,7 +45,8 @@ def off_vhost(statsoff_broker):
 
 # Every scenario of a rule (the blocked publisher needs an alarm: the alarm test below), all at once; not those only
 # the broker's log tells (no --broker-log here: tests/test_diagnosis.py and test_versions.py follow it).
-SCENARIO_RULES = [s for s in SCENARIOS if s.rule and s.rule != "connection-blocked" and not from_the_log(s)]
+SCENARIO_RULES = [s for s in SCENARIOS if s.rule and s.rule != "connection-blocked" and not from_the_log(s)
+                  and s.name not in FIELD_SCENARIOS]
 # What the plugin alone cannot give these rules; with --cli only the persistent counts stay out of reach. (A
 # publisher without confirms is named on the plugin alone, as maybe transactional: its own test below.)
 NEED_THE_CLI = {"transactional-publisher", "heartbeat-disabled"}

@@ -46,9 +46,9 @@ class Run:
         self.connections.append(conn)
         return conn
 
-    def queue(self, channel, suffix: str = "", durable: bool = True, **arguments) -> str:
+    def queue(self, channel, suffix: str = "", durable: bool = True, auto_delete: bool = False, **arguments) -> str:
         name = PREFIX + self.name + suffix
-        channel.queue_declare(name, durable=durable,
+        channel.queue_declare(name, durable=durable, auto_delete=auto_delete,
                               arguments={"x-expires": 600_000, "x-max-length": 100_000, **arguments})
         return name
 
@@ -163,6 +163,103 @@ def double_ack(run: Run) -> None:
             ch.basic_ack(method.delivery_tag)
             ch.basic_ack(method.delivery_tag)  # the broker closes the channel on this one; pika raises nothing
     run.idle(conn, every=2.0, tick=round_trip)
+
+
+def channel_per_job(run: Run) -> None:
+    """A worker that takes each job on a channel of its own, numbered upwards (as the Java client numbers them), works
+    2 s with the channel open, acks and closes the channel itself; the connection stays. Polls see a channel of it at
+    a time, a new number each time (channel-churn); the broker's log says nothing went wrong."""
+    conn = run.connect()
+    q = run.queue(conn.channel())  # channel 1, kept
+    numbers = _upwards()
+    job: list = []  # the channel of the job in hand, and its delivery tag
+
+    def step():
+        if job:
+            ch, tag = job.pop()
+            if tag is not None:
+                ch.basic_ack(tag)
+            ch.close()
+        ch = conn.channel(channel_number=next(numbers))
+        ch.basic_publish("", q, b"job", PERSISTENT)
+        method, _props, _body = ch.basic_get(q)
+        job.append((ch, method.delivery_tag if method is not None else None))
+    run.idle(conn, every=2.0, tick=step)
+
+
+def _upwards():
+    """Channel numbers from 2 to 100, then from 2 again (within any broker's channel_max); 1 is the worker's own."""
+    while True:
+        yield from range(2, 101)
+
+
+def get_empty_storm(run: Run) -> None:
+    """A client polling an empty queue with basic.get, 100 times a second (a loop that does not pause when a get comes
+    back empty): each get a round trip the broker serves for nothing."""
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch)
+
+    def poll_ten():
+        for _ in range(10):
+            ch.basic_get(q, auto_ack=False)
+    run.idle(conn, every=0.1, tick=poll_ten)
+
+
+def temporary_queue_holding(run: Run) -> None:
+    """An auto-delete queue of 100 persistent messages, its consumer acking one every two seconds: they go with the
+    queue when the consumer does."""
+    conn = run.connect()
+    ch = conn.channel()
+    q = run.queue(ch, auto_delete=True)
+    _publish(ch, q, 100)
+    ch.basic_qos(prefetch_count=1)
+    held: list[int] = []
+    ch.basic_consume(q, lambda c, m, p, b: held.append(m.delivery_tag))
+    run.idle(conn, every=2.0, tick=lambda: _ack_one(ch, held))
+
+
+def queue_deleted_holding(run: Run) -> None:
+    """Every 30 s, a durable queue declared and given 20 persistent messages (confirmed), then deleted 20 s later
+    with them: an operator's or a client's delete, the messages confirmed and gone."""
+    conn = run.connect()
+    ch = conn.channel()
+    ch.confirm_delivery()
+    state = {"since": time.monotonic(), "queue": None}
+
+    def cycle():
+        age = time.monotonic() - state["since"]
+        if state["queue"] is None and age >= 0:
+            state["queue"] = run.queue(ch)
+            _publish(ch, state["queue"], 20)
+        elif state["queue"] is not None and age >= 20:
+            ch.queue_delete(state["queue"])
+            state.update(queue=None, since=time.monotonic() + 10)
+    run.idle(conn, every=1.0, tick=cycle)
+
+
+def auto_ack_consumer_gone(run: Run) -> None:
+    """An auto-ack consumer that lives 10 s at a time, fed 5 messages a second by a publisher on its own connection:
+    what it received and had not processed when its connection closed is gone, and the broker counted it done."""
+    pub_conn = run.connect()
+    pub = pub_conn.channel()
+    q = run.queue(pub)
+    state: dict = {"conn": None, "since": 0.0}
+
+    def tick():
+        _publish(pub, q, 1)
+        now = time.monotonic()
+        if state["conn"] is not None and now - state["since"] >= 10:
+            state["conn"].close()  # the consumer goes, with what it held
+            run.connections.remove(state["conn"])
+            state["conn"] = None
+        elif state["conn"] is None and now - state["since"] >= 12:
+            conn = run.connect()
+            conn.channel().basic_consume(q, lambda *a: None, auto_ack=True)
+            state.update(conn=conn, since=now)
+        if state["conn"] is not None:
+            state["conn"].process_data_events(time_limit=0)
+    run.idle(pub_conn, every=0.2, tick=tick)
 
 
 def connection_per_message(run: Run) -> None:
@@ -415,6 +512,16 @@ SCENARIOS: tuple[Scenario, ...] = (
              queue_polled),
     Scenario("double-ack", "closed-on-error", "a client that acks each delivery twice, one every two seconds: the "
              "broker closes its channel each time (its log tells why)", double_ack),
+    Scenario("channel-per-job", "channel-churn", "a worker taking each job on a new channel, numbered upwards, for its "
+             "2 s of work, then acking and closing the channel itself: the connection stays", channel_per_job),
+    Scenario("get-empty-storm", "get-empty-storm", "a client polling an empty queue with basic.get, 100 times a second",
+             get_empty_storm),
+    Scenario("temporary-queue-holding", "temporary-queue-holding", "an auto-delete queue of 100 persistent messages, "
+             "its consumer acking one every two seconds", temporary_queue_holding),
+    Scenario("queue-deleted-holding", "queue-deleted-holding", "every 30 s a durable queue given 20 confirmed "
+             "persistent messages and deleted 20 s later with them", queue_deleted_holding),
+    Scenario("auto-ack-consumer-gone", "auto-ack-consumer-gone", "an auto-ack consumer that leaves every 10 s, fed 5 "
+             "messages a second: what it had received and not processed goes with it", auto_ack_consumer_gone),
     Scenario("connection-per-message", "connection-churn", "a publisher opening a connection for each message, 30 a "
              "minute (the broker's log at info level names it)", connection_per_message),
     Scenario("heartbeat-disabled", "heartbeat-disabled", "a consumer whose connection negotiated heartbeat 0",
