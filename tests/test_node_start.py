@@ -18,6 +18,12 @@ def test_a_port_held_by_another_process_is_named_with_its_listener():
     assert said == "a port it was given 127.0.0.1:43583 is held by another process (eaddrinuse)"
 
 
+def test_the_distribution_port_held_by_another_process_is_named_as_a_port_taken():
+    # The demo's node, once, on a loaded machine: an outgoing connection held the port its distribution was given.
+    said = boot_failure((PRINTED / "dist-port-3.10.8.txt").read_text())
+    assert said == ("its Erlang distribution port 43473 is held by another process (dist_port_already_used)")
+
+
 def test_a_setting_the_release_does_not_know_is_named_with_the_startup_error():
     said = boot_failure((PRINTED / "unknown-setting-3.10.8.txt").read_text())
     assert said == ("You've tried to set deprecated_features.permit.management_metrics_collection, but there is no "
@@ -42,6 +48,22 @@ def test_a_first_start_whose_port_another_process_holds_starts_on_other_ports(ra
         with socket.create_connection(("127.0.0.1", node.ports.amqp), timeout=5):
             pass
         assert "eaddrinuse" in (node.base_dir / "log" / "console.log").read_text()  # the first try's failure
+    finally:
+        held.close()
+        node.stop()
+        node.remove()
+
+
+def test_a_first_start_whose_distribution_port_another_process_holds_starts_on_other_ports(rabbitmq_server):
+    node = LocalBroker(name="ackscope-dist-taken")
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    taken = held.getsockname()[1]
+    node.ports = replace(node.ports, dist=taken)
+    try:
+        node.start()
+        assert node.ports.dist != taken
+        assert "dist_port_already_used" in (node.base_dir / "log" / "console.log").read_text()
     finally:
         held.close()
         node.stop()

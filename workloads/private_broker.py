@@ -223,7 +223,7 @@ class LocalBroker:
                 with open(self.base_dir / "log" / "console.log", "rb") as log:
                     log.seek(self._printed_from)
                     said = boot_failure(log.read().decode(errors="replace"))
-                error = PortTaken if said and "eaddrinuse" in said else LocalBrokerError
+                error = PortTaken if said and HELD in said else LocalBrokerError
                 raise error(f"node {self.nodename} exited while starting" + (f": {said}" if said else "")
                             + f"; see {self.base_dir}/log")
             if self._http_answers() and self._amqp_listens():
@@ -275,14 +275,22 @@ class PortTaken(LocalBrokerError):
     """The node could not listen on one of its ports: another process holds it."""
 
 
+HELD = "is held by another process"  # in what boot_failure says of a port taken: the start may try other ports
+
+
 def boot_failure(console: str) -> str | None:
     """Why a node's boot failed, in one line, from what this start printed to its console: a port another
-    process holds; else the first error it logged before it failed (a setting it does not know, say) and its
-    "Error during startup" term; None when it printed neither. Cut at 300 characters."""
+    process holds (a listener's, or the Erlang distribution's); else the first error it logged before it failed (a
+    setting it does not know, say) and its "Error during startup" term; None when it printed neither. Cut at 300
+    characters."""
     if "eaddrinuse" in console:  # a listener's, or the Erlang distribution's, which prints no startup error
         listener = re.search(r'could_not_start_listener,\s*"?([\d.:]+)"?,\s*(\d+)', console)
         where = f" {listener.group(1)}:{listener.group(2)}" if listener else ""
-        return f"a port it was given{where} is held by another process (eaddrinuse)"
+        return f"a port it was given{where} {HELD} (eaddrinuse)"
+    # RabbitMQ's prelaunch checks the distribution's port first, and finds it taken by a process that is no node.
+    dist = re.search(r"dist_port_already_used,\s*(\d+)", console)
+    if dist:
+        return f"its Erlang distribution port {dist.group(1)} {HELD} (dist_port_already_used)"
     before, found, rest = console.partition("Error during startup:")
     logged = (m.group(2).strip() for line in before.splitlines() if (m := _LOG_ERROR.match(line)))
     first = next(filter(None, logged), None)
