@@ -65,6 +65,7 @@ class Seen:
         self.findings: dict[tuple[str, str, str], dict] = {}
         self.first: dict[tuple[str, str, str], dict] = {}  # each as first shown
         self.shown: dict[tuple[str, str, str], tuple[float, float]] = {}  # first and last shown, monotonic seconds
+        self.error: str | None = None  # the last answer it could not read, for a failing test's message
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -79,6 +80,8 @@ class Seen:
                     self.shown[key] = (self.shown.get(key, (now, now))[0], now)
             except requests.RequestException:
                 pass  # the exporter is stopping: what was seen stays
+            except Exception as e:  # noqa: BLE001 - a watcher that died would leave a test waiting on nothing
+                self.error = f"{type(e).__name__}: {e}"
 
     def stop(self) -> None:
         self._stop.set()
@@ -330,6 +333,10 @@ def test_without_the_log_a_consumer_silent_for_half_its_timeout_is_at_risk_befor
     assert not saturated, "at risk of its timeout, not slow"
 
 
+def _churn_now(url: str) -> list[dict]:
+    return [f for f in requests.get(url + "/api/findings", timeout=5).json()["findings"] if f["rule"] == "channel-churn"]
+
+
 def test_channels_the_broker_keeps_closing_are_named_from_polls_alone_and_with_the_log(breaking):
     """The Java client acking twice, a new channel every 2 s on the connection it keeps (its channel numbers climb):
     the exporter that reads no log names it by its connection's name from polls alone, why "not known: give
@@ -348,7 +355,8 @@ def test_channels_the_broker_keeps_closing_are_named_from_polls_alone_and_with_t
                         None)
         f = wait_for(named, timeout=180, what=lambda seen=seen: f"channel-churn on java-double-ack "
                      f"(RabbitMQ {breaking.release.version}); channel-churn seen: "
-                     f"{[x['evidence'] for x in list(seen.findings.values()) if x['rule'] == 'channel-churn']}")
+                     f"{[x['evidence'] for x in list(seen.findings.values()) if x['rule'] == 'channel-churn']}; "
+                     f"the watcher's last error: {seen.error}; the exporter shows now: {_churn_now(seen.url)}")
         assert f["severity"] == "warning" and f["evidence"]["channels_seen_closed_at_least"] >= 1, f
         churn = [f for f in list(seen.findings.values()) if f["rule"] == "channel-churn"]
         assert {f["connection_name"] for f in churn} <= churning, churn
