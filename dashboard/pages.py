@@ -551,7 +551,8 @@ def _findings_by_rule(data: Live, rules: tuple[str, ...]) -> None:
         _table(found)
 
 
-PAGES = {"overview": overview, "findings": findings, "confirms": confirms, "consumers": consumers, "redeliveries": redelivery,
+PAGES = {"overview": overview, "findings": findings, "confirms": confirms, "consumers": consumers,
+         "redeliveries": redelivery,
          "breaks": breaks, "audit": probe_audit, "history": history, "broker": broker,
          "upgrade": upgrade}
 

@@ -334,7 +334,8 @@ def test_without_the_log_a_consumer_silent_for_half_its_timeout_is_at_risk_befor
 
 
 def _churn_now(url: str) -> list[dict]:
-    return [f for f in requests.get(url + "/api/findings", timeout=5).json()["findings"] if f["rule"] == "channel-churn"]
+    found = requests.get(url + "/api/findings", timeout=5).json()["findings"]
+    return [f for f in found if f["rule"] == "channel-churn"]
 
 
 def test_channels_the_broker_keeps_closing_are_named_from_polls_alone_and_with_the_log(breaking):
