@@ -124,9 +124,7 @@ def _findings_section(data: Live, min_severity: str = "warning") -> None:
     if found.empty:
         st.success(f"No findings at {min_severity} or above.")
         return
-    counts = found["severity"].value_counts()
-    st.subheader(f"What is wrong: {len(found)} finding(s) — "
-                 + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "info") if s in counts))
+    st.subheader(f"What is wrong: {len(found)} finding(s) — {_by_severity(found)}")
     for f in views.cards(data.findings, min_severity, CARDS):
         since = f" · since {f['since']} ({f['for']})" if f["since"] else ""
         # One Markdown element a card: each element is a component the browser mounts and lays out on its own,
@@ -137,6 +135,12 @@ def _findings_section(data: Live, min_severity: str = "warning") -> None:
                  f"*Remedy:* {_md(f['remedy'])}"]
         with st.container(border=True):
             st.markdown("\n\n".join(p for p in parts if p))
+
+
+def _by_severity(found: pd.DataFrame) -> str:
+    """How many findings of each severity, worst first: "1 critical, 6 warning"."""
+    counts = found["severity"].value_counts()
+    return ", ".join(f"{counts[s]} {s}" for s in views.SEVERITY_ORDER if s in counts)
 
 
 def _evidence_table(rows: list[tuple[str, str]]) -> str:
@@ -280,9 +284,7 @@ def findings() -> None:
         if found.empty:
             st.success("No findings." if not search else f"No finding matches {search!r}.")
         else:
-            counts = found["severity"].value_counts()
-            st.subheader(f"{len(found)} finding(s), worst first — "
-                         + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "info") if s in counts))
+            st.subheader(f"{len(found)} finding(s), worst first — {_by_severity(found)}")
             _table(found)
         _not_evaluated_section(data)
     # What the landing page fetches holds every finding: the two share one fetch in the background.
@@ -552,8 +554,7 @@ def _findings_by_rule(data: Live, rules: tuple[str, ...]) -> None:
 
 
 PAGES = {"overview": overview, "findings": findings, "confirms": confirms, "consumers": consumers,
-         "redeliveries": redelivery,
-         "breaks": breaks, "audit": probe_audit, "history": history, "broker": broker,
+         "redeliveries": redelivery, "breaks": breaks, "audit": probe_audit, "history": history, "broker": broker,
          "upgrade": upgrade}
 
 
