@@ -50,7 +50,7 @@ from ackscope.sources import Selection
 from ackscope.sources.management.client import ManagementClient
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
-from ackscope.workloads.scenarios import PREFIX, SCENARIOS
+from ackscope.workloads.scenarios import BY_NAME, PREFIX, SCENARIOS
 
 WINDOW = 20.0  # the rate-like rules' window, short so that a test sees it fill
 
@@ -248,6 +248,23 @@ def test_every_rule_fires_on_its_scenario(release, release_broker, release_vhost
         assert skipped["shovel-blocked"]["why"].startswith("RabbitMQ before 4.0 reports no shovel's blocked status")
         assert skipped["deprecated-feature-used"]["why"].startswith("RabbitMQ before 3.13 keeps no list")
         assert set(skipped) == {"consumer-cancelled-by-broker", "shovel-blocked", "deprecated-feature-used"}, skipped
+
+
+@pytest.mark.parametrize("name", sorted(FIELD_SCENARIOS))
+def test_each_field_scenario_alone_fires_its_rule_on_its_culprit(release, release_broker, release_vhost,
+                                                                 start_exporter, name):
+    """The field failures' scenarios, which the test above leaves out, one at a time on each release (a get storm
+    from 20 empty gets a second: a loaded machine's blocking client falls below the default 50)."""
+    scenario = BY_NAME[name]
+    exporter = start_exporter(release_broker.management_url, interval=0.5, selection=only_vhost(release_vhost),
+                              thresholds=Thresholds(get_empty_rate=20.0))
+
+    def on_its_culprit() -> list[dict]:
+        return [f for f in findings(exporter) if f["rule"] == scenario.rule and (
+            f["connection_name"] == f"ackscope-scenario {name}" or f["object"] == f"queue {PREFIX}{name}")]
+    with scenarios_running(release_broker, release_vhost, name):
+        wait_for(on_its_culprit, timeout=60, what=lambda: f"{scenario.rule} on {name} (RabbitMQ {release.version}); "
+                 f"seen: {sorted((f['rule'], f['object']) for f in findings(exporter))}")
 
 
 def test_stuck_dead_lettering_names_the_exchange_the_key_and_the_queue_full_with_reject_publish(
