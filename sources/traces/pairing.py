@@ -1,0 +1,303 @@
+"""Each publish paired with what became of it, from the spans as they arrive, in any order.
+
+A message is its publish span. A consumer's span points to it through its parent or a link; a span whose parent is
+another consumer span of the same delivery (a v1.44 process span under its receive span, a settle span under its
+process span) belongs to that delivery. pika's instrumentation nests two send spans per publish and the consumer's
+parent is the inner one: a publish span whose parent is a publish span is the same message, counted once.
+
+Counts are cumulative from the start, like Prometheus counters; `unprocessed` is what is outstanding now. Memory is
+bounded: a message is kept until its deadline and a while after (to catch a redelivery or a Collector's retried
+batch), and no more than `max_messages` at once; beyond that, spans are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+from ackscope.model.probes import Histogram
+from ackscope.model.traces import (OLDER, PROCESS, PUBLISH, QUEUE_TIME_BUCKETS, RECEIVE, SETTLE, UNPLACED, Flow,
+                                   MessageSpan)
+
+OTHER_DESTINATIONS = "(other)"  # where destinations beyond --max-destinations are counted
+
+
+class _Counts:
+    """A histogram being filled: per-bucket counts (not cumulative) and the sum."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self):
+        self.counts = [0] * (len(QUEUE_TIME_BUCKETS) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(QUEUE_TIME_BUCKETS, value)] += 1
+        self.sum += value
+
+    def frozen(self) -> Histogram:
+        total, buckets = 0, []
+        for bound, count in zip((*QUEUE_TIME_BUCKETS, float("inf")), self.counts):
+            total += count
+            buckets.append((bound, float(total)))
+        return Histogram(tuple(buckets), self.sum)
+
+
+class _Flow:
+    """One publishing service's messages to one destination, being counted."""
+
+    __slots__ = ("destination", "service", "exchange", "queue", "published", "publish_errors", "delivered",
+                 "queue_time", "processing", "skewed", "duplicates", "redelivered", "settled", "unprocessed",
+                 "consumers")
+
+    def __init__(self, destination: str, service: str):
+        self.destination, self.service = destination, service
+        self.exchange: str | None = None
+        self.queue: str | None = None
+        self.published = self.publish_errors = self.delivered = self.duplicates = self.redelivered = 0
+        self.queue_time, self.processing = _Counts(), _Counts()
+        self.skewed: dict[str, int] = {}
+        self.settled: dict[str, int] = {}
+        self.unprocessed: dict[int, float] = {}  # message key -> publish start, for messages past their deadline
+        self.consumers: set[str] = set()
+
+    def frozen(self, now: float) -> Flow:
+        oldest = min(self.unprocessed.values(), default=None)
+        return Flow(destination=self.destination, service=self.service, exchange=self.exchange, queue=self.queue,
+                    published=self.published, publish_errors=self.publish_errors, delivered=self.delivered,
+                    queue_time=self.queue_time.frozen(), processing=self.processing.frozen(),
+                    skewed=dict(self.skewed), duplicates=self.duplicates, redelivered=self.redelivered,
+                    settled=dict(self.settled),
+                    unprocessed={UNPLACED: len(self.unprocessed)} if self.unprocessed else {},
+                    oldest_unprocessed_s=now - oldest if oldest is not None else 0.0,
+                    consumers=tuple(sorted(self.consumers)))
+
+
+class _Message:
+    __slots__ = ("flow", "start", "deliveries")
+
+    def __init__(self, flow: _Flow, start: float):
+        self.flow, self.start = flow, start
+        # None: not delivered; the consuming service's name after one delivery; then service -> deliveries.
+        self.deliveries: str | dict[str, int] | None = None
+
+
+class _Arrivals:
+    """Keys by the second they arrived in, oldest first: a list per second, not a timestamp per key."""
+
+    def __init__(self):
+        self._seconds: deque[tuple[float, list]] = deque()
+
+    def add(self, now: float, item) -> None:
+        if not self._seconds or now >= self._seconds[-1][0] + 1.0:
+            self._seconds.append((now, []))
+        self._seconds[-1][1].append(item)
+
+    def older_than(self, limit: float):
+        """Take out, and yield, each item that arrived before `limit`, with the second it arrived in."""
+        while self._seconds and self._seconds[0][0] + 1.0 <= limit:
+            second, items = self._seconds.popleft()
+            for item in items:
+                yield second, item
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What one request's spans did: kept, already kept (a retry), or dropped because the exporter was full."""
+
+    kept: int = 0
+    repeated: int = 0
+    dropped: int = 0
+
+
+class Pairing:
+    """Spans in (`take`, from the HTTP handlers' threads), the flows out (`window`, at each poll).
+
+    `deadline_s`: a message with no delivery this long after it arrived is unprocessed. `keep_s`: how long past
+    the deadline a message is remembered, for a redelivery, a late delivery or a Collector's retried batch.
+    `max_messages`: messages (and deliveries waiting for their publish) held at once; `max_destinations`:
+    destinations with flows of their own."""
+
+    def __init__(self, deadline_s: float = 60.0, keep_s: float = 60.0, max_messages: int = 1_000_000,
+                 max_destinations: int = 50):
+        self.deadline_s, self.keep_s = deadline_s, keep_s
+        self.max_messages, self.max_destinations = max_messages, max_destinations
+        self._lock = threading.Lock()
+        self._flows: dict[tuple[str, str], _Flow] = {}
+        self._destinations: set[str] = set()
+        self._messages: dict[int, _Message] = {}
+        self._alias: dict[int, int] = {}  # an inner publish span (pika's second send) -> its message
+        self._delivery_of: dict[int, int] = {}  # a consumer span -> its message, for the spans under it
+        self._inner_of: dict[int, int] = {}  # a publish span's parent -> that publish, to find pika's inner send
+        self._early: dict[int, list[MessageSpan]] = {}  # consumer spans waiting for their publish, by parent
+        self._due, self._kept = _Arrivals(), _Arrivals()  # messages before, and after, their deadline
+        self._early_arrived, self._deliveries, self._linked = _Arrivals(), _Arrivals(), _Arrivals()
+        self._orphans: dict[str, int] = {}
+        self.dropped = self.repeated = self.unrooted = 0
+
+    # -- in ------------------------------------------------------------------------------------------
+    def take(self, spans: list[MessageSpan], now: float) -> Taken:
+        """Pair `spans` (one request's, in any order: publishes go first, so that a consumer span in the same
+        request finds its message). `now`: the arrival time, on this host's clock."""
+        counts = {"kept": 0, "repeated": 0, "dropped": 0}
+        with self._lock:
+            for span in sorted(spans, key=lambda s: s.role != PUBLISH):
+                counts[self._publish(span, now) if span.role == PUBLISH else self._consumer(span, now)] += 1
+            self.repeated += counts["repeated"]
+            self.dropped += counts["dropped"]
+        return Taken(**counts)
+
+    def _flow(self, destination: str, service: str) -> _Flow:
+        if destination not in self._destinations:
+            if len(self._destinations) >= self.max_destinations:
+                destination = OTHER_DESTINATIONS
+            else:
+                self._destinations.add(destination)
+        flow = self._flows.get((destination, service))
+        if flow is None:
+            flow = self._flows[(destination, service)] = _Flow(destination, service)
+        return flow
+
+    def _publish(self, span: MessageSpan, now: float) -> str:
+        key = span.key
+        if key in self._messages or key in self._alias:
+            return "repeated"
+        parent = span.parents[0] if span.parents else None
+        if parent is not None:
+            outer = self._alias.get(parent, parent)
+            if outer in self._messages:
+                # pika's inner send, under the outer one: the same message, already counted.
+                self._link(key, outer, now)
+                return "kept"
+        inner = self._inner_of.pop(key, None)
+        if inner is not None and inner in self._messages:
+            # The inner send arrived first: this outer one is the same message, which keeps the inner's record.
+            self._link(key, inner, now)
+            return "kept"
+        if len(self._messages) >= self.max_messages:
+            return "dropped"
+        flow = self._flow(span.destination, span.service)
+        if flow.destination != OTHER_DESTINATIONS:
+            flow.exchange = span.exchange if span.exchange is not None else flow.exchange
+            flow.queue = span.queue if span.queue is not None else flow.queue
+        flow.published += 1
+        flow.publish_errors += span.error
+        self._messages[key] = _Message(flow, span.start)
+        self._due.add(now, key)
+        if parent is not None:
+            self._inner_of[parent] = key
+            self._linked.add(now, parent)
+        self._attach_early(key, now)
+        return "kept"
+
+    def _link(self, key: int, message: int, now: float) -> None:
+        self._alias[key] = message
+        self._linked.add(now, key)
+        self._attach_early(key, now)
+
+    def _attach_early(self, key: int, now: float) -> None:
+        for span in self._early.pop(key, ()):
+            self._consumer(span, now, early=False)
+
+    def _consumer(self, span: MessageSpan, now: float, early: bool = True) -> str:
+        if span.key in self._delivery_of:
+            return "repeated"
+        for parent in span.parents:
+            key = self._alias.get(parent, parent)
+            message = self._messages.get(key)
+            if message is not None:
+                return self._deliver(message, key, span, now)
+            under = self._delivery_of.get(parent)
+            if under is not None and under in self._messages:
+                return self._under(self._messages[under], under, span, now)
+        if not span.parents:
+            self.unrooted += 1  # its publisher sent no trace context: nothing to pair it with
+            return "kept"
+        if not early:
+            return "kept"
+        waiting = self._early.get(span.parents[0])
+        if waiting is None:
+            if len(self._early) >= self.max_messages:
+                return "dropped"
+            waiting = self._early[span.parents[0]] = []
+            self._early_arrived.add(now, span.parents[0])
+        if any(s.key == span.key for s in waiting):
+            return "repeated"
+        waiting.append(span)
+        return "kept"
+
+    def _taken(self, span: MessageSpan, key: int, now: float) -> None:
+        self._delivery_of[span.key] = key
+        self._deliveries.add(now, span.key)
+        self._attach_early(span.key, now)  # a process or settle span that came before this one
+
+    def _deliver(self, message: _Message, key: int, span: MessageSpan, now: float) -> str:
+        self._taken(span, key, now)
+        flow = message.flow
+        if span.role == SETTLE:
+            _count(flow.settled, span.outcome or "unsaid")
+            return "kept"
+        if message.deliveries is None:
+            message.deliveries = span.service
+            waited = span.start - message.start
+            if waited < 0:
+                _count(flow.skewed, span.service)
+            else:
+                flow.queue_time.observe(waited)
+            flow.delivered += 1
+            flow.unprocessed.pop(key, None)  # delivered after its deadline: late, and no longer outstanding
+        else:
+            if isinstance(message.deliveries, str):
+                message.deliveries = {message.deliveries: 1}
+            if message.deliveries.get(span.service):
+                flow.duplicates += 1
+                flow.redelivered += span.redelivered is True
+            _count(message.deliveries, span.service)
+        flow.consumers.add(span.service)
+        if span.role == PROCESS or (span.role == RECEIVE and span.shape == OLDER):
+            flow.processing.observe(max(0.0, span.end - span.start))
+        return "kept"
+
+    def _under(self, message: _Message, key: int, span: MessageSpan, now: float) -> str:
+        """A span under a delivery's span: its processing, or how it was settled."""
+        self._taken(span, key, now)
+        if span.role == SETTLE:
+            _count(message.flow.settled, span.outcome or "unsaid")
+        elif span.role == PROCESS:
+            message.flow.processing.observe(max(0.0, span.end - span.start))
+        return "kept"
+
+    # -- out -----------------------------------------------------------------------------------------
+    def window(self, now: float) -> tuple[tuple[Flow, ...], dict[str, int]]:
+        """Every flow as it stands at `now`, after the messages past their deadline are judged and those past
+        keeping forgotten; and the deliveries, by consuming service, whose publish never came."""
+        with self._lock:
+            self._expire(now)
+            return tuple(flow.frozen(now) for flow in self._flows.values()), dict(self._orphans)
+
+    def _expire(self, now: float) -> None:
+        for second, key in self._due.older_than(now - self.deadline_s):
+            message = self._messages.get(key)
+            if message is not None:
+                if message.deliveries is None:
+                    message.flow.unprocessed[key] = message.start
+                self._kept.add(second + self.deadline_s, key)
+        for _, key in self._kept.older_than(now - self.keep_s):
+            message = self._messages.pop(key, None)
+            if message is not None:
+                message.flow.unprocessed.pop(key, None)
+        for _, span_key in self._deliveries.older_than(now - self.deadline_s - self.keep_s):
+            self._delivery_of.pop(span_key, None)
+        for _, key in self._linked.older_than(now - self.deadline_s - self.keep_s):
+            self._alias.pop(key, None)
+            self._inner_of.pop(key, None)
+        for _, parent in self._early_arrived.older_than(now - self.deadline_s):
+            for span in self._early.pop(parent, ()):
+                # Its publish never came: sampled apart from it, or its publisher sends us no spans.
+                _count(self._orphans, span.service)
+
+
+def _count(counts: dict[str, int], key: str) -> None:
+    counts[key] = counts.get(key, 0) + 1

@@ -1,0 +1,325 @@
+"""The traces source on small inputs: OTLP decoded (protobuf and JSON), the three span shapes normalised, publishes
+paired with their deliveries, and every bad request answered in a line with nothing lost. The real clients'
+spans are in test_traces_clients.py."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from ackscope.model.traces import CELERY, GONE, OLDER, PROCESS, PUBLISH, SEMCONV, SETTLE, UNPLACED
+from ackscope.sources.traces import Pairing, TraceReceiver
+from ackscope.sources.traces.decode import decode
+from ackscope.sources.traces.shapes import NotUnderstood, normalise
+
+pytestmark = pytest.mark.unit
+
+TRACE = bytes.fromhex("5b8efff798038103d269b633813fc60c")
+PRODUCER, CONSUMER, INTERNAL = 4, 5, 1
+T0 = 1_700_000_000.0
+
+
+def _id(n: int) -> bytes:
+    return n.to_bytes(8, "big")
+
+
+def span(n: int, name: str, kind: int, start: float, end: float | None = None, parent: int | None = None,
+         links: tuple[int, ...] = (), error: bool = False, **attrs) -> Span:
+    s = Span(trace_id=TRACE, span_id=_id(n), name=name, kind=kind, start_time_unix_nano=int(start * 1e9),
+             end_time_unix_nano=int((end if end is not None else start + 0.001) * 1e9))
+    if parent is not None:
+        s.parent_span_id = _id(parent)
+    for link in links:
+        s.links.add(trace_id=TRACE, span_id=_id(link))
+    if error:
+        s.status.code = 2
+    for key, value in attrs.items():
+        key = key.replace("__", ".")
+        if isinstance(value, bool):
+            s.attributes.append(KeyValue(key=key, value=AnyValue(bool_value=value)))
+        elif isinstance(value, int):
+            s.attributes.append(KeyValue(key=key, value=AnyValue(int_value=value)))
+        else:
+            s.attributes.append(KeyValue(key=key, value=AnyValue(string_value=value)))
+    return s
+
+
+def request(by_service: dict[str, list[Span]]) -> ExportTraceServiceRequest:
+    r = ExportTraceServiceRequest()
+    for service, spans in by_service.items():
+        rs = r.resource_spans.add()
+        rs.resource.attributes.append(KeyValue(key="service.name", value=AnyValue(string_value=service)))
+        rs.scope_spans.add().spans.extend(spans)
+    return r
+
+
+def pika_send(n, start, destination="orders", parent=None):
+    return span(n, f"{destination} send", PRODUCER, start, parent=parent, messaging__system="rabbitmq",
+                messaging__destination=destination, messaging__temp_destination=True)
+
+
+def pika_receive(n, start, end, parent, destination="orders"):
+    return span(n, f"{destination} receive", CONSUMER, start, end, parent=parent, messaging__system="rabbitmq",
+                messaging__destination=destination, messaging__operation="receive")
+
+
+def flows(pairing: Pairing, now: float):
+    return {(f.destination, f.service): f for f in pairing.window(now)[0]}
+
+
+def received(receiver: TraceReceiver, by_service, now=T0 + 1):
+    answer = receiver.receive(request(by_service).SerializeToString(), "application/x-protobuf", now=now)
+    assert answer.status == 200, answer.body
+    return answer
+
+
+# -- decoding ----------------------------------------------------------------------------------------------
+def test_json_with_hex_ids_decodes_to_the_same_spans_as_protobuf():
+    """OTLP/JSON writes trace and span ids in hex, where protobuf's JSON mapping would read base64."""
+    r = request({"billing": [pika_send(7, T0, parent=3)]})
+    document = json_format.MessageToDict(r)
+    rs = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    rs["traceId"], rs["spanId"], rs["parentSpanId"] = TRACE.hex(), _id(7).hex(), _id(3).hex()
+    assert decode(json.dumps(document).encode(), "application/json; charset=utf-8") == r
+
+
+@pytest.mark.parametrize("body, content_type, encoding, status, says", [
+    (b"\x0a\xff\xff\xff", "application/x-protobuf", "", 400, "malformed OTLP protobuf"),
+    (b'{"resourceSpans": [', "application/json", "", 400, "malformed OTLP JSON"),
+    (b'[1, 2]', "application/json", "", 400, "the document is no object"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"spanId": "zz"}]}]}]}', "application/json", "", 400,
+     "is not hex"),
+    (b'{"resourceSpans": 7}', "application/json", "", 400, "malformed OTLP JSON"),
+    (b"anything", "text/plain", "", 415, "neither application/x-protobuf nor application/json"),
+    (b"not gzip at all", "application/x-protobuf", "gzip", 400, "does not unpack"),
+    (b"x", "application/x-protobuf", "br", 400, "is not gzip, deflate or identity"),
+    (gzip.compress(b"\0" * (2 << 20)), "application/x-protobuf", "gzip", 413, "unpacks to more than"),
+])
+def test_a_bad_request_is_answered_in_one_line_and_counted(body, content_type, encoding, status, says):
+    receiver = TraceReceiver(max_request_bytes=1 << 20)
+    answer = receiver.receive(body, content_type, encoding, now=T0)
+    assert answer.status == status
+    text = answer.body.decode()
+    assert says in text and text.count("\n") == 1 and "Traceback" not in text
+    assert receiver.window(T0).rejected_requests == 1
+
+
+def test_a_good_request_after_a_bad_one_is_taken_whole():
+    receiver = TraceReceiver()
+    receiver.receive(b"\xff", "application/x-protobuf", now=T0)
+    received(receiver, {"billing": [pika_send(1, T0)]})
+    window = receiver.window(T0 + 2)
+    assert window.rejected_requests == 1 and [f.published for f in window.flows] == [1]
+
+
+# -- shapes ------------------------------------------------------------------------------------------------
+def test_the_older_shape_of_pika_and_aio_pika():
+    publish = normalise(pika_send(1, T0, destination=",orders"), "shop")  # aio-pika: "{exchange},{routing key}"
+    assert (publish.role, publish.shape, publish.exchange, publish.routing_key, publish.queue) == (
+        PUBLISH, OLDER, "", "orders", "orders")
+    named = normalise(pika_send(2, T0, destination="events,order.created"), "shop")
+    assert (named.exchange, named.queue) == ("events", None)  # an exchange routes where bindings say: no queue
+    pika = normalise(pika_send(3, T0, destination="orders"), "shop")  # pika: exchange or routing key, unsaid which
+    assert (pika.exchange, pika.queue) == (None, None)
+    receive = normalise(pika_receive(4, T0, T0 + 2, parent=3), "billing")
+    assert (receive.role, receive.parents, receive.end - receive.start) == ("receive", (3,), pytest.approx(2))
+
+
+def test_the_v1_44_shape_names_the_queue_only_where_it_is_spelled_out():
+    send = normalise(span(1, "send orders", PRODUCER, T0, messaging__system="rabbitmq",
+                          messaging__operation__type="send", messaging__destination__name="amq.default",
+                          messaging__rabbitmq__destination__routing_key="orders"), "shop")
+    assert (send.role, send.shape, send.exchange, send.queue) == (PUBLISH, SEMCONV, "", "orders")
+    topic = normalise(span(2, "send", PRODUCER, T0, messaging__system="rabbitmq", messaging__operation__type="send",
+                           messaging__destination__name="events:order.created",
+                           messaging__rabbitmq__destination__routing_key="order.created"), "shop")
+    assert (topic.exchange, topic.routing_key, topic.queue) == ("events", "order.created", None)
+    process = normalise(span(3, "process", CONSUMER, T0, messaging__system="rabbitmq",
+                             messaging__operation__type="process",
+                             messaging__destination__name="events:order.created:billing"), "billing")
+    assert (process.role, process.queue) == (PROCESS, "billing")
+    settle = normalise(span(4, "ack", CONSUMER, T0, parent=3, messaging__system="rabbitmq",
+                            messaging__operation__type="settle", messaging__operation__name="ack",
+                            messaging__destination__name="events:order.created:billing"), "billing")
+    assert (settle.role, settle.outcome) == (SETTLE, "ack")
+
+
+def test_celery_task_spans():
+    apply = normalise(span(1, "apply_async/shop.charge", PRODUCER, T0, celery__action="apply_async",
+                           messaging__message_id="7b2e", messaging__destination="celery",
+                           celery__task_name="shop.charge"), "web")
+    run = normalise(span(2, "run/shop.charge", CONSUMER, T0, parent=1, celery__action="run",
+                         celery__delivery_info="{'exchange': '', 'routing_key': 'celery', 'priority': 0, "
+                                               "'redelivered': True}"), "worker")
+    assert (apply.role, apply.shape, apply.destination) == (PUBLISH, CELERY, "celery")
+    assert (run.role, run.redelivered, run.exchange) == (PROCESS, True, "")
+    assert "7b2e" not in repr(apply)  # the task's id is a message id: never kept
+
+
+def test_a_span_of_another_kind_is_someone_elses_and_one_of_no_known_shape_is_said_not_guessed():
+    assert normalise(span(1, "GET /orders", 2, T0, http__method="GET"), "web") is None
+    assert normalise(span(2, "topic send", PRODUCER, T0, messaging__system="kafka",
+                          messaging__destination__name="topic"), "web") is None
+    with pytest.raises(NotUnderstood, match="without a destination"):
+        normalise(span(3, "publish", PRODUCER, T0, messaging__system="rabbitmq"), "web")
+    receiver = TraceReceiver()
+    received(receiver, {"web": [span(1, "GET /orders", 2, T0, http__method="GET"),
+                                span(3, "publish", PRODUCER, T0, messaging__system="rabbitmq"),
+                                span(4, "publish", PRODUCER, T0, messaging__system="rabbitmq")]})
+    window = receiver.window(T0 + 1)
+    assert window.spans == {"other": 1} and window.not_understood == 2
+    assert "span 'publish' from web" in window.first_not_understood
+
+
+# -- pairing -----------------------------------------------------------------------------------------------
+def test_queue_time_runs_from_the_publish_span_start_to_the_first_delivery_start():
+    receiver = TraceReceiver()
+    received(receiver, {"shop": [pika_send(1, T0)], "billing": [pika_receive(2, T0 + 0.3, T0 + 2.3, parent=1)]})
+    flow = flows(receiver.pairing, T0 + 3)[("orders", "shop")]
+    assert (flow.published, flow.delivered, flow.consumers) == (1, 1, ("billing",))
+    assert flow.queue_time.sum == pytest.approx(0.3) and flow.queue_time.count == 1
+    assert flow.processing.sum == pytest.approx(2.0)  # the older shape's receive span wraps the callback
+
+
+@pytest.mark.parametrize("inner_first", [False, True])
+def test_pikas_two_nested_send_spans_are_one_publish(inner_first):
+    """pika's instrumentation nests two send spans per message, and the consumer's parent is the inner one."""
+    outer, inner = pika_send(1, T0), pika_send(2, T0 + 0.0001, parent=1)
+    pairing = Pairing()
+    for s in ([inner, outer] if inner_first else [outer, inner]):
+        pairing.take([normalise(s, "shop")], T0 + 0.5)
+    pairing.take([normalise(pika_receive(3, T0 + 0.2, T0 + 0.3, parent=2), "billing")], T0 + 1)
+    flow = flows(pairing, T0 + 2)[("orders", "shop")]
+    assert (flow.published, flow.delivered, flow.duplicates) == (1, 1, 0)
+
+
+def test_a_delivery_that_arrives_before_its_publish_waits_for_it():
+    pairing = Pairing()
+    pairing.take([normalise(pika_receive(2, T0 + 0.2, T0 + 0.3, parent=1), "billing")], T0 + 1)
+    pairing.take([normalise(pika_send(1, T0), "shop")], T0 + 4)
+    flow = flows(pairing, T0 + 5)[("orders", "shop")]
+    assert (flow.delivered, flow.queue_time.sum) == (1, pytest.approx(0.2))
+
+
+def test_a_second_delivery_to_the_same_service_is_a_duplicate_and_the_broker_flag_names_redeliveries():
+    pairing = Pairing()
+    run = dict(celery__action="run", messaging__destination="celery")
+    pairing.take([normalise(span(1, "apply_async/t", PRODUCER, T0, celery__action="apply_async",
+                                 messaging__destination="celery"), "web"),
+                  normalise(span(2, "run/t", CONSUMER, T0 + 1, parent=1, **run,
+                                 celery__delivery_info="{'redelivered': False}"), "worker"),
+                  normalise(span(3, "run/t", CONSUMER, T0 + 9, parent=1, **run,
+                                 celery__delivery_info="{'redelivered': True}"), "worker"),
+                  normalise(span(4, "run/t", CONSUMER, T0 + 9, parent=1, **run), "audit")], T0 + 10)
+    flow = flows(pairing, T0 + 11)[("celery", "web")]
+    # A copy to another service is fan-out (a second queue), not a duplicate.
+    assert (flow.delivered, flow.duplicates, flow.redelivered) == (1, 1, 1)
+    assert flow.consumers == ("audit", "worker")
+
+
+def test_a_publish_with_no_delivery_within_the_deadline_is_unprocessed_until_it_comes():
+    pairing = Pairing(deadline_s=60, keep_s=60)
+    pairing.take([normalise(pika_send(1, T0), "shop"), normalise(pika_send(2, T0), "shop")], T0 + 1)
+    pairing.take([normalise(pika_receive(3, T0 + 0.5, T0 + 0.6, parent=1), "billing")], T0 + 2)
+    assert flows(pairing, T0 + 30)[("orders", "shop")].unprocessed == {}
+    flow = flows(pairing, T0 + 62)[("orders", "shop")]
+    assert flow.unprocessed == {UNPLACED: 1} and flow.oldest_unprocessed_s == pytest.approx(62)
+    pairing.take([normalise(pika_receive(4, T0 + 70, T0 + 70.1, parent=2), "billing")], T0 + 71)
+    flow = flows(pairing, T0 + 72)[("orders", "shop")]
+    assert (flow.unprocessed, flow.delivered) == ({}, 2)  # late, counted in the queue time's long tail
+    assert flows(pairing, T0 + 200)[("orders", "shop")].unprocessed == {}  # forgotten past keeping
+    assert GONE not in flow.unprocessed  # the pairing never says gone: only the broker's view can
+
+
+def test_a_delivery_before_its_publish_by_the_clocks_is_skew_kept_out_of_the_percentiles():
+    pairing = Pairing()
+    pairing.take([normalise(pika_send(1, T0 + 5), "shop"),
+                  normalise(pika_receive(2, T0 + 1, T0 + 1.1, parent=1), "billing")], T0 + 6)
+    flow = flows(pairing, T0 + 7)[("orders", "shop")]
+    assert (flow.delivered, flow.skewed, flow.queue_time.count) == (1, {"billing": 1}, 0)
+
+
+def test_a_retried_batch_counts_once():
+    receiver = TraceReceiver()
+    batch = {"shop": [pika_send(1, T0)], "billing": [pika_receive(2, T0 + 0.1, T0 + 0.2, parent=1)]}
+    received(receiver, batch)
+    received(receiver, batch)
+    window = receiver.window(T0 + 3)
+    assert ([(f.published, f.delivered, f.duplicates) for f in window.flows], window.repeated) == ([(1, 1, 0)], 2)
+
+
+def test_a_flood_beyond_what_is_kept_is_dropped_and_counted():
+    pairing = Pairing(max_messages=100)
+    pairing.take([normalise(pika_send(n, T0), "shop") for n in range(1, 151)], T0 + 1)
+    assert (flows(pairing, T0 + 2)[("orders", "shop")].published, pairing.dropped) == (100, 50)
+    pairing.window(T0 + 200)  # forgotten past the deadline and keeping: room again
+    pairing.take([normalise(pika_send(1000, T0 + 200), "shop")], T0 + 200)
+    assert flows(pairing, T0 + 201)[("orders", "shop")].published == 101
+
+
+def test_destinations_beyond_the_limit_fold_into_one():
+    pairing = Pairing(max_destinations=2)
+    pairing.take([normalise(pika_send(n, T0, destination=f"q{n}"), "shop") for n in range(1, 5)], T0 + 1)
+    assert sorted(d for d, _ in flows(pairing, T0 + 2)) == ["(other)", "q1", "q2"]
+
+
+def test_deliveries_whose_publish_never_came_make_unprocessed_unknowable():
+    """Under independent sampling a publish's span may be dropped while its delivery's is kept (and the other
+    way round): a publish without a delivery then proves nothing."""
+    receiver = TraceReceiver()
+    received(receiver, {"billing": [pika_receive(2, T0, T0 + 0.1, parent=99)]})
+    assert receiver.window(T0 + 30).unprocessed_known
+    window = receiver.window(T0 + 62)
+    assert (window.orphans, window.unprocessed_known) == ({"billing": 1}, False)
+
+
+def test_a_delivery_with_no_trace_context_is_counted_unrooted():
+    receiver = TraceReceiver()
+    received(receiver, {"billing": [pika_receive(2, T0, T0 + 0.1, parent=None)]})
+    assert (receiver.window(T0 + 62).unrooted, receiver.window(T0 + 62).unprocessed_known) == (1, True)
+
+
+def test_a_v1_44_receive_process_and_settle_are_one_delivery():
+    attrs = dict(messaging__system="rabbitmq", messaging__destination__name="events:created:billing")
+    pairing = Pairing()
+    pairing.take([normalise(s, service) for s, service in [
+        (span(4, "ack", INTERNAL, T0 + 1.5, parent=3, messaging__operation__type="settle",
+              messaging__operation__name="ack", **attrs), "billing"),
+        (span(3, "process", CONSUMER, T0 + 0.5, T0 + 1.5, parent=2, messaging__operation__type="process", **attrs),
+         "billing"),
+        (span(2, "receive", CONSUMER, T0 + 0.4, T0 + 0.45, links=(1,), messaging__operation__type="receive",
+              **attrs), "billing"),
+        (span(1, "send", PRODUCER, T0, messaging__operation__type="send", messaging__system="rabbitmq",
+              messaging__destination__name="events:created", messaging__rabbitmq__destination__routing_key="created"),
+         "shop")]], T0 + 2)
+    flow = flows(pairing, T0 + 3)[("events:created", "shop")]
+    assert (flow.delivered, flow.duplicates, flow.settled) == (1, 0, {"ack": 1})
+    assert (flow.queue_time.sum, flow.processing.sum, flow.processing.count) == (
+        pytest.approx(0.4), pytest.approx(1.0), 1)
+
+
+def test_a_publish_error_is_counted():
+    pairing = Pairing()
+    pairing.take([normalise(span(1, "orders send", PRODUCER, T0, error=True, messaging__system="rabbitmq",
+                                 messaging__destination="orders"), "shop")], T0 + 1)
+    assert flows(pairing, T0 + 2)[("orders", "shop")].publish_errors == 1
+
+
+def test_memory_is_given_back_once_messages_are_past_keeping():
+    pairing = Pairing(deadline_s=10, keep_s=10)
+    for second in range(100):
+        batch = []
+        for n in range(100):
+            key = second * 1000 + n * 2 + 1
+            batch += [normalise(pika_send(key, T0 + second), "shop"),
+                      normalise(pika_receive(key + 1, T0 + second + 0.1, T0 + second + 0.2, parent=key), "billing")]
+        pairing.take(batch, T0 + second)
+        pairing.window(T0 + second)
+    held = (len(pairing._messages), len(pairing._delivery_of), len(pairing._inner_of), len(pairing._alias))
+    assert held[0] <= 100 * 23 and held[1] <= 100 * 23 and held[2:] == (0, 0), held
