@@ -26,6 +26,7 @@ from ackscope.diagnosis.onset import Onset
 from ackscope.diagnosis.queues import PERSISTENT_COUNT_LAG
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.diagnosis.traces import placed
 from ackscope.diagnosis.upgrade import outlooks
 from ackscope.diagnosis.waiting import Waiting
 from ackscope.diagnosis.window import Recent
@@ -38,10 +39,12 @@ from ackscope.model.events import Breaks
 from ackscope.model.findings import Diagnosis
 from ackscope.model.probes import ProbeStats
 from ackscope.model.snapshot import Snapshot
+from ackscope.model.traces import TraceWindow
 from ackscope.probes import config as probe_config
 from ackscope.probes.config import ProbeConfig
 from ackscope.probes.service import Probes
 from ackscope.sources import KINDS, BreakLedger, BrokerLogWatch, EventExchangeWatch, Selection, make_source
+from ackscope.sources.traces import Pairing, TraceDirectory, TraceReceiver
 
 from . import bench
 
@@ -62,7 +65,8 @@ OPTIONS = (
     Option("cli", None, shlex.split, "the broker's CLI, e.g. 'rabbitmqctl -n rabbit@host' (beside the node, with "
            "its Erlang cookie): the node's consumer_timeout; with the Prometheus plugin, channels and connections "
            "enriched"),
-    Option("listen", f"0.0.0.0:{DEFAULT_PORT}", config.host_port, "HOST:PORT for /metrics, /api/snapshot, /healthz"),
+    Option("listen", f"0.0.0.0:{DEFAULT_PORT}", config.host_port, "HOST:PORT for /metrics, /api/snapshot, /healthz, "
+           "and /v1/traces (OTLP)"),
     Option("interval", 10.0, config.positive_float, "seconds between polls"),
     Option("timeout", 5.0, config.positive_float, "seconds one HTTP request to the broker may take"),
     Option("deadline", None, config.positive_float, "seconds a whole poll may take before it counts as failed "
@@ -89,6 +93,14 @@ OPTIONS = (
            "connections and channels opened and closed, by client", switch=True),
     Option("confirm_bench", None, config.existing_file, "what 'ackscope bench confirms --save FILE' measured on this "
            "broker: publisher-waits-each-confirm quotes its figures"),
+    Option("traces_dir", None, str, "the OpenTelemetry Collector's file exporter's folder (OTLP/JSON lines), read "
+           "at each poll: the applications' spans where the Collector cannot reach /v1/traces"),
+    Option("trace_deadline", 60.0, config.positive_float, "seconds after a traced publish arrived with no delivery "
+           "before the message counts as unprocessed"),
+    Option("max_destinations", 50, config.positive_int, "trace destinations with series of their own; the rest "
+           "count as (other)"),
+    Option("max_trace_messages", 1_000_000, config.positive_int, "traced messages held at once; spans beyond are "
+           "dropped and counted (ackscope_trace_spans_dropped_total)"),
     probe_config.DATA_DIR,
     Option("snapshot_every", 1, config.positive_int, "with --data-dir, record every Nth poll's snapshot"),
 )
@@ -118,6 +130,10 @@ class ExporterConfig:
     broker_log: str | None = None  # the node's log file, or "-" for standard input
     event_exchange: bool = False  # read amq.rabbitmq.event through the probes' user
     confirm_bench: ConfirmBench | None = None  # what `ackscope bench confirms` measured on this broker
+    traces_dir: str | None = None  # the Collector's file exporter's folder
+    trace_deadline: float = 60.0
+    max_destinations: int = 50
+    max_trace_messages: int = 1_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -155,6 +171,8 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         event_exchange=v["event_exchange"],
         confirm_bench=bench.saved(v["confirm_bench"]) if v["confirm_bench"] else None,
         source=v["source"], prometheus_url=v["prometheus_url"], cli=v["cli"],
+        traces_dir=v["traces_dir"], trace_deadline=v["trace_deadline"], max_destinations=v["max_destinations"],
+        max_trace_messages=v["max_trace_messages"],
     )
 
 
@@ -209,15 +227,21 @@ class Exporter:
         self.ledger = BreakLedger(cfg.thresholds.window_seconds,
                                   BrokerLogWatch(cfg.broker_log) if cfg.broker_log else None, cfg.selection.vhost,
                                   EventExchangeWatch(cfg.probes.entries) if cfg.event_exchange and cfg.probes else None)
+        # The applications' spans (/v1/traces, --traces-dir): paired as they come, placed by each poll's snapshot.
+        self.traces = TraceReceiver(Pairing(deadline_s=cfg.trace_deadline, max_messages=cfg.max_trace_messages,
+                                            max_destinations=cfg.max_destinations))
+        self.traces_dir = TraceDirectory(cfg.traces_dir, self.traces) if cfg.traces_dir else None
         self.poller = Poller(source, interval=cfg.interval, limits=cfg.limits, diagnose=self._diagnose,
                              record=self.history.record if self.history is not None else None,
-                             breaks=lambda snapshot: self.ledger.update(snapshot, time.time()))
+                             breaks=lambda snapshot: self.ledger.update(snapshot, time.time()),
+                             traces=self._traces)
         healthy = loop_healthy(lambda: self.poller.status.last_attempt_at, time.time(), cfg.interval, cfg.deadline)
         source = Source(self._metrics_body, healthy, {"/api/snapshot": lambda: self.poller.exposition.snapshot.gz(),
                                                       "/api/findings": lambda: self.poller.exposition.findings.gz(),
                                                       "/api/breaks": lambda: self.poller.exposition.breaks.gz(),
                                                       "/api/overview": lambda: self.poller.exposition.overview.gz(),
-                                                      "/api/probes": self._probes_json})
+                                                      "/api/probes": self._probes_json},
+                        receivers={"/v1/traces": self.traces})
         try:
             self.server = make_server(*cfg.listen, source, cfg.web)
         except OSError as e:
@@ -236,6 +260,11 @@ class Exporter:
                                    turnover=self.turnover.update(snapshot)))
         return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)),
                        upgrades=outlooks(snapshot, breaks), oldest=tuple(oldest.values()))
+
+    def _traces(self, snapshot: Snapshot | None) -> TraceWindow:
+        if self.traces_dir is not None:
+            self.traces_dir.read()
+        return placed(self.traces.window(time.time()), snapshot)
 
     def _probes_json(self) -> bytes:
         return compressed([self._probe_stats().json()])

@@ -5,6 +5,7 @@ probes' few hundred series are the exception: rendered per scrape, in well under
 /api/...      JSON documents, kept gzipped (the exporter's /api/snapshot: the last good snapshot, marked stale
               when the last poll failed)
 /healthz      200 while the poll loop runs on schedule (the broker being down is ackscope_up, not this)
+POST paths    what a receiver takes in (the exporter's /v1/traces: OTLP), behind the same auth and TLS
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
 from .secret import Secret
 
@@ -40,6 +42,17 @@ class WebSecurity:
     tls_key: str | None = None
 
 
+class Receiver(Protocol):
+    """What a POST path takes in (the exporter's /v1/traces). Each answer is (status, body, Content-Type)."""
+
+    max_request_bytes: int
+
+    def receive(self, body: bytes, content_type: str, encoding: str) -> tuple[int, bytes, str]: ...
+
+    def too_large(self) -> tuple[int, bytes, str]:
+        """The answer to a body over max_request_bytes, given (and counted) before it is read."""
+
+
 @dataclass(frozen=True)
 class Source:
     """What the handlers read: the /metrics body (gzipped or not), JSON documents under /api/ (gzipped: each
@@ -49,6 +62,7 @@ class Source:
     metrics: Callable[[bool], bytes]
     healthy: Callable[[], bool]
     documents: Mapping[str, Callable[[], bytes]] = field(default_factory=dict)
+    receivers: Mapping[str, Receiver] = field(default_factory=dict)  # POST paths
 
 
 def make_server(host: str, port: int, source: Source, security: WebSecurity = WebSecurity()) -> ThreadingHTTPServer:
@@ -72,15 +86,41 @@ def make_server(host: str, port: int, source: Source, security: WebSecurity = We
             if isinstance(self.request, ssl.SSLSocket):
                 self.request.do_handshake()  # here, in the handler thread, never in accept()
 
+        def _authorised(self) -> bool:
+            if expected is None or hmac.compare_digest(self.headers.get("Authorization", "").encode(), expected):
+                return True
+            self._send(401, b"authentication required\n", "text/plain", {"WWW-Authenticate": 'Basic realm="ackscope"'})
+            return False
+
+        def do_POST(self):
+            path = self.path.split("?", 1)[0]
+            receiver = source.receivers.get(path)
+            # Whatever is answered before the body is read closes the connection: the unread body would be taken
+            # for the next request.
+            self.close_connection = True
+            if receiver is None:
+                return self._send(404, b"not found\n", "text/plain")
+            if not self._authorised():
+                return None
+            try:
+                length = int(self.headers.get("Content-Length", ""))
+            except ValueError:
+                return self._send(411, b"a Content-Length is required\n", "text/plain")
+            if not 0 <= length <= receiver.max_request_bytes:
+                return self._send(*receiver.too_large())
+            body = self.rfile.read(length)
+            self.close_connection = self.headers.get("Connection", "").lower() == "close"
+            status, answer, ctype = receiver.receive(body, self.headers.get("Content-Type", ""),
+                                                     self.headers.get("Content-Encoding", ""))
+            return self._send(status, answer, ctype)
+
         def do_GET(self):
             path = self.path.split("?", 1)[0]
             if path == "/healthz":
                 ok = source.healthy()
                 return self._send(200 if ok else 503, b"ok\n" if ok else b"poll loop stalled\n", "text/plain")
-            if expected is not None and not hmac.compare_digest(
-                    self.headers.get("Authorization", "").encode(), expected):
-                return self._send(401, b"authentication required\n", "text/plain",
-                                  {"WWW-Authenticate": 'Basic realm="ackscope"'})
+            if not self._authorised():
+                return None
             gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
             if path == "/metrics":
                 return self._send(200, source.metrics(gzipped), METRICS_CONTENT_TYPE,
@@ -104,6 +144,8 @@ def make_server(host: str, port: int, source: Source, security: WebSecurity = We
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.end_headers()

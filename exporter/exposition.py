@@ -22,6 +22,7 @@ from ackscope.model.events import BROKER_LOG, Breaks, cause
 from ackscope.model.findings import Diagnosis
 from ackscope.model.probes import ProbeStats
 from ackscope.model.snapshot import Snapshot, fullest_consuming
+from ackscope.model.traces import TraceWindow
 
 from .cardinality import Limits, shape
 from .collectors.breaks import BreakCollector
@@ -39,6 +40,7 @@ from .collectors.queues import QueueCollector
 from .collectors.self_metrics import SelfCollector
 from .collectors.shovels import ShovelCollector
 from .collectors.streams import StreamCollector
+from .collectors.traces import TraceCollector
 from .collectors.upgrades import UpgradeCollector
 from .status import PollStatus
 from .text_format import LabelSets, families, text
@@ -102,14 +104,16 @@ class Exposition:
 
 def render(snapshot: Snapshot | None, status: PollStatus, limits: Limits,
            diagnosis: Diagnosis = Diagnosis(), label_sets: LabelSets | None = None,
-           breaks: Breaks | None = None, previous: Snapshot | None = None) -> Exposition:
+           breaks: Breaks | None = None, previous: Snapshot | None = None,
+           traces: TraceWindow | None = None) -> Exposition:
     """The exposition for the latest poll. Broker series come only from a snapshot the last poll produced:
     after a failed poll /metrics says so (ackscope_up 0) instead of repeating stale numbers, while
     /api/snapshot keeps the last good snapshot, marked stale, for the UI. `label_sets`: the last render's,
     kept by the caller from poll to poll. `breaks`: what the broker's log told, counted whether or not the
-    broker's API answered. `previous`: the good snapshot before `snapshot`, for the landing page's rates."""
+    broker's API answered. `previous`: the good snapshot before `snapshot`, for the landing page's rates.
+    `traces`: what the applications' spans told, rendered whether or not the broker's API answered."""
     shaped = shape(snapshot, limits) if snapshot is not None and status.up else None
-    collectors = [SelfCollector(status, shaped), BreakCollector(breaks)]
+    collectors = [SelfCollector(status, shaped), BreakCollector(breaks), TraceCollector(traces)]
     if shaped is not None:
         collectors += [OverviewCollector(snapshot), NodeCollector(snapshot), ConnectionCollector(snapshot),
                        ChannelCollector(shaped), ConsumerCollector(shaped), LinkCollector(snapshot),

@@ -19,6 +19,7 @@ from ackscope.model.events import Breaks
 from ackscope.model.findings import Diagnosis
 from ackscope.model.snapshot import Snapshot, carried, sharing
 from ackscope.model.source import FetchError, Source, SourceFailed
+from ackscope.model.traces import TraceWindow
 
 from .cardinality import Limits
 from .exposition import Exposition, render
@@ -35,7 +36,8 @@ class Poller:
     def __init__(self, source: Source, *, interval: float, limits: Limits = Limits(),
                  diagnose: Callable[[Snapshot, Snapshot | None, Breaks | None], Diagnosis] | None = None,
                  record: Callable[[Snapshot], None] | None = None,
-                 breaks: Callable[[Snapshot | None], Breaks] | None = None):
+                 breaks: Callable[[Snapshot | None], Breaks] | None = None,
+                 traces: Callable[[Snapshot | None], TraceWindow] | None = None):
         self.source = source
         self.interval = interval
         self.limits = limits
@@ -48,6 +50,9 @@ class Poller:
         # failed: a broker whose API does not answer may still be logging why.
         self.read_breaks = breaks
         self.breaks: Breaks | None = None
+        # What the applications' spans told, placed by this poll's snapshot (or by none where it failed).
+        self.read_traces = traces
+        self.traces: TraceWindow | None = None
         self.diagnosis = Diagnosis()
         self.exposition: Exposition = render(None, self.status, limits)
         self._label_sets = LabelSets()  # each series' labels as the last render wrote them
@@ -85,10 +90,12 @@ class Poller:
             snapshot = sharing(carried(self.source.read(), self.snapshot), self.snapshot)
         except SourceFailed as failure:
             self._read_breaks(None)
+            self._read_traces(None)
             self._publish_failure(failure.errors, started, started_wall)
         else:
             self._say_overrun(time.monotonic() - started)  # a failed poll is down, not slow: said as such
             self._read_breaks(snapshot)
+            self._read_traces(snapshot)
             self.diagnosis = self._diagnose(snapshot, self.snapshot)
             self.previous, self.snapshot = self.snapshot, snapshot
             if self.record is not None:
@@ -100,7 +107,7 @@ class Poller:
                 log.info("%s", note)
                 self._notes_logged.add(note)
         self.exposition = render(self.snapshot, self.status, self.limits, self.diagnosis, self._label_sets,
-                                 self.breaks, self.previous)
+                                 self.breaks, self.previous, self.traces)
 
     def _read_breaks(self, snapshot: Snapshot | None) -> None:
         if self.read_breaks is None:
@@ -110,6 +117,15 @@ class Poller:
         except Exception as e:  # a broken event source must not cost the metrics
             log.error("reading the broker's events failed: %s: %s", type(e).__name__, e)
             log.debug("event source failure", exc_info=True)
+
+    def _read_traces(self, snapshot: Snapshot | None) -> None:
+        if self.read_traces is None:
+            return
+        try:
+            self.traces = self.read_traces(snapshot)
+        except Exception as e:  # a broken trace source must not cost the metrics
+            log.error("reading the applications' traces failed: %s: %s", type(e).__name__, e)
+            log.debug("trace source failure", exc_info=True)
 
     def _say_overrun(self, took: float) -> None:
         """A poll longer than the interval is slow, not down: the next starts when it ends, the metrics are

@@ -32,6 +32,7 @@ from ackscope.model.snapshot import (
     StreamConsumer,
     StreamPublisher,
 )
+from ackscope.model.traces import GONE, Flow, TraceWindow
 
 from .cardinality import Limits
 from .collectors import probes
@@ -92,6 +93,14 @@ def sample_breaks() -> Breaks:
         (CHANNEL_CLOSED, *who, "unknown"): 1}, lines=10, exchange_consuming=True, exchange_messages=2)
 
 
+def sample_traces() -> TraceWindow:
+    """A window with one flow that has every figure, for the reference."""
+    h = Histogram(((1.0, 1.0), (float("inf"), 1.0)), 0.5)
+    flow = Flow("orders", "shop", published=2, delivered=1, queue_time=h, processing=h, skewed={"billing": 1},
+                settled={"ack": 1}, unprocessed={GONE: 1}, oldest_unprocessed_s=61.0)
+    return TraceWindow(1000.0, (flow,), spans={"older": 3}, orphans={"billing": 1})
+
+
 def families() -> list[tuple[str, str, tuple[str, ...], str]]:
     """(name, type, label names, help) of every family the exporter and its probes serve."""
     status = PollStatus(up=True, last_duration=0.1, last_attempt_at=1000.0, last_success_at=1000.0,
@@ -102,7 +111,8 @@ def families() -> list[tuple[str, str, tuple[str, ...], str]]:
                                    (NotEvaluated("classic-queue-mirroring-removed", ("the policies",)),)),),
                           (OldestMessage("/", "orders", 42.0, STAMPED),))
     # Rendered twice: as is, and with every queue and channel folded into its vhost's totals.
-    texts = [render(sample_snapshot(), status, limits, diagnosis, breaks=sample_breaks()).metrics_body(False).decode()
+    texts = [render(sample_snapshot(), status, limits, diagnosis, breaks=sample_breaks(),
+                    traces=sample_traces()).metrics_body(False).decode()
              for limits in (Limits(), Limits(max_queues=0, max_channels=0))]
     target = TargetStats("classic-persistent", "classic", True, True, dict.fromkeys(probes.COUNTERS, 1.0),
                          {h: Histogram(((1.0, 1.0), (float("inf"), 1.0)), 0.5) for h in probes.HISTOGRAMS},

@@ -108,6 +108,7 @@ class TraceWindow:
     not_understood: int = 0
     first_not_understood: str = ""
     orphans: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    recent_orphans: int = 0  # orphans judged while the messages held now arrived
     unrooted: int = 0
     dropped: int = 0
     repeated: int = 0
@@ -119,4 +120,4 @@ class TraceWindow:
         """Under independent sampling a publish may be kept while its delivery is sampled out, and the other way
         round: deliveries without their publish show it, and then a publish without a delivery proves nothing.
         Under parent-based sampling pairs are whole, and a publish alone is unprocessed."""
-        return not self.orphans
+        return not self.recent_orphans

@@ -75,11 +75,12 @@ class Clients:
         return self.start(tool("java", "openjdk-17-jdk-headless"), "-cp", JAVA_CLASSPATH,
                           str(CLIENTS / "java" / "Client.java"), mode, queue, ready=ready, env=env)
 
-    def run(self, *argv: str, env: dict | None = None) -> None:
-        """Run one to completion (a producer)."""
+    def run(self, *argv: str, env: dict | None = None) -> str:
+        """Run one to completion (a producer); what it printed."""
         result = subprocess.run(list(argv), cwd=CLIENTS, env={**self.env, **(env or {})}, capture_output=True,
                                 text=True, timeout=120)
         assert result.returncode == 0, f"{' '.join(argv)}: {result.stderr[-2000:]}"
+        return result.stdout
 
     def check(self) -> None:
         for i, (argv, process) in enumerate(self.running):

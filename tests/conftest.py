@@ -140,13 +140,15 @@ def exporter_config(management_url: str, *, username: str = ADMIN_USER, password
                     probes: ProbeConfig | None = None, thresholds: Thresholds = Thresholds(),
                     data_dir: str | None = None, source: str = "auto",
                     prometheus_url: str | tuple[str, ...] | None = None, cli: list[str] | None = None,
-                    broker_log: str | None = None, event_exchange: bool = False) -> ExporterConfig:
+                    broker_log: str | None = None, event_exchange: bool = False,
+                    trace_deadline: float = 60.0, traces_dir: str | None = None) -> ExporterConfig:
     """The exporter's configuration for a test; `prometheus_url` one URL, or a node's each."""
     return ExporterConfig(management_url=management_url, username=username, password=Secret(password),
                           listen=("127.0.0.1", 0), interval=interval, timeout=timeout,
                           deadline=deadline or max(interval, timeout), verify=verify, selection=selection,
                           limits=limits, web=web, probes=probes, thresholds=thresholds, data_dir=data_dir,
                           source=source, cli=cli, broker_log=broker_log, event_exchange=event_exchange,
+                          trace_deadline=trace_deadline, traces_dir=traces_dir,
                           prometheus_url=(prometheus_url,) if isinstance(prometheus_url, str) else prometheus_url)
 
 

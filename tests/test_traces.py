@@ -4,6 +4,7 @@ spans are in test_traces_clients.py."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 
@@ -277,6 +278,8 @@ def test_deliveries_whose_publish_never_came_make_unprocessed_unknowable():
     assert receiver.window(T0 + 30).unprocessed_known
     window = receiver.window(T0 + 62)
     assert (window.orphans, window.unprocessed_known) == ({"billing": 1}, False)
+    window = receiver.window(T0 + 200)  # no orphan among the messages held now
+    assert (window.orphans, window.unprocessed_known) == ({"billing": 1}, True)
 
 
 def test_a_delivery_with_no_trace_context_is_counted_unrooted():
@@ -323,3 +326,46 @@ def test_memory_is_given_back_once_messages_are_past_keeping():
         pairing.window(T0 + second)
     held = (len(pairing._messages), len(pairing._delivery_of), len(pairing._inner_of), len(pairing._alias))
     assert held[0] <= 100 * 23 and held[1] <= 100 * 23 and held[2:] == (0, 0), held
+
+
+# -- the Collector's files ---------------------------------------------------------------------------------
+def _json_line(by_service) -> bytes:
+    document = json_format.MessageToDict(request(by_service))
+    for rs in document["resourceSpans"]:
+        for s in rs["scopeSpans"][0]["spans"]:
+            for key in ("traceId", "spanId", "parentSpanId"):
+                if key in s:
+                    s[key] = base64.b64decode(s[key]).hex()
+    return json.dumps(document).encode() + b"\n"
+
+
+def test_the_collectors_files_are_read_across_rotation_and_a_bad_line_costs_only_itself(tmp_path):
+    from ackscope.sources.traces import TraceDirectory
+    receiver = TraceReceiver()
+    folder = TraceDirectory(str(tmp_path), receiver)
+    current = tmp_path / "traces.json"
+    current.write_bytes(_json_line({"shop": [pika_send(1, T0)]}) + b"{not json\n" + _json_line({"shop": [
+        pika_send(2, T0)]})[:-20])  # the last line still being written
+    folder.read(T0 + 1)
+    assert [f.published for f in receiver.window(T0 + 1).flows] == [1] and receiver.window(T0).rejected_requests == 1
+    with current.open("ab") as f:  # the rest of the line, then the file rotated away and a new one begun
+        f.write(_json_line({"shop": [pika_send(2, T0)]})[-20:])
+    current.rename(tmp_path / "traces-2026-12-02T06-00-00.json")
+    current.write_bytes(_json_line({"billing": [pika_receive(3, T0 + 1, T0 + 2, parent=1)]}))
+    folder.read(T0 + 2)
+    [flow] = receiver.window(T0 + 3).flows
+    assert (flow.published, flow.delivered) == (2, 1)
+    folder.read(T0 + 4)  # nothing new: nothing counted twice
+    assert receiver.window(T0 + 4).flows[0].published == 2
+
+
+def test_a_traces_dir_that_cannot_be_read_is_said_and_tried_again(tmp_path, caplog):
+    from ackscope.sources.traces import TraceDirectory
+    folder = TraceDirectory(str(tmp_path / "missing"), TraceReceiver())
+    folder.read(T0)
+    folder.read(T0 + 1)
+    assert folder.problem and "cannot be read" in folder.problem
+    assert sum("cannot be read" in r.message for r in caplog.records) == 1
+    (tmp_path / "missing").mkdir()
+    folder.read(T0 + 2)
+    assert folder.problem is None

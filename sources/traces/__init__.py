@@ -9,7 +9,8 @@ receiver   the endpoint's answers, and every span accounted for
 directory  the Collector's file exporter's files, followed
 """
 
+from .directory import TraceDirectory
 from .pairing import Pairing
 from .receiver import Answer, TraceReceiver
 
-__all__ = ["Answer", "Pairing", "TraceReceiver"]
+__all__ = ["Answer", "Pairing", "TraceDirectory", "TraceReceiver"]

@@ -135,6 +135,8 @@ class Pairing:
         self._due, self._kept = _Arrivals(), _Arrivals()  # messages before, and after, their deadline
         self._early_arrived, self._deliveries, self._linked = _Arrivals(), _Arrivals(), _Arrivals()
         self._orphans: dict[str, int] = {}
+        self._recent_orphans = _Arrivals()  # when each orphan was judged, for the window's unprocessed_known
+        self._recent = 0
         self.dropped = self.repeated = self.unrooted = 0
 
     # -- in ------------------------------------------------------------------------------------------
@@ -270,12 +272,15 @@ class Pairing:
         return "kept"
 
     # -- out -----------------------------------------------------------------------------------------
-    def window(self, now: float) -> tuple[tuple[Flow, ...], dict[str, int]]:
+    def window(self, now: float) -> tuple[tuple[Flow, ...], dict[str, int], int]:
         """Every flow as it stands at `now`, after the messages past their deadline are judged and those past
-        keeping forgotten; and the deliveries, by consuming service, whose publish never came."""
+        keeping forgotten; the deliveries, by consuming service, whose publish never came; and how many of those
+        were judged while the messages now held arrived."""
         with self._lock:
             self._expire(now)
-            return tuple(flow.frozen(now) for flow in self._flows.values()), dict(self._orphans)
+            for _ in self._recent_orphans.older_than(now - self.keep_s - self.deadline_s):
+                self._recent -= 1
+            return tuple(flow.frozen(now) for flow in self._flows.values()), dict(self._orphans), self._recent
 
     def _expire(self, now: float) -> None:
         for second, key in self._due.older_than(now - self.deadline_s):
@@ -297,6 +302,8 @@ class Pairing:
             for span in self._early.pop(parent, ()):
                 # Its publish never came: sampled apart from it, or its publisher sends us no spans.
                 _count(self._orphans, span.service)
+                self._recent_orphans.add(now, None)
+                self._recent += 1
 
 
 def _count(counts: dict[str, int], key: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ackscope.model.traces import TraceWindow
 
@@ -26,8 +26,7 @@ MAX_REQUEST_BYTES = 16 << 20
 OTHER = "other"  # spans that are no messaging span
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(NamedTuple):
     """What the endpoint answers: an HTTP status, a body and its content type."""
 
     status: int
@@ -54,9 +53,9 @@ class TraceReceiver:
         try:
             request = decode(inflate(body, encoding, self.max_request_bytes), content_type)
         except OverflowError:
-            return self._reject(413, f"the request unpacks to more than {self.max_request_bytes} bytes")
+            return self.refuse(413, f"the request unpacks to more than {self.max_request_bytes} bytes")
         except BadRequest as e:
-            return self._reject(415 if str(e).startswith("Content-Type") else 400, str(e))
+            return self.refuse(415 if str(e).startswith("Content-Type") else 400, str(e))
         self.take(request, now if now is not None else time.time())
         if content_type.split(";", 1)[0].strip().lower() == JSON:
             return Answer(200, b"{}", JSON)
@@ -64,7 +63,7 @@ class TraceReceiver:
 
     def too_large(self) -> Answer:
         """The answer to a request whose Content-Length is over the limit, given before its body is read."""
-        return self._reject(413, f"the request is larger than {self.max_request_bytes} bytes")
+        return self.refuse(413, f"the request is larger than {self.max_request_bytes} bytes")
 
     def take(self, request, now: float) -> None:
         """The spans of one decoded ExportTraceServiceRequest, paired."""
@@ -92,7 +91,8 @@ class TraceReceiver:
                 log.warning("a messaging span of no known shape, counted and not paired "
                             "(ackscope_trace_spans_not_understood_total): %s", first)
 
-    def _reject(self, status: int, why: str) -> Answer:
+    def refuse(self, status: int, why: str) -> Answer:
+        """Count a request (or a line of --traces-dir) that could not be taken, and say each reason once."""
         with self._lock:
             self._rejected += 1
             first = why not in self._said
@@ -103,10 +103,11 @@ class TraceReceiver:
         return Answer(status, (why + "\n").encode(), "text/plain")
 
     def window(self, now: float) -> TraceWindow:
-        flows, orphans = self.pairing.window(now)
+        flows, orphans, recent_orphans = self.pairing.window(now)
         with self._lock:
             return TraceWindow(at=now, flows=flows, spans=dict(self._spans), not_understood=self._not_understood,
                                first_not_understood=self._first_not_understood, orphans=orphans,
+                               recent_orphans=recent_orphans,
                                unrooted=self.pairing.unrooted, dropped=self.pairing.dropped,
                                repeated=self.pairing.repeated, rejected_requests=self._rejected,
                                deadline_s=self.pairing.deadline_s)
