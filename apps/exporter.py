@@ -217,6 +217,7 @@ class Exporter:
         self.cfg = cfg
         self.onset = Onset()  # since when each finding holds: "since when" is the on-call's third question
         self.recent = Recent(cfg.thresholds.window_seconds)  # the window the rate-like rules judge
+        self.recent_traces: Recent[TraceWindow] = Recent(cfg.thresholds.window_seconds)  # ... and the trace rules
         self.lagging = Recent(PERSISTENT_COUNT_LAG)  # a poll a few seconds back, for counts that lag
         self.holding = Holding()  # since when each channel has held deliveries without settling any
         self.waiting = Waiting()  # how long each queue's oldest message has waited, at least
@@ -257,7 +258,9 @@ class Exporter:
                                    window=self.recent.start(snapshot), breaks=breaks,
                                    held=self.holding.update(snapshot), oldest=oldest,
                                    in_flight=self.confirm_waits.update(snapshot), confirm_bench=self.cfg.confirm_bench,
-                                   turnover=self.turnover.update(snapshot)))
+                                   turnover=self.turnover.update(snapshot), traces=self.poller.traces,
+                                   traces_start=self.recent_traces.start(self.poller.traces)
+                                   if self.poller.traces is not None else None))
         return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)),
                        upgrades=outlooks(snapshot, breaks), oldest=tuple(oldest.values()))
 

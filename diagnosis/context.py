@@ -13,6 +13,7 @@ from ackscope.model.findings import Finding, OldestMessage
 from ackscope.model.probes import NAMESPACE, TargetStats, is_probe_connection
 from ackscope.model.snapshot import (DEAD_LETTER_COUNTS, Channel, Connection, Consumer, Exchange, Link, Queue,
                                      Snapshot)
+from ackscope.model.traces import TraceWindow
 
 from .channel_turnover import Closed
 from .confirm_waits import InFlight
@@ -62,6 +63,10 @@ class Context:
     earlier: Snapshot | None = None
     # What `ackscope bench confirms` measured on this broker, where it was given: remedies quote it.
     confirm_bench: ConfirmBench | None = None
+    # What the applications' spans told (ackscope.sources.traces), placed by this snapshot, and as it stood at the
+    # window's start; None where no spans are received.
+    traces: TraceWindow | None = None
+    traces_start: TraceWindow | None = None
 
     def __post_init__(self):
         s = self.snapshot

@@ -10,10 +10,12 @@ from dataclasses import replace
 
 from ackscope.model.events import BROKER_LOG, EVENTS
 from ackscope.model.findings import Diagnosis, Finding, NotEvaluated, worst_first
+from ackscope.model.traces import TRACES
 
 from . import (breaks, cluster, connections, consumers, federation, links, probes, publishers, queues, shovels,
                streams)
 from . import auto_ack_gone, channel_churn, dead_letter_cycles, deleted_queues, deprecated, empty_gets
+from . import traced_messages
 from .context import Context, Rule, without_probes
 
 __all__ = ["RULES", "Context", "Rule", "diagnose", "evaluate"]
@@ -21,7 +23,8 @@ __all__ = ["RULES", "Context", "Rule", "diagnose", "evaluate"]
 RULES: tuple[Rule, ...] = (consumers.RULES + breaks.RULES + publishers.RULES + queues.RULES + connections.RULES
                            + cluster.RULES + links.RULES + streams.RULES + shovels.RULES + federation.RULES
                            + probes.RULES + empty_gets.RULES + deleted_queues.RULES + auto_ack_gone.RULES
-                           + deprecated.RULES + dead_letter_cycles.RULES + channel_churn.RULES)
+                           + deprecated.RULES + dead_letter_cycles.RULES + channel_churn.RULES
+                           + traced_messages.RULES)
 
 
 def evaluate(ctx: Context) -> list[Finding]:
@@ -36,7 +39,8 @@ def diagnose(ctx: Context) -> Diagnosis:
     findings: list[Finding] = []
     skipped = []
     unknown = frozenset(ctx.snapshot.unreported) | (
-        {EVENTS} if ctx.breaks is None or not ctx.breaks.told_by(BROKER_LOG) else set())
+        {EVENTS} if ctx.breaks is None or not ctx.breaks.told_by(BROKER_LOG) else set()) | (
+        {TRACES} if ctx.traces is None or not ctx.traces.messaging_spans else set())
     for rule in RULES:
         missing = tuple(n for n in rule.needs if n in unknown)
         why = rule.inapplicable(ctx.release)

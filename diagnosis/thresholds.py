@@ -63,6 +63,9 @@ class Thresholds:
     # get-empty-storm: basic.get answered empty this many times a second over the window (a loop without a pause;
     # measured in a public report: 8,700 a second from one pika client).
     get_empty_rate: float = 50.0
+    # trace-queue-time-high: the applications' own messages waited this long before their first delivery, p99 over
+    # the window (by their spans).
+    trace_queue_time_seconds: float = 30.0
 
     @classmethod
     def from_table(cls, table: dict[str, Any], where: str = "[diagnosis]") -> Thresholds:

@@ -4,25 +4,31 @@ connection opened (a Celery worker drops one unroutable message at start-up and 
 from __future__ import annotations
 
 from collections import deque
+from typing import Generic, Protocol, TypeVar
 
-from ackscope.model.snapshot import Snapshot
+
+class _Taken(Protocol):
+    taken_at: float
+
+
+T = TypeVar("T", bound=_Taken)
 
 KEPT = 10  # snapshots kept per window at most: a window's start is known to a tenth of the window
 
 
-class Recent:
-    """Remembers snapshots over the last `seconds`, a few per window, so that each poll's diagnosis can
-    compare with the snapshot at the window's start. Like Onset, memory beside pure rules."""
+class Recent(Generic[T]):
+    """Remembers snapshots (or the applications' trace windows) over the last `seconds`, a few per window, so that
+    each poll's diagnosis can compare with the one at the window's start. Like Onset, memory beside pure rules."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds
-        self._kept: deque[Snapshot] = deque()
+        self._kept: deque[T] = deque()
 
     def __len__(self) -> int:
         """Snapshots kept (at most KEPT + 1 or so, whatever the poll interval: the memory it costs)."""
         return len(self._kept)
 
-    def start(self, snapshot: Snapshot) -> Snapshot | None:
+    def start(self, snapshot: T) -> T | None:
         """The kept snapshot closest to `seconds` before this one (the oldest, while the exporter is younger
         than the window); then keeps this one. None on the first poll."""
         kept = self._kept

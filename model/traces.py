@@ -33,6 +33,9 @@ WAITING = "waiting"  # the queue holds at least that many: a backlog
 GONE = "gone"  # more than the queue holds: dropped, expired, dead-lettered, or lost with a consumer's connection
 UNPLACED = "unplaced"  # the spans name an exchange, not a queue, or the broker's view is missing: not split
 
+# What the trace rules need: spans received (the exporter's /v1/traces or --traces-dir); "not evaluated" without.
+TRACES = "the applications' spans (OpenTelemetry, /v1/traces or --traces-dir)"
+
 # Queue time buckets (seconds): from a millisecond on one host to the minutes of a backlog.
 QUEUE_TIME_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                       120.0, 300.0, 600.0)
@@ -102,7 +105,7 @@ class TraceWindow:
     `not_understood` messaging spans of no known shape, with the first one said; `dropped` spans not kept because
     the exporter held as many messages as it may; `repeated` spans received again (a Collector's retry)."""
 
-    at: float
+    taken_at: float  # Unix seconds: the moment it stands for, as a Snapshot's taken_at
     flows: tuple[Flow, ...] = ()
     spans: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     not_understood: int = 0
@@ -114,6 +117,11 @@ class TraceWindow:
     repeated: int = 0
     rejected_requests: int = 0  # requests that could not be decoded or were too large
     deadline_s: float = 0.0
+
+    @property
+    def messaging_spans(self) -> int:
+        """Spans received of the three messaging shapes (what the trace rules judge)."""
+        return sum(n for shape, n in self.spans.items() if shape in (OLDER, SEMCONV, CELERY))
 
     @property
     def unprocessed_known(self) -> bool:

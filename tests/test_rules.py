@@ -325,7 +325,7 @@ def test_probe_rules_from_probe_statistics():
 
 def test_every_rule_id_is_unique_and_has_meaning_and_remedy():
     ids = [r.id for r in RULES]
-    assert len(ids) == len(set(ids)) == 59
+    assert len(ids) == len(set(ids)) == 64
     assert all(r.meaning and r.remedy for r in RULES)
 
 

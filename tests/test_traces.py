@@ -369,3 +369,134 @@ def test_a_traces_dir_that_cannot_be_read_is_said_and_tried_again(tmp_path, capl
     (tmp_path / "missing").mkdir()
     folder.read(T0 + 2)
     assert folder.problem is None
+
+
+# -- the rules: the spans joined with the broker's view ----------------------------------------------------
+def _flow(**kw):
+    from ackscope.model.probes import Histogram
+    from ackscope.model.traces import Flow
+    base = dict(destination=",orders", service="shop", exchange="", queue="orders", published=100, delivered=100,
+                queue_time=Histogram(((1.0, 100.0), (float("inf"), 100.0)), 10.0), consumers=("billing",))
+    return Flow(**{**base, **kw})
+
+
+def _histogram(*counts):
+    """Cumulative buckets from per-bucket counts over the queue-time bounds."""
+    from ackscope.model.probes import Histogram
+    from ackscope.model.traces import QUEUE_TIME_BUCKETS
+    total, out = 0, []
+    for bound, n in zip((*QUEUE_TIME_BUCKETS, float("inf")), list(counts) + [0] * 30):
+        total += n
+        out.append((bound, float(total)))
+    return Histogram(tuple(out), 0.0)
+
+
+def _judge(flows_now, flows_then=(), snapshot_kw=None, window_kw=None, start_kw=None):
+    from snapshot_builders import snapshot
+
+    from ackscope.diagnosis.rules import Context, diagnose
+    from ackscope.diagnosis.traces import placed
+    from ackscope.model.traces import TraceWindow
+    now = snapshot(T0 + 300, **(snapshot_kw or {}))
+    then = snapshot(T0, **{k: v for k, v in (snapshot_kw or {}).items() if k != "queues"},
+                    queues=(start_kw or {}).get("queues", ()))
+    window = placed(TraceWindow(T0 + 300, tuple(flows_now), spans={"older": 10}, deadline_s=60.0,
+                                **(window_kw or {})), now)
+    start = TraceWindow(T0, tuple(flows_then), spans={"older": 1})
+    return diagnose(Context(now, then, window=then, traces=window, traces_start=start))
+
+
+def _found(diagnosis, rule):
+    return [f for f in diagnosis.findings if f.rule == rule]
+
+
+def test_no_spans_leave_the_trace_rules_not_evaluated():
+    from snapshot_builders import snapshot
+
+    from ackscope.diagnosis.rules import Context, diagnose
+    skipped = {n.rule for n in diagnose(Context(snapshot(T0))).not_evaluated}
+    assert {"trace-queue-time-high", "trace-messages-unprocessed", "trace-duplicate-deliveries"} <= skipped
+
+
+def test_queue_time_high_only_where_the_whole_p99_bucket_is_over_the_threshold_naming_the_queues_consumers():
+    from snapshot_builders import channel, consumer, queue
+    # 90 within 10 ms, 10 between 30 and 60 s: p99 certainly over 30 s.
+    slow = _flow(queue_time=_histogram(0, 0, 0, 90, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10))
+    parts = dict(queues=[queue("orders", messages_ready=400, messages_unacked=1, consumers=1)],
+                 channels=[channel("ch 1", prefetch_count=1, messages_unacked=1, connection_name="billing-1")],
+                 consumers=[consumer("orders", "ch 1", connection_name="billing-1", prefetch_count=1)])
+    [finding] = _found(_judge([slow], snapshot_kw=parts), "trace-queue-time-high")
+    assert (finding.severity, finding.object, finding.connection_name) == ("warning", "queue orders", "billing-1")
+    assert finding.evidence["queue_time_p99"] == "between 30 and 60 s"
+    assert "at its prefetch" in finding.evidence["queue_consumers"][0]
+    assert "waited p99 between 30 and 60 s" in finding.explanation and "400 ready" in finding.explanation
+    # The same deliveries before the window: none in it, nothing to judge.
+    assert not _found(_judge([slow], [slow], snapshot_kw=parts), "trace-queue-time-high")
+    # The p99 in the bucket that holds the threshold: perhaps over it, so not said.
+    maybe = _flow(queue_time=_histogram(0, 0, 0, 90, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10))
+    assert not _found(_judge([maybe], snapshot_kw=parts), "trace-queue-time-high")
+
+
+def test_gone_messages_are_said_with_the_broker_deliveries_beside_them():
+    from snapshot_builders import queue, stats
+    gone = _flow(delivered=97, unprocessed={UNPLACED: 3}, oldest_unprocessed_s=70.0)
+    # The broker delivered 97 over the window: as many as the spans show. The three left another way.
+    parts = dict(queues=[queue("orders", messages_ready=0, message_stats=stats(deliver_get=97))])
+    [finding] = _found(_judge([gone], snapshot_kw=parts, start_kw=dict(queues=[queue("orders")])),
+                       "trace-messages-unprocessed")
+    assert (finding.severity, finding.evidence["gone"], finding.evidence["broker_deliveries_in_window"]) == (
+        "warning", 3, 97)
+    assert "left it another way" in finding.evidence["inferred"]
+    # The broker delivered 100: three more than the spans show, so an untraced (or dead) consumer may have them.
+    parts = dict(queues=[queue("orders", messages_ready=0, message_stats=stats(deliver_get=100))])
+    [finding] = _found(_judge([gone], snapshot_kw=parts, start_kw=dict(queues=[queue("orders")])),
+                       "trace-messages-unprocessed")
+    assert "a consumer that sends no spans may have taken them" in finding.evidence["inferred"]
+
+
+def test_unprocessed_messages_still_in_their_queue_are_a_backlog_with_its_age():
+    from snapshot_builders import queue
+    late = _flow(delivered=90, unprocessed={UNPLACED: 10}, oldest_unprocessed_s=95.0)
+    [finding] = _found(_judge([late], snapshot_kw=dict(queues=[queue("orders", messages_ready=50, consumers=0)])),
+                       "trace-messages-unprocessed")
+    assert (finding.severity, finding.evidence["waiting"]) == ("warning", 10)
+    assert "the oldest 95 s" in finding.explanation and "a backlog, with 0 consumers" in finding.explanation
+
+
+@pytest.mark.parametrize("flow_kw, window_kw, queues, why", [
+    (dict(queue=None, destination="orders"), {}, ["orders"], "the spans name no queue"),
+    ({}, dict(recent_orphans=2, orphans={"billing": 2}), ["orders"], "the sampling does not keep pairs whole"),
+    (dict(delivered=0, consumers=()), {}, ["orders"], "its consumers send no spans"),
+    ({}, {}, [], "no single queue orders"),
+])
+def test_unprocessed_messages_that_cannot_be_placed_are_info_saying_why(flow_kw, window_kw, queues, why):
+    from snapshot_builders import queue
+    flow = _flow(unprocessed={UNPLACED: 4}, oldest_unprocessed_s=61.0, **flow_kw)
+    diagnosis = _judge([flow], snapshot_kw=dict(queues=[queue(q, messages_ready=0) for q in queues]),
+                       window_kw=window_kw)
+    [finding] = _found(diagnosis, "trace-messages-unprocessed")
+    assert finding.severity == "info" and why in finding.evidence["why_unplaced"]
+
+
+def test_a_queue_name_in_two_vhosts_is_not_joined():
+    from snapshot_builders import queue
+    flow = _flow(unprocessed={UNPLACED: 4})
+    diagnosis = _judge([flow], snapshot_kw=dict(queues=[queue("orders", messages_ready=0),
+                                                        queue("orders", vhost="other", messages_ready=0)]))
+    [finding] = _found(diagnosis, "trace-messages-unprocessed")
+    assert finding.severity == "info"
+
+
+def test_duplicates_skew_and_broken_sampling_are_info():
+    from snapshot_builders import queue, stats
+    flow = _flow(duplicates=4, redelivered=1, skewed={"billing": 2})
+    diagnosis = _judge([flow], snapshot_kw=dict(queues=[queue("orders", message_stats=stats(redeliver=4))]),
+                       window_kw=dict(recent_orphans=1, orphans={"audit": 1}),
+                       start_kw=dict(queues=[queue("orders")]))
+    [dup] = _found(diagnosis, "trace-duplicate-deliveries")
+    assert (dup.severity, dup.evidence["duplicate_deliveries"], dup.evidence["broker_redeliveries_in_window"]) == (
+        "info", 4, 4)
+    [skew] = _found(diagnosis, "trace-clock-skew")
+    assert skew.evidence == {"publishing_service": "shop", "consuming_service": "billing", "deliveries": 2}
+    [sampling] = _found(diagnosis, "trace-sampling-incomplete")
+    assert "audit" in sampling.explanation

@@ -105,7 +105,7 @@ class TraceReceiver:
     def window(self, now: float) -> TraceWindow:
         flows, orphans, recent_orphans = self.pairing.window(now)
         with self._lock:
-            return TraceWindow(at=now, flows=flows, spans=dict(self._spans), not_understood=self._not_understood,
+            return TraceWindow(taken_at=now, flows=flows, spans=dict(self._spans), not_understood=self._not_understood,
                                first_not_understood=self._first_not_understood, orphans=orphans,
                                recent_orphans=recent_orphans,
                                unrooted=self.pairing.unrooted, dropped=self.pairing.dropped,
