@@ -241,6 +241,7 @@ class Exporter:
                                                       "/api/findings": lambda: self.poller.exposition.findings.gz(),
                                                       "/api/breaks": lambda: self.poller.exposition.breaks.gz(),
                                                       "/api/overview": lambda: self.poller.exposition.overview.gz(),
+                                                      "/api/traces": lambda: self.poller.exposition.traces.gz(),
                                                       "/api/probes": self._probes_json},
                         receivers={"/v1/traces": self.traces})
         try:

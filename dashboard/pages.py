@@ -411,6 +411,41 @@ def breaks() -> None:
     _live_page(render)
 
 
+TRACE_RULES = ("trace-queue-time-high", "trace-messages-unprocessed", "trace-duplicate-deliveries", "trace-clock-skew",
+               "trace-sampling-incomplete")
+
+
+def traces() -> None:
+    st.title("Traced messages: queue time, unprocessed, duplicates")
+    search = st.text_input("Search destination, service or queue", key="trace-search")
+
+    def render(data: Live) -> None:
+        document = data.traces or {}
+        intake = document.get("intake") or {}
+        received = sum(n for shape, n in (intake.get("spans") or {}).items() if shape != "other")
+        if not received:
+            st.info("No messaging spans received: point the applications' OpenTelemetry exporters (or a Collector's "
+                    "otlphttp exporter) at this exporter's /v1/traces, or start it with --traces-dir.")
+            return
+        flows = views.traces(document, search)
+        gone, waiting = int(flows["gone"].sum()), int(flows["waiting"].sum())
+        if gone:
+            st.error(f"{gone} traced message(s) had no delivery within {intake.get('deadline_s', 0):g} s and are no "
+                     "longer in their queue: see the findings below.")
+        elif waiting:
+            st.warning(f"{waiting} traced message(s) wait in their queue past the deadline.")
+        if not intake.get("unprocessed_known", True):
+            st.info("Deliveries arrive without their publish span (independent sampling): unprocessed messages "
+                    "are not judged.")
+        _table(flows.head(TOP))
+        st.caption(f"Spans received: {', '.join(f'{n} {shape}' for shape, n in sorted(intake['spans'].items()))}; "
+                   f"not understood {intake.get('not_understood', 0)}, dropped {intake.get('dropped', 0)}, "
+                   f"requests refused {intake.get('rejected_requests', 0)}. Queue time: from the publish span's "
+                   "start to the first delivery's, in histogram buckets.")
+        _findings_by_rule(data, TRACE_RULES)
+    _live_page(render)
+
+
 def probe_audit() -> None:
     st.title("Probe audit")
 
@@ -554,8 +589,8 @@ def _findings_by_rule(data: Live, rules: tuple[str, ...]) -> None:
 
 
 PAGES = {"overview": overview, "findings": findings, "confirms": confirms, "consumers": consumers,
-         "redeliveries": redelivery, "breaks": breaks, "audit": probe_audit, "history": history, "broker": broker,
-         "upgrade": upgrade}
+         "redeliveries": redelivery, "breaks": breaks, "traces": traces, "audit": probe_audit, "history": history,
+         "broker": broker, "upgrade": upgrade}
 
 
 def one(name: str) -> None:
@@ -575,6 +610,7 @@ def main() -> None:
              st.Page(consumers, title="Consumers & prefetch", url_path="consumers"),
              st.Page(redelivery, title="Redeliveries & requeue loops", url_path="redeliveries"),
              st.Page(breaks, title="Breaks", url_path="breaks"),
+             st.Page(traces, title="Traced messages", url_path="traces"),
              st.Page(probe_audit, title="Probe audit", url_path="audit"),
              st.Page(history, title="History", url_path="history"),
              st.Page(broker, title="Broker", url_path="broker"),

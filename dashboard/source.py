@@ -14,7 +14,7 @@ from typing import Any
 
 import requests
 
-DOCUMENTS = ("snapshot", "findings", "probes", "breaks")
+DOCUMENTS = ("snapshot", "findings", "probes", "breaks", "traces")
 # The landing page's: the exporter's /api/overview holds what it shows and no more (a few kB against megabytes).
 LANDING = ("overview", "probes")
 
@@ -34,6 +34,7 @@ class Live:
     not_evaluated: list[dict[str, Any]] = field(default_factory=list)  # rules the source cannot feed
     breaks: dict[str, Any] = field(default_factory=dict)  # /api/breaks: the event sources and the window's events
     upgrades: list[dict[str, Any]] = field(default_factory=list)  # /api/findings' outlook for each later release
+    traces: dict[str, Any] = field(default_factory=dict)  # /api/traces: the applications' messages, by their spans
 
     @property
     def stale(self) -> bool:
@@ -41,7 +42,7 @@ class Live:
 
 
 class ExporterSource:
-    """Fetches /api/snapshot, /api/findings, /api/probes and /api/breaks (or /api/overview in place of the first
+    """Fetches /api/snapshot, /api/findings, /api/probes, /api/breaks and /api/traces (or /api/overview in place of the first
     two, for the landing pages); keeps the last good result."""
 
     def __init__(self, url: str, auth: tuple[str, str] | None = None, timeout: float = 5.0,
@@ -98,7 +99,7 @@ class ExporterSource:
             self._last = Live(snapshot, previous, found.get("findings", []),
                               docs.get("probes", {}).get("probes", []), time.time(), None, poll_error,
                               head.get("source"), found.get("not_evaluated", []),
-                              docs.get("breaks", {}), found.get("upgrades", []))
+                              docs.get("breaks", {}), found.get("upgrades", []), docs.get("traces", {}))
             return self._last
 
     def latest(self, every: float) -> Live:

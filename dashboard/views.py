@@ -363,3 +363,21 @@ def _search(df: pd.DataFrame, text: str, columns: tuple[str, ...]) -> pd.DataFra
 
 def _mib(v: int | None) -> float | None:
     return None if v is None else round(v / 2**20, 1)
+
+
+TRACE_COLUMNS = ["destination", "publisher", "queue", "published", "delivered", "queue time p50", "queue time p99",
+                 "processing p99", "duplicates", "waiting", "gone", "unplaced", "oldest unprocessed (s)", "consumers"]
+
+
+def traces(document: dict[str, Any], search: str = "") -> pd.DataFrame:
+    """/api/traces' destinations, worst first as the exporter orders them (gone, waiting, then the slowest p99):
+    per destination and publishing service, what its messages became, by the applications' own spans."""
+    rows = [{"destination": f["destination"], "publisher": f["service"], "queue": f.get("queue") or "",
+             "published": f["published"], "delivered": f["delivered"],
+             "queue time p50": f.get("queue_time_p50") or "", "queue time p99": f.get("queue_time_p99") or "",
+             "processing p99": f.get("processing_p99") or "", "duplicates": f["duplicates"],
+             "waiting": f["waiting"], "gone": f["gone"], "unplaced": f["unplaced"],
+             "oldest unprocessed (s)": f["oldest_unprocessed_s"] or None, "consumers": ", ".join(f["consumers"])}
+            for f in document.get("flows") or []]
+    return _search(pd.DataFrame(rows, columns=TRACE_COLUMNS), search,
+                   ("destination", "publisher", "queue", "consumers")).reset_index(drop=True)

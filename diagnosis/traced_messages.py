@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from ackscope.model.events import CONNECTION_CLOSED, CONNECTION_ERROR, CONSUMER_TIMEOUT, MESSAGE_DROPPED
 from ackscope.model.findings import Finding
 from ackscope.model.snapshot import Queue
-from ackscope.model.traces import GONE, TRACES, UNPLACED, WAITING, Flow, TraceWindow
+from ackscope.model.traces import GONE, TRACES, UNPLACED, WAITING, Flow, TraceWindow, quantile_bounds, said
 
 from .context import Context, Named, Rule, consumers_named, few, num, rounded
 
@@ -37,24 +37,6 @@ def _queue(ctx: Context, flow: Flow) -> Queue | None:
 def _buckets(now: Flow, then: Flow | None) -> list[tuple[float, float]]:
     before = dict(then.queue_time.buckets) if then is not None else {}
     return [(le, n - before.get(le, 0.0)) for le, n in now.queue_time.buckets]
-
-
-def _bounds(buckets: list[tuple[float, float]], q: float) -> tuple[float, float]:
-    """The bucket the q-quantile falls in: (lower bound, upper bound), the upper infinite past the last."""
-    total = buckets[-1][1] if buckets else 0.0
-    lower = 0.0
-    for le, n in buckets:
-        if n >= q * total:
-            return lower, le
-        lower = le
-    return lower, float("inf")
-
-
-def _said(bounds: tuple[float, float]) -> str:
-    lower, upper = bounds
-    if upper == float("inf"):
-        return f"over {lower:g} s"
-    return f"at most {upper:g} s" if lower == 0 else f"between {lower:g} and {upper:g} s"
 
 
 def _consumers_evidence(ctx: Context, q: Queue) -> list[str]:
@@ -85,15 +67,15 @@ def _queue_time(ctx: Context, rule: Rule) -> Iterator[Finding]:
         delivered = buckets[-1][1] if buckets else 0
         if delivered < MIN_DELIVERIES:
             continue
-        p99 = _bounds(buckets, 0.99)
+        p99 = quantile_bounds(buckets, 0.99)
         if p99[0] < limit:  # only where the whole bucket is over the limit: certainly slower, not perhaps
             continue
         q = _queue(ctx, flow)
         vhost, obj = _where(flow, q)
         evidence = {"publishing_service": flow.service, "destination": flow.destination,
                     "consuming_services": list(flow.consumers), "delivered_in_window": int(delivered),
-                    "window_seconds": rounded(seconds), "queue_time_p50": _said(_bounds(buckets, 0.5)),
-                    "queue_time_p99": _said(p99), "measured_by": "the publish span's start to the first delivery "
+                    "window_seconds": rounded(seconds), "queue_time_p50": said(quantile_bounds(buckets, 0.5)),
+                    "queue_time_p99": said(p99), "measured_by": "the publish span's start to the first delivery "
                     "span's start, on the two services' clocks"}
         who = Named()
         tail = " The spans name no queue: the broker's view of its consumers cannot be joined."
@@ -107,8 +89,8 @@ def _queue_time(ctx: Context, rule: Rule) -> Iterator[Finding]:
                     f"{': ' + few(evidence['queue_consumers']) if evidence['queue_consumers'] else ''}.")
         yield rule.finding(
             "warning", vhost, obj, who, evidence,
-            f"{flow.service}'s messages to {flow.destination} waited p99 {_said(p99)} before their first delivery "
-            f"({int(delivered)} delivered over the window, p50 {_said(_bounds(buckets, 0.5))}), by the "
+            f"{flow.service}'s messages to {flow.destination} waited p99 {said(p99)} before their first delivery "
+            f"({int(delivered)} delivered over the window, p50 {said(quantile_bounds(buckets, 0.5))}), by the "
             f"applications' own spans.{tail}")
 
 

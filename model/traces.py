@@ -129,3 +129,24 @@ class TraceWindow:
         round: deliveries without their publish show it, and then a publish without a delivery proves nothing.
         Under parent-based sampling pairs are whole, and a publish alone is unprocessed."""
         return not self.recent_orphans
+
+
+def quantile_bounds(buckets: tuple[tuple[float, float], ...] | list[tuple[float, float]],
+                    q: float) -> tuple[float, float]:
+    """The histogram bucket the q-quantile of cumulative `buckets` falls in: (lower bound, upper bound), the upper
+    infinite past the last finite bound. A bucket, not a guess inside it: what a histogram knows."""
+    total = buckets[-1][1] if buckets else 0.0
+    lower = 0.0
+    for le, n in buckets:
+        if n >= q * total:
+            return lower, le
+        lower = le
+    return lower, float("inf")
+
+
+def said(bounds: tuple[float, float]) -> str:
+    """Quantile bounds in words: "at most 0.5 s", "between 30 and 60 s", "over 600 s"."""
+    lower, upper = bounds
+    if upper == float("inf"):
+        return f"over {lower:g} s"
+    return f"at most {upper:g} s" if lower == 0 else f"between {lower:g} and {upper:g} s"

@@ -500,3 +500,21 @@ def test_duplicates_skew_and_broken_sampling_are_info():
     assert skew.evidence == {"publishing_service": "shop", "consuming_service": "billing", "deliveries": 2}
     [sampling] = _found(diagnosis, "trace-sampling-incomplete")
     assert "audit" in sampling.explanation
+
+
+def test_api_traces_puts_gone_first_then_waiting_then_the_slowest_and_the_page_keeps_that_order():
+    from ackscope.dashboard import views
+    from ackscope.exporter.exposition import traces_json
+    from ackscope.model.traces import WAITING, TraceWindow
+    fast = _flow(destination="fast", queue_time=_histogram(10))
+    slow = _flow(destination="slow", queue_time=_histogram(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10))
+    backlog = _flow(destination="backlog", unprocessed={WAITING: 3})
+    lost = _flow(destination="lost", unprocessed={GONE: 1}, oldest_unprocessed_s=75.04)
+    document = json.loads(traces_json(TraceWindow(T0, (fast, slow, backlog, lost), spans={"older": 8})))
+    assert [f["destination"] for f in document["flows"]] == ["lost", "backlog", "slow", "fast"]
+    assert document["flows"][2]["queue_time_p99"] == "between 30 and 60 s"
+    assert document["intake"]["unprocessed_known"] is True
+    table = views.traces(document, search="ba")
+    assert list(table["destination"]) == ["backlog"] and table.iloc[0]["waiting"] == 3
+    assert views.traces(document).iloc[0]["oldest unprocessed (s)"] == 75.0
+    assert json.loads(traces_json(None)) == {"taken_at": None, "flows": [], "intake": None}

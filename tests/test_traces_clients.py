@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 from client_processes import Clients
+from dashboard_helpers import frames, page
 from helpers import only_vhost, scrape, value, wait_for
 
 from ackscope.core.http_server import WebSecurity
@@ -113,8 +114,8 @@ def test_aio_pika_publishes_and_deliveries_pair_and_name_their_queue(broker, vho
     broker_counted(broker, vhost, "invoices", publish=20, deliver=20)
 
 
-def test_an_auto_ack_consumer_killed_mid_batch_leaves_its_messages_unprocessed_and_gone(broker, vhost, watching,
-                                                                                        traced):
+def test_an_auto_ack_consumer_killed_mid_batch_leaves_its_messages_unprocessed_and_gone(monkeypatch, broker, vhost,
+                                                                                        watching, traced):
     """The broker handed all ten over at once (no prefetch limit, auto-ack): the queue holds none of them. The
     consumer processed some, 2 s each, and was killed. The rest are gone: the spans say no delivery came, the
     broker says the queue does not hold them."""
@@ -141,6 +142,24 @@ def test_an_auto_ack_consumer_killed_mid_batch_leaves_its_messages_unprocessed_a
     assert broker.api("GET", f"/queues/{vhost}/jobs").json()["messages"] == 0
     broker_counted(broker, vhost, "jobs", deliver_no_ack=10)
 
+    # The finding joins the spans with the broker: the queue, what it holds, what the broker delivered from it.
+    def finding():
+        found = requests.get(watching.url + "/api/findings", auth=(WEB_USER, WEB_PASSWORD), timeout=5).json()
+        return next((f for f in found["findings"] if f["rule"] == "trace-messages-unprocessed"
+                     and f["object"] == "queue jobs" and f["evidence"].get("gone")), None)
+    found = wait_for(finding, 30, "the trace-messages-unprocessed finding")
+    assert (found["severity"], found["vhost"], found["evidence"]["queue_holds"]) == ("warning", vhost, 0)
+    assert found["evidence"]["broker_deliveries_in_window"] == 10
+    assert "died before its span ended" in found["evidence"]["inferred"]
+
+    # The dashboard's page of traced messages: the destination first, with its gone messages, and the finding.
+    app = page(monkeypatch, "traces", watching.url, ACKSCOPE_WEB_USERNAME=WEB_USER,
+               ACKSCOPE_WEB_PASSWORD=WEB_PASSWORD)
+    table, findings = frames(app)[:2]
+    assert (table.iloc[0]["destination"], table.iloc[0]["gone"]) == (",jobs", 10 - traced_deliveries)
+    assert "no longer in their queue" in app.error[0].value
+    assert "trace-messages-unprocessed" in set(findings["rule"])
+
 
 def test_a_requeue_shows_each_message_delivered_twice_to_the_same_service(broker, vhost, watching, traced):
     declare(broker, vhost, "retries")
@@ -155,7 +174,10 @@ def test_a_requeue_shows_each_message_delivered_twice_to_the_same_service(broker
     broker_counted(broker, vhost, "retries", deliver=8, redeliver=4)
 
 
-def test_the_endpoint_wants_the_web_credentials_and_refuses_bad_bodies_in_a_line(watching):
+def test_the_endpoint_wants_the_web_credentials_and_refuses_bad_bodies_in_a_line(monkeypatch, watching):
+    app = page(monkeypatch, "traces", watching.url, ACKSCOPE_WEB_USERNAME=WEB_USER,
+               ACKSCOPE_WEB_PASSWORD=WEB_PASSWORD)
+    assert "/v1/traces" in app.info[0].value  # no spans yet: the page says where to send them
     url = watching.url + "/v1/traces"
     assert requests.post(url, data=b"", headers={"Content-Type": "application/x-protobuf"}, timeout=5).status_code \
         == 401
