@@ -42,8 +42,8 @@ class Live:
 
 
 class ExporterSource:
-    """Fetches /api/snapshot, /api/findings, /api/probes, /api/breaks and /api/traces (or /api/overview in place of the first
-    two, for the landing pages); keeps the last good result."""
+    """Fetches /api/snapshot, /api/findings, /api/probes, /api/breaks and /api/traces (or /api/overview in place
+    of the first two, for the landing pages); keeps the last good result."""
 
     def __init__(self, url: str, auth: tuple[str, str] | None = None, timeout: float = 5.0,
                  verify: bool | str = True, reuse_seconds: float = 1.0, documents: tuple[str, ...] = DOCUMENTS,
