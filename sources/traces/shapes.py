@@ -30,14 +30,20 @@ class NotUnderstood(ValueError):
     """A RabbitMQ messaging span of no known shape; the message says what it lacked."""
 
 
+_SCALARS = frozenset(("string_value", "int_value", "bool_value", "double_value"))
+_READ = ("messaging.", "celery.", "error.type", "service.name")  # the only attributes any shape reads
+
+
 def attributes(key_values) -> dict:
-    """OTLP KeyValues as a plain dict of their scalar values (arrays and maps, which no shape here reads, as None)."""
+    """OTLP KeyValues whose keys a shape reads, as a plain dict of their scalar values (an array or a map, which
+    no shape reads, as None); the others' values are never read (net.peer.name, http.*, a message's own)."""
     out = {}
     for kv in key_values:
-        value = kv.value
-        which = value.WhichOneof("value")
-        out[kv.key] = getattr(value, which) if which in ("string_value", "int_value", "bool_value",
-                                                         "double_value") else None
+        key = kv.key
+        if key.startswith(_READ):
+            value = kv.value
+            which = value.WhichOneof("value")
+            out[key] = getattr(value, which) if which in _SCALARS else None
     return out
 
 
