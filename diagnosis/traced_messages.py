@@ -55,7 +55,11 @@ def _consumers_evidence(ctx: Context, q: Queue) -> list[str]:
 
 
 def _where(flow: Flow, q: Queue | None) -> tuple[str, str]:
-    return (q.vhost, f"queue {q.name}") if q is not None else ("", f"destination {flow.destination}")
+    """The finding's vhost and object: the queue (or the destination, where the spans name no queue) and the
+    publishing service, so that two services' messages to one queue are two findings."""
+    if q is not None:
+        return q.vhost, f"queue {q.name}, published by {flow.service}"
+    return "", f"destination {flow.destination}, published by {flow.service}"
 
 
 def _queue_time(ctx: Context, rule: Rule) -> Iterator[Finding]:
@@ -117,34 +121,36 @@ def _unprocessed(ctx: Context, rule: Rule) -> Iterator[Finding]:
                 "consuming_services": list(flow.consumers), "deadline_seconds": rounded(deadline),
                 "oldest_seconds": rounded(flow.oldest_unprocessed_s)}
         waiting, gone, unplaced = (flow.unprocessed.get(s, 0) for s in (WAITING, GONE, UNPLACED))
-        if gone and q is not None:
-            then = start.get((flow.destination, flow.service))
-            traced = flow.delivered - (then.delivered if then is not None else 0)
-            by_broker = ctx.over_window(q, "deliver_get")  # deliveries and gets, acked or not
-            evidence = dict(base, gone=gone, queue=q.name, queue_holds=num(q.messages_ready)
-                            + num(q.messages_unacked), traced_deliveries_in_window=traced,
-                            broker_deliveries_in_window=by_broker, broker_events=_beside(ctx, q))
-            untraced = by_broker is not None and by_broker >= traced + gone
-            evidence["inferred"] = (
-                f"the broker delivered {by_broker} from {q.name} over the window, {by_broker - traced} more than the "
-                "spans show: a consumer that sends no spans may have taken them, or one that died before its "
-                "span ended (an auto-ack consumer loses what it was handed)" if untraced else
-                "the broker delivered fewer from the queue than these and the traced deliveries together: they left "
-                "it another way (expired, dropped at a length limit, dead-lettered, or purged)")
-            yield rule.finding(
-                "warning", vhost, obj, consumers_named(ctx, q), evidence,
-                f"{gone} of {flow.service}'s messages to {q.name} had no traced delivery within {deadline:g} s and "
-                f"the queue no longer holds them (it holds {evidence['queue_holds']}): gone from the queue, and no "
-                f"span says they were processed. Known: the spans and the broker's count; inferred: "
-                f"{evidence['inferred']}.")
-        if waiting and q is not None:
-            yield rule.finding(
-                "warning", vhost, obj, consumers_named(ctx, q) if q.consumers else Named(),
-                dict(base, waiting=waiting, queue=q.name, ready=q.messages_ready, unacked=q.messages_unacked,
-                     consumers=q.consumers, queue_consumers=_consumers_evidence(ctx, q)),
-                f"{waiting} of {flow.service}'s messages to {q.name} have had no delivery for more than "
-                f"{deadline:g} s, the oldest {flow.oldest_unprocessed_s:.0f} s, and {q.name} still holds at least "
-                f"that many: a backlog, with {num(q.consumers)} consumer{'' if q.consumers == 1 else 's'}.")
+        if (gone or waiting) and q is not None:
+            # One finding a flow: the messages gone and those still waiting, each said where there are some.
+            evidence = dict(base, gone=gone or None, waiting=waiting or None, queue=q.name,
+                            queue_holds=num(q.messages_ready) + num(q.messages_unacked), consumers=q.consumers,
+                            queue_consumers=_consumers_evidence(ctx, q))
+            said = []
+            if gone:
+                then = start.get((flow.destination, flow.service))
+                traced = flow.delivered - (then.delivered if then is not None else 0)
+                by_broker = ctx.over_window(q, "deliver_get")  # deliveries and gets, acked or not
+                untraced = by_broker is not None and by_broker >= traced + gone
+                evidence.update(traced_deliveries_in_window=traced, broker_deliveries_in_window=by_broker,
+                                broker_events=_beside(ctx, q))
+                evidence["inferred"] = (
+                    f"the broker delivered {by_broker} from {q.name} over the window, {by_broker - traced} more than "
+                    "the spans show: a consumer that sends no spans may have taken them, or one that died before its "
+                    "span ended (an auto-ack consumer loses what it was handed)" if untraced else
+                    "the broker delivered fewer from the queue than these and the traced deliveries together: they "
+                    "left it another way (expired, dropped at a length limit, dead-lettered, or purged)")
+                said.append(f"{gone} of {flow.service}'s messages to {q.name} had no traced delivery within "
+                            f"{deadline:g} s and the queue no longer holds them (it holds {evidence['queue_holds']}): "
+                            f"gone from the queue, and no span says they were processed. Known: the spans and the "
+                            f"broker's count; inferred: {evidence['inferred']}.")
+            if waiting:
+                said.append(f"{waiting} of {flow.service}'s messages to {q.name} have had no delivery for more than "
+                            f"{deadline:g} s, the oldest {flow.oldest_unprocessed_s:.0f} s, and {q.name} still holds "
+                            f"at least that many: a backlog, with {num(q.consumers)} "
+                            f"consumer{'' if q.consumers == 1 else 's'}.")
+            yield rule.finding("warning", vhost, obj, consumers_named(ctx, q) if q.consumers else Named(), evidence,
+                               " ".join(said))
         if unplaced or ((gone or waiting) and q is None):
             n = unplaced + (0 if q is not None else gone + waiting)
             why = ("deliveries without their publish were seen: the sampling does not keep pairs whole"
@@ -193,7 +199,7 @@ def _skew(ctx: Context, rule: Rule) -> Iterator[Finding]:
             grown = n - (then.skewed.get(consumer, 0) if then is not None else 0)
             if grown > 0:
                 yield rule.finding(
-                    "info", "", f"destination {flow.destination}", Named(),
+                    "info", "", f"destination {flow.destination}, from {flow.service} to {consumer}", Named(),
                     {"publishing_service": flow.service, "consuming_service": consumer, "deliveries": grown},
                     f"{grown} deliveries to {consumer} started before {flow.service} began publishing them, by the "
                     f"two hosts' clocks: their clocks disagree. These are kept out of the queue times.")

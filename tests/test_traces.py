@@ -426,7 +426,8 @@ def test_queue_time_high_only_where_the_whole_p99_bucket_is_over_the_threshold_n
                  channels=[channel("ch 1", prefetch_count=1, messages_unacked=1, connection_name="billing-1")],
                  consumers=[consumer("orders", "ch 1", connection_name="billing-1", prefetch_count=1)])
     [finding] = _found(_judge([slow], snapshot_kw=parts), "trace-queue-time-high")
-    assert (finding.severity, finding.object, finding.connection_name) == ("warning", "queue orders", "billing-1")
+    assert (finding.severity, finding.object, finding.connection_name) == ("warning", "queue orders, published by shop",
+                                                                            "billing-1")
     assert finding.evidence["queue_time_p99"] == "between 30 and 60 s"
     assert "at its prefetch" in finding.evidence["queue_consumers"][0]
     assert "waited p99 between 30 and 60 s" in finding.explanation and "400 ready" in finding.explanation
@@ -485,6 +486,20 @@ def test_a_queue_name_in_two_vhosts_is_not_joined():
                                                         queue("orders", vhost="other", messages_ready=0)]))
     [finding] = _found(diagnosis, "trace-messages-unprocessed")
     assert finding.severity == "info"
+
+
+def test_two_services_publishing_to_one_queue_are_two_findings_and_gone_and_waiting_are_one():
+    """ackscope_finding's labels (rule, vhost, object, ...) must differ between findings: one series each."""
+    from snapshot_builders import queue
+    from ackscope.model.traces import WAITING
+    flows = [_flow(unprocessed={GONE: 2, WAITING: 3}, oldest_unprocessed_s=80.0),
+             _flow(service="admin", unprocessed={WAITING: 1}, oldest_unprocessed_s=61.0)]
+    found = _found(_judge(flows, snapshot_kw=dict(queues=[queue("orders", messages_ready=4)])),
+                   "trace-messages-unprocessed")
+    assert sorted(f.object for f in found) == ["queue orders, published by admin", "queue orders, published by shop"]
+    shop = next(f for f in found if f.object.endswith("shop"))
+    assert (shop.evidence["gone"], shop.evidence["waiting"]) == (2, 3)
+    assert "2 of shop's messages" in shop.explanation and "3 of shop's messages" in shop.explanation
 
 
 def test_duplicates_skew_and_broken_sampling_are_info():

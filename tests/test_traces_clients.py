@@ -146,7 +146,7 @@ def test_an_auto_ack_consumer_killed_mid_batch_leaves_its_messages_unprocessed_a
     def finding():
         found = requests.get(watching.url + "/api/findings", auth=(WEB_USER, WEB_PASSWORD), timeout=5).json()
         return next((f for f in found["findings"] if f["rule"] == "trace-messages-unprocessed"
-                     and f["object"] == "queue jobs" and f["evidence"].get("gone")), None)
+                     and f["object"] == "queue jobs, published by shop" and f["evidence"].get("gone")), None)
     found = wait_for(finding, 30, "the trace-messages-unprocessed finding")
     assert (found["severity"], found["vhost"], found["evidence"]["queue_holds"]) == ("warning", vhost, 0)
     assert found["evidence"]["broker_deliveries_in_window"] == 10
