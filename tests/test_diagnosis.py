@@ -53,7 +53,10 @@ NOT_FROM_SCENARIOS = {"memory-alarm", "disk-alarm", "node-down", "network-partit
                       "deprecated-feature-used",
                       # A dead-letter topology with no client to it: tests/test_field_cases.py (the dead-letter-cycle
                       # scenario makes it too, beside the drop its rule is named for).
-                      "dead-letter-cycle"}
+                      "dead-letter-cycle",
+                      # The applications' own spans: real instrumented clients in tests/test_traces_clients.py.
+                      "trace-queue-time-high", "trace-messages-unprocessed", "trace-duplicate-deliveries",
+                      "trace-clock-skew", "trace-sampling-incomplete"}
 
 
 @pytest.fixture

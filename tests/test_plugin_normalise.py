@@ -12,8 +12,10 @@ import pytest
 from snapshot_builders import recorded_plugin_snapshot
 
 from ackscope.diagnosis.rules import Context, diagnose, evaluate
+from ackscope.diagnosis.traced_messages import RULES as TRACED
 from ackscope.model import snapshot as facts
 from ackscope.model.events import EVENTS
+from ackscope.model.traces import TRACES
 from ackscope.model.snapshot import Churn
 from ackscope.model.source import FetchError
 from ackscope.sources.cli import parse as parse_cli
@@ -21,6 +23,8 @@ from ackscope.sources.cli import pid_key
 from ackscope.sources.management import normalise as management
 from ackscope.sources.plugin_source import ConsumerList
 from ackscope.sources.prometheus_plugin import normalise as plugin
+
+TRACE_RULES = tuple(r.id for r in TRACED)  # the applications' spans: none here
 
 DATA = Path(__file__).parent / "data" / "rabbitmq-3.10.8-stats-off"
 
@@ -81,7 +85,9 @@ def test_rules_whose_facts_the_plugin_lacks_say_not_evaluated_instead_of_staying
         # RabbitMQ 3.10 closes the channel instead, and reports no shovel's blocked status: the rules do not apply
         "consumer-cancelled-by-broker": (), "shovel-blocked": (),
         # nor a list of the deprecated features in use (3.13 and later)
-        "deprecated-feature-used": ()}
+        "deprecated-feature-used": (),
+        # Whatever the source: without the applications' spans, nothing is known of their messages.
+        **dict.fromkeys(TRACE_RULES, (TRACES,))}
     assert not {f.rule for f in verdict.findings} & {n.rule for n in verdict.not_evaluated}
 
 
@@ -114,7 +120,7 @@ def test_the_cli_names_each_channels_client_and_settles_its_transactional_flag(s
                                                        "consumer-timed-out", "closed-on-error",
                                                        "dead-letter-cycle-dropped",
                                                        "consumer-cancelled-by-broker", "shovel-blocked",
-                                                       "deprecated-feature-used"}
+                                                       "deprecated-feature-used", *TRACE_RULES}
     saturated = next(f for f in verdict.findings if f.rule == "prefetch-saturated")
     assert saturated.culprit == "channel <0.813.0> (invoice-worker)"
 

@@ -31,6 +31,7 @@ from helpers import (
 from probe_helpers import captured_log
 
 from ackscope.diagnosis.thresholds import Thresholds
+from ackscope.diagnosis.traced_messages import RULES as TRACED
 from ackscope.sources import Selection
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER
 from ackscope.workloads.scenarios import PREFIX, SCENARIOS
@@ -54,7 +55,9 @@ NOT_AVAILABLE = {"transient-in-durable-queue", "dead-lettering-stuck"}
 # Whatever the source: what only the broker's log tells (no --broker-log here), and what 3.10 neither does nor
 # reports (4.3's silent cancel, a shovel's blocked status, the deprecated features in use).
 WHATEVER_THE_SOURCE = {"consumer-timed-out", "closed-on-error", "dead-letter-cycle-dropped",
-                       "consumer-cancelled-by-broker", "shovel-blocked", "deprecated-feature-used"}
+                       "consumer-cancelled-by-broker", "shovel-blocked", "deprecated-feature-used",
+                       # No application sends spans here: tests/test_traces_clients.py.
+                       *(r.id for r in TRACED)}
 
 
 @pytest.mark.parametrize("with_cli", [False, True], ids=["plugin", "plugin-and-cli"])
