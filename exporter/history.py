@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ackscope.core.parquet_log import ParquetLog
-from ackscope.model.schemas import CHANNEL_COUNTS, QUEUE_COUNTS, SNAPSHOTS
+from ackscope.model.schemas import CHANNEL_COUNTS, QUEUE_COUNTS, SNAPSHOTS, TRACE_MESSAGES
 from ackscope.model.snapshot import Snapshot
 
 
@@ -62,3 +62,10 @@ class SnapshotHistory:
     def stop(self) -> None:
         for log in self.logs.values():
             log.stop()
+
+
+def trace_log(data_dir: str | Path, rotate_seconds: float = 300.0) -> ParquetLog:
+    """The applications' traced messages under DIR/traces/messages/, a row each as the exporter forgets it
+    (ackscope.model.schemas.TRACE_MESSAGES): `ackscope pipeline` audits them per message."""
+    return ParquetLog(Path(data_dir) / "traces" / "messages", TRACE_MESSAGES, "published_at", "traced messages",
+                      rotate_seconds=rotate_seconds, max_rows=1_000_000, max_buffered=2_000_000)

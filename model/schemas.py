@@ -58,7 +58,26 @@ SNAPSHOTS = {
 ADDED_COLUMNS = {"channels": frozenset(("client", "identity")), "consumers": frozenset(("client", "identity")),
                  "events": frozenset(("consumer",))}
 
+# -- the applications' traced messages: DIR/traces/messages/date=YYYY-MM-DD/ --------------------------------
+# One row a message, written when the exporter forgets it (its deadline and a minute after): from its publish span
+# and its deliveries' spans (ackscope.sources.traces). Times on the clock of the host that made the span. No id, no
+# message id, no body.
+TRACE_MESSAGES = pa.schema([
+    pa.field("published_at", pa.timestamp("us", tz="UTC"), nullable=False),  # the publish span's start
+    pa.field("destination", pa.string(), nullable=False),  # as the spans name it
+    pa.field("service", pa.string(), nullable=False),  # the publishing service
+    pa.field("exchange", pa.string()),  # where the spans say
+    pa.field("queue", pa.string()),  # where the spans say
+    pa.field("consumer", pa.string()),  # the service of the first delivery
+    pa.field("delivered_at", pa.timestamp("us", tz="UTC")),  # the first delivery's start; null: none came
+    pa.field("processing_s", pa.float64()),  # the first delivery's processing
+    pa.field("deliveries", pa.int64(), nullable=False),
+    pa.field("duplicates", pa.int64(), nullable=False),  # deliveries beyond the first to a service that had one
+    pa.field("redelivered", pa.int64(), nullable=False),  # of those, flagged redelivered by their spans
+    pa.field("publish_error", pa.bool_(), nullable=False),
+])
+
 # -- the pipeline's reports under --out, in the order it writes them ------------------------------------------
 REPORTS = ("delivery_audit", "lost_messages", "out_of_order_messages", "confirm_latency", "confirm_batches",
            "confirm_batch_interval", "delivery_latency", "redelivery", "prefetch_saturation", "redelivery_hotspots",
-           "publisher_safety")
+           "publisher_safety", "trace_audit", "trace_queue_time")

@@ -58,7 +58,8 @@ _MADE_OF = {"saturation": ("snapshots/channels",), "consumer_queues": ("snapshot
             "hotspots": ("snapshots/queues",), "safety": ("snapshots/channels",),
             "channels_last": ("snapshots/channels",), "queues_last": ("snapshots/queues",),
             "prefetch_saturation": ("snapshots/channels", "snapshots/consumers"),
-            "redelivery_hotspots": ("snapshots/queues",), "publisher_safety": ("snapshots/channels",)}
+            "redelivery_hotspots": ("snapshots/queues",), "publisher_safety": ("snapshots/channels",),
+            "trace_audit": ("traces/messages",), "trace_queue_time": ("traces/messages",)}
 _MANIFEST = re.compile(r"^manifest-(\d{6})\.json$")
 _MESSAGES = re.compile(r"^messages-(\d{6})$")
 BUCKET_BITS = 18  # sequence numbers per bucket: 2^18; a probe publishing 10 a second fills one in 7 hours

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ackscope.model.schemas import ADDED_COLUMNS, EVENTS, REPORTS, SNAPSHOTS
+from ackscope.model.schemas import ADDED_COLUMNS, EVENTS, REPORTS, SNAPSHOTS, TRACE_MESSAGES
 
 _FAILED_READ = re.compile(r"Encountered error while reading file (\S+?)\.?\s+SQLSTATE")
 
@@ -56,7 +56,9 @@ class Progress:
         return rows
 
 
-SCHEMAS = {"events": EVENTS, **{f"snapshots/{kind}": schema for kind, schema in SNAPSHOTS.items()}}
+TRACES = "traces/messages"  # the applications' traced messages, a row each (the exporter's, with --data-dir)
+SCHEMAS = {"events": EVENTS, **{f"snapshots/{kind}": schema for kind, schema in SNAPSHOTS.items()},
+           TRACES: TRACE_MESSAGES}
 
 
 def execute(cfg: PipelineConfig, progress: Progress) -> dict:
@@ -89,14 +91,16 @@ def _scan(spark, data_dir: str, days=(None, None), seen: Callable[[str], Mapping
         name = f"snapshots/{kind}"
         sources[name] = scan(spark, kind, f"{root}/{name}", schema, *days, added=ADDED_COLUMNS.get(kind, frozenset()),
                              seen=seen(name))
+    sources[TRACES] = scan(spark, "traced messages", f"{root}/{TRACES}", TRACE_MESSAGES, *days, seen=seen(TRACES))
     return sources
 
 
 def _need_input(data_dir: str, sources: Mapping[str, Any]) -> None:
     if not any(s.files or s.skipped for s in sources.values()):
         root = data_dir.rstrip("/")
-        raise NoInput(f"nothing to read under {root}: expected probe events in {root}/events/ or exporter "
-                      f"history in {root}/snapshots/ (run the probes or the exporter with --data-dir)")
+        raise NoInput(f"nothing to read under {root}: expected probe events in {root}/events/, exporter "
+                      f"history in {root}/snapshots/ or traced messages in {root}/{TRACES}/ (run the probes or the "
+                      "exporter with --data-dir)")
 
 
 def _say(progress: Progress, sources: Mapping[str, Any], new: str = "") -> None:
@@ -176,6 +180,7 @@ def _reports(spark, cfg: PipelineConfig, frames: Mapping[str, Any], progress: Pr
             "delivery_latency": latency.delivery_latency(in_range, w),
             "redelivery": latency.redelivery(in_range, w),
             **_snapshot_reports(cfg, frames),
+            **_trace_reports(cfg, frames[TRACES]),
         })
     finally:
         runs.unpersist()
@@ -194,6 +199,16 @@ def _snapshot_reports(cfg: PipelineConfig, frames: Mapping[str, Any]) -> dict[st
             "publisher_safety": snapshots.publisher_safety(channels, cfg.window_s)}
 
 
+def _trace_reports(cfg: PipelineConfig, messages) -> dict[str, Any]:
+    """The applications' traced messages: made whole from every file at each run (an incremental run too): a row
+    a message, with no state to keep."""
+    from . import traces
+    from .windows import within
+    messages = within(messages, "published_at", cfg.since, cfg.until)
+    return {"trace_audit": traces.trace_audit(messages),
+            "trace_queue_time": traces.trace_queue_time(messages, cfg.window_s)}
+
+
 def _layout() -> dict[str, tuple[list[str], bool]]:
     """Each report's sort keys, and whether it is partitioned by date."""
     from .snapshots import CHANNEL
@@ -202,7 +217,9 @@ def _layout() -> dict[str, tuple[list[str], bool]]:
             "confirm_latency": (["window_start", "probe"], True), "confirm_batches": (["probe", "batch_size"], False),
             "confirm_batch_interval": (["probe"], False), "delivery_latency": (["window_start", "probe"], True),
             "redelivery": (["window_start", "probe"], True), "prefetch_saturation": (CHANNEL, False),
-            "redelivery_hotspots": (["rank"], False), "publisher_safety": (["window_start", *CHANNEL], True)}
+            "redelivery_hotspots": (["rank"], False), "publisher_safety": (["window_start", *CHANNEL], True),
+            "trace_audit": (["destination", "service"], False),
+            "trace_queue_time": (["window_start", "destination", "service"], True)}
 
 
 def _write_reports(out: str, progress: Progress, reports: Mapping[str, Any], stood: Mapping[str, int] = {}
@@ -270,6 +287,9 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
 
     def state_and_reports(frames: Mapping[str, Any]):
         from .inputs import read
+        # The trace reports are made whole: from the files earlier runs read and the new ones.
+        every_trace = frames[TRACES] if manifest is None else read(spark, Input(TRACES, "", (
+            *manifest.data_files(TRACES, f"{data_dir}/{TRACES}"), *sources[TRACES].files), 0, ()), TRACE_MESSAGES)
         before = {name: spark.read.parquet(f"{earlier}/{name}") for name in incremental.PARTS} if earlier else {}
         # Per run: the buckets its new events reach (acks alone add nothing to a message) and its first new
         # multi-message confirm frame (µs): one pass over the new events.
@@ -323,7 +343,8 @@ def _incremental(spark, cfg: PipelineConfig, progress: Progress, started: float)
                 **{name: spark.read.parquet(f"{here}/windows/{name}") for name in incremental.WINDOWED},
                 "prefetch_saturation": snapshots.saturation_of(state["saturation"], state["consumer_queues"]),
                 "redelivery_hotspots": snapshots.hotspots_of(state["hotspots"]),
-                "publisher_safety": snapshots.safety_of(state["safety"])}, stood)
+                "publisher_safety": snapshots.safety_of(state["safety"]),
+                **_trace_reports(cfg, every_trace)}, stood)
         finally:
             runs.unpersist()
         return written, spark.read.parquet(f"{cfg.out.rstrip('/')}/delivery_audit").collect(), touched

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ackscope.model.schemas import EVENTS, REPORTS
+from ackscope.model.schemas import EVENTS, REPORTS, TRACE_MESSAGES
 from ackscope.model.schemas import SNAPSHOTS as SCHEMAS
 
 T0 = datetime(2026, 11, 21, 3, 0, tzinfo=UTC)
@@ -90,3 +90,26 @@ def read_reports(out: Path) -> dict[str, list[dict]]:
     """Every report under `out`, its rows in a stable order: two runs' reports compare with ==."""
     return {name: sorted(ds.dataset(out / name, format="parquet", partitioning="hive").to_table().to_pylist(),
                          key=repr) for name in REPORTS}
+
+
+def traced(published: float, delivered: float | None, destination: str = ",orders", service: str = "shop",
+           consumer: str | None = "billing", **kw) -> dict:
+    """One traced message as the exporter writes it (ackscope.model.schemas.TRACE_MESSAGES); times in seconds
+    after T0, `delivered` None for none."""
+    return {"published_at": at(published), "destination": destination, "service": service, "exchange": "",
+            "queue": destination.lstrip(","), "consumer": consumer if delivered is not None else None,
+            "delivered_at": at(delivered) if delivered is not None else None, "processing_s": kw.pop("processing_s",
+                                                                                                      None),
+            "deliveries": kw.pop("deliveries", 0 if delivered is None else 1), "duplicates": kw.pop("duplicates", 0),
+            "redelivered": kw.pop("redelivered", 0), "publish_error": kw.pop("publish_error", False), **kw}
+
+
+def traces_df(spark, rows: list[dict]):
+    return _df(spark, TRACE_MESSAGES, rows)
+
+
+def write_traces(data_dir: Path, rows: list[dict], name: str = "part-000001.parquet") -> Path:
+    path = data_dir / "traces" / "messages" / f"date={rows[0]['published_at'].date().isoformat()}" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, TRACE_MESSAGES), path, compression="zstd")
+    return path

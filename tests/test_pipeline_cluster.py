@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import wait_for
-from pipeline_builders import Log, read_reports, write_events, write_snapshots
+from pipeline_builders import Log, read_reports, traced, write_events, write_snapshots, write_traces
 
 from ackscope.workloads.ports import free_port
 from ackscope_testkit.spark_cluster import StandaloneCluster
@@ -44,6 +44,10 @@ def _history(data: Path) -> None:
     queues = [{"taken_at": t, "vhost": "/", "queue": "jobs", "type": "quorum", "durable": True,
                "delivered_total": 3 * t, "redelivered_total": t} for t in range(0, 600, 30)]
     write_snapshots(data, "queues", queues)
+    # The applications' traced messages: 300 a day over two days, each day's 150th never delivered.
+    for day in (0, 86_400):
+        write_traces(data, [traced(day + n, None if n == 150 else day + n + 0.5) for n in range(300)],
+                     name=f"part-{day:06d}.parquet")
 
 
 def _pipeline(data: Path, out: Path, *args: str, env: dict | None = None, **kw) -> subprocess.Popen:
@@ -81,6 +85,8 @@ def test_a_standalone_cluster_writes_the_reports_local_mode_writes_with_the_work
     audit = {r["run_id"]: r for r in expected["delivery_audit"]}
     assert [audit[r]["lost"] for r in sorted(audit)] == [1, 1, 1]  # the known answer is the one built in
     assert all(audit[r]["duplicates"] == 1 and audit[r]["delivered"] == 401 for r in audit)
+    [traced_audit] = expected["trace_audit"]
+    assert (traced_audit["published"], traced_audit["unprocessed"]) == (600, 2)
     before = {a["id"] for a in spark_cluster.state().get("completedapps", [])}
     code, err = _finish(_pipeline(data, tmp_path / "out", "--master", spark_cluster.master_url, *CLUSTER_CONF))
     assert code == 0, err

@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from pipeline_builders import Log, at, events_df, rows_of, snapshot_df
+from pipeline_builders import Log, at, events_df, rows_of, snapshot_df, traced, traces_df
 
-from ackscope.pipeline import audit, batching, latency, snapshots
+from ackscope.pipeline import audit, batching, latency, snapshots, traces
 
 
 def _audit(spark, *logs, deadline=60.0, since=None, until=None):
@@ -232,3 +232,35 @@ def test_publisher_safety_shows_each_publishing_channel_and_how_it_protects_mess
     assert [(r["window_start"].minute, r["channel"], r["mode"], r["published"]) for r in rows] == [
         (0, "confirming", "confirm", 200), (0, "plain", "none", 100), (0, "tx", "tx", 10),
         (1, "confirming", "confirm", 300), (1, "plain", "none", 150), (1, "tx", "tx", 15)]
+
+
+
+# -- the applications' traced messages ------------------------------------------------------------------------
+def test_the_trace_audit_counts_each_message_exactly(spark):
+    rows = [traced(t, t + 0.5) for t in range(1, 7)]
+    rows += [traced(7, None), traced(8, None),  # never delivered
+             traced(9, 9.5, deliveries=3, duplicates=2, redelivered=1),  # delivered thrice to one service
+             traced(10, 10.2, publish_error=True),
+             traced(11, 20), traced(12, 12.5),  # 11 overtaken by 12: 11 is delivered out of publish order
+             traced(13, 13.2, consumer="audit"), traced(14, 13.1, consumer="audit2"),  # other consumers: no order
+             traced(1, 1.1, destination="events", service="admin")]
+    audit_rows = rows_of(traces.trace_audit(traces_df(spark, rows)), ["destination", "service"])
+    shop = {k: v for k, v in audit_rows[0].items() if k not in ("first_published_at", "last_published_at")}
+    assert shop == {"destination": ",orders", "service": "shop", "published": 14, "delivered": 12,
+                    "unprocessed": 2, "duplicated": 1, "duplicate_deliveries": 2, "redelivered": 1,
+                    "out_of_order": 1, "publish_errors": 1}
+    assert (audit_rows[0]["first_published_at"], audit_rows[0]["last_published_at"]) == (at(1), at(14))
+    assert (audit_rows[1]["destination"], audit_rows[1]["published"], audit_rows[1]["out_of_order"]) == (
+        "events", 1, 0)
+
+
+def test_trace_queue_time_per_window_leaves_clock_skew_out_of_the_percentiles(spark):
+    rows = [traced(t * 0.1, t * 0.1 + 0.25, processing_s=1.0) for t in range(100)]  # window 0: 0.25 s each
+    rows += [traced(65, 64.0), traced(66, 96.0)]  # window 60: one skewed (delivered "before"), one after 30 s
+    by_window = rows_of(traces.trace_queue_time(traces_df(spark, rows), 60), ["window_start"])
+    first, second = by_window
+    assert (first["window_start"], first["delivered"], first["clock_skewed"]) == (at(0), 100, 0)
+    assert first["p50_s"] == pytest.approx(0.25) and first["p99_s"] == pytest.approx(0.25)
+    assert first["processing_p99_s"] == pytest.approx(1.0)
+    assert (second["window_start"], second["delivered"], second["clock_skewed"], second["max_s"]) == (
+        at(60), 1, 1, pytest.approx(30.0))

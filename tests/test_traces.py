@@ -533,3 +533,25 @@ def test_api_traces_puts_gone_first_then_waiting_then_the_slowest_and_the_page_k
     assert list(table["destination"]) == ["backlog"] and table.iloc[0]["waiting"] == 3
     assert views.traces(document).iloc[0]["oldest unprocessed (s)"] == 75.0
     assert json.loads(traces_json(None)) == {"taken_at": None, "flows": [], "intake": None}
+
+
+def test_each_message_is_a_row_once_forgotten_and_a_stop_writes_those_past_their_deadline():
+    rows: list[dict] = []
+    pairing = Pairing(deadline_s=10, keep_s=10, on_forget=rows.extend)
+    pairing.take([normalise(pika_send(1, T0), "shop"), normalise(pika_send(2, T0), "shop"),
+                  normalise(pika_receive(3, T0 + 0.5, T0 + 1.5, parent=1), "billing"),
+                  normalise(pika_receive(4, T0 + 5, T0 + 5.5, parent=1), "billing")], T0 + 1)
+    pairing.window(T0 + 15)
+    assert rows == []  # past the deadline, still kept for a late delivery
+    pairing.window(T0 + 25)
+    by_time = sorted(rows, key=lambda r: r["deliveries"])
+    assert by_time[0] == {"published_at": int(T0 * 1e6), "destination": "orders", "service": "shop",
+                          "exchange": None, "queue": None, "consumer": None, "delivered_at": None,
+                          "processing_s": None, "deliveries": 0, "duplicates": 0, "redelivered": 0,
+                          "publish_error": False}
+    assert (by_time[1]["delivered_at"], by_time[1]["deliveries"], by_time[1]["duplicates"],
+            by_time[1]["processing_s"], by_time[1]["consumer"]) == (int((T0 + 0.5) * 1e6), 2, 1, 1.0, "billing")
+    rows.clear()
+    pairing.take([normalise(pika_send(10, T0 + 30), "shop")], T0 + 30)
+    pairing.take([normalise(pika_send(11, T0 + 45), "shop")], T0 + 45)
+    assert pairing.forget_all(T0 + 46) == 1 and len(rows) == 1  # 11 is within its deadline: not judged

@@ -174,6 +174,24 @@ def test_a_requeue_shows_each_message_delivered_twice_to_the_same_service(broker
     broker_counted(broker, vhost, "retries", deliver=8, redeliver=4)
 
 
+def test_celery_tasks_pair_their_apply_async_with_their_run(broker, vhost, watching, traced):
+    """Celery's instrumentation: apply_async/{task} on the sender, run/{task} on the worker, a child of it."""
+    worker = traced.start(sys.executable, "-m", "celery", "-A", "traced_celery", "worker", "--pool=solo",
+                          "--loglevel=WARNING", ready=False, env={"OTEL_SERVICE_NAME": "worker"})
+    wait_for(lambda: any(c["name"] == "celery" and c.get("consumers") for c in
+                         broker.api("GET", f"/queues/{vhost}").json()), timeout=60, what="the worker to consume")
+    sent = records(traced.run(sys.executable, "traced_celery.py", "6", env={"OTEL_SERVICE_NAME": "web"}))
+    wait_for(lambda: flow(watching, "celery", "web", "delivered_total") == 6, 40,
+             lambda: f"six task runs traced ({flow(watching, 'celery', 'web', 'delivered_total')})")
+    ran = consumer_records(worker)
+    assert len(sent) == 6 and sorted(r["ran"] for r in ran if "ran" in r) == list(range(6))
+    samples = metrics(watching)
+    assert value(samples, "ackscope_trace_published_total", destination="celery", service="web") == 6
+    assert value(samples, "ackscope_trace_processing_seconds_count", destination="celery", service="web") == 6
+    assert value(samples, "ackscope_trace_spans_received_total", shape="celery") == 12
+    broker_counted(broker, vhost, "celery", publish=6)
+
+
 def test_the_endpoint_wants_the_web_credentials_and_refuses_bad_bodies_in_a_line(monkeypatch, watching):
     app = page(monkeypatch, "traces", watching.url, ACKSCOPE_WEB_USERNAME=WEB_USER,
                ACKSCOPE_WEB_PASSWORD=WEB_PASSWORD)

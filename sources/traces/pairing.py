@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ackscope.model.probes import Histogram
@@ -76,12 +77,27 @@ class _Flow:
 
 
 class _Message:
-    __slots__ = ("flow", "start", "deliveries")
+    __slots__ = ("flow", "start", "deliveries", "first", "processing", "duplicates", "redelivered", "error")
 
-    def __init__(self, flow: _Flow, start: float):
-        self.flow, self.start = flow, start
+    def __init__(self, flow: _Flow, start: float, error: bool):
+        self.flow, self.start, self.error = flow, start, error
         # None: not delivered; the consuming service's name after one delivery; then service -> deliveries.
         self.deliveries: str | dict[str, int] | None = None
+        self.first: float | None = None  # the first delivery's start
+        self.processing: float | None = None  # the first delivery's processing, seconds
+        self.duplicates = self.redelivered = 0
+
+    def row(self) -> dict:
+        """The message as ackscope.model.schemas.TRACE_MESSAGES has it, once it is forgotten."""
+        d = self.deliveries
+        first = d if isinstance(d, str) else next(iter(d)) if d else None
+        f = self.flow
+        return {"published_at": int(self.start * 1e6), "destination": f.destination, "service": f.service,
+                "exchange": f.exchange, "queue": f.queue, "consumer": first,
+                "delivered_at": int(self.first * 1e6) if self.first is not None else None,
+                "processing_s": self.processing,
+                "deliveries": 0 if d is None else 1 if isinstance(d, str) else sum(d.values()),
+                "duplicates": self.duplicates, "redelivered": self.redelivered, "publish_error": self.error}
 
 
 class _Arrivals:
@@ -118,11 +134,15 @@ class Pairing:
     `deadline_s`: a message with no delivery this long after it arrived is unprocessed. `keep_s`: how long past
     the deadline a message is remembered, for a redelivery, a late delivery or a Collector's retried batch.
     `max_messages`: messages (and deliveries waiting for their publish) held at once; `max_destinations`:
-    destinations with flows of their own."""
+    destinations with flows of their own; `on_forget`: called, under the lock, with each forgotten message's row.
+    """
 
     def __init__(self, deadline_s: float = 60.0, keep_s: float = 60.0, max_messages: int = 1_000_000,
-                 max_destinations: int = 50):
+                 max_destinations: int = 50, on_forget: Callable[[list[dict]], None] | None = None):
         self.deadline_s, self.keep_s = deadline_s, keep_s
+        # Given each message as it is forgotten (its row of ackscope.model.schemas.TRACE_MESSAGES): the history
+        # under --data-dir.
+        self.on_forget = on_forget
         self.max_messages, self.max_destinations = max_messages, max_destinations
         self._lock = threading.Lock()
         self._flows: dict[tuple[str, str], _Flow] = {}
@@ -186,7 +206,7 @@ class Pairing:
             flow.queue = span.queue if span.queue is not None else flow.queue
         flow.published += 1
         flow.publish_errors += span.error
-        self._messages[key] = _Message(flow, span.start)
+        self._messages[key] = _Message(flow, span.start, span.error)
         self._due.add(now, key)
         if parent is not None:
             self._inner_of[parent] = key
@@ -242,7 +262,7 @@ class Pairing:
             _count(flow.settled, span.outcome or "unsaid")
             return "kept"
         if message.deliveries is None:
-            message.deliveries = span.service
+            message.deliveries, message.first = span.service, span.start
             waited = span.start - message.start
             if waited < 0:
                 _count(flow.skewed, span.service)
@@ -255,12 +275,22 @@ class Pairing:
                 message.deliveries = {message.deliveries: 1}
             if message.deliveries.get(span.service):
                 flow.duplicates += 1
-                flow.redelivered += span.redelivered is True
+                message.duplicates += 1
+                again = span.redelivered is True
+                flow.redelivered += again
+                message.redelivered += again
             _count(message.deliveries, span.service)
         flow.consumers.add(span.service)
         if span.role == PROCESS or (span.role == RECEIVE and span.shape == OLDER):
-            flow.processing.observe(max(0.0, span.end - span.start))
+            self._processed(message, span)
         return "kept"
+
+    @staticmethod
+    def _processed(message: _Message, span: MessageSpan) -> None:
+        took = max(0.0, span.end - span.start)
+        message.flow.processing.observe(took)
+        if message.processing is None:
+            message.processing = took
 
     def _under(self, message: _Message, key: int, span: MessageSpan, now: float) -> str:
         """A span under a delivery's span: its processing, or how it was settled."""
@@ -268,7 +298,7 @@ class Pairing:
         if span.role == SETTLE:
             _count(message.flow.settled, span.outcome or "unsaid")
         elif span.role == PROCESS:
-            message.flow.processing.observe(max(0.0, span.end - span.start))
+            self._processed(message, span)
         return "kept"
 
     # -- out -----------------------------------------------------------------------------------------
@@ -282,6 +312,19 @@ class Pairing:
                 self._recent -= 1
             return tuple(flow.frozen(now) for flow in self._flows.values()), dict(self._orphans), self._recent
 
+    def forget_all(self, now: float) -> int:
+        """At a stop: every message past its deadline given to `on_forget` now; returns how many were within it
+        (neither delivered nor yet unprocessed: not judged, not written)."""
+        with self._lock:
+            self._expire(now)
+            rows = [self._messages[key].row() for _, key in self._kept.older_than(float("inf"))
+                    if key in self._messages]
+            if rows and self.on_forget is not None:
+                self.on_forget(rows)
+            pending = sum(1 for _, key in self._due.older_than(float("inf")) if key in self._messages)
+            self._messages.clear()
+            return pending
+
     def _expire(self, now: float) -> None:
         for second, key in self._due.older_than(now - self.deadline_s):
             message = self._messages.get(key)
@@ -289,10 +332,15 @@ class Pairing:
                 if message.deliveries is None:
                     message.flow.unprocessed[key] = message.start
                 self._kept.add(second + self.deadline_s, key)
+        forgotten = []
         for _, key in self._kept.older_than(now - self.keep_s):
             message = self._messages.pop(key, None)
             if message is not None:
                 message.flow.unprocessed.pop(key, None)
+                if self.on_forget is not None:
+                    forgotten.append(message.row())
+        if forgotten:
+            self.on_forget(forgotten)
         for _, span_key in self._deliveries.older_than(now - self.deadline_s - self.keep_s):
             self._delivery_of.pop(span_key, None)
         for _, key in self._linked.older_than(now - self.deadline_s - self.keep_s):
