@@ -5,12 +5,14 @@ broker's counters in the same run."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import signal
 import sys
 from collections.abc import Iterator
 
+import pyarrow.dataset as ds
 import pytest
 import requests
 from client_processes import Clients
@@ -19,6 +21,7 @@ from helpers import only_vhost, scrape, value, wait_for
 
 from ackscope.core.http_server import WebSecurity
 from ackscope.core.secret import Secret
+from ackscope.pipeline.run import PipelineConfig, Progress, execute
 
 WEB_USER, WEB_PASSWORD = "scraper", "s3cret-web"
 
@@ -190,6 +193,41 @@ def test_celery_tasks_pair_their_apply_async_with_their_run(broker, vhost, watch
     assert value(samples, "ackscope_trace_processing_seconds_count", destination="celery", service="web") == 6
     assert value(samples, "ackscope_trace_spans_received_total", shape="celery") == 12
     broker_counted(broker, vhost, "celery", publish=6)
+
+
+def test_the_pipeline_audits_the_traced_messages_the_exporter_kept(spark, broker, vhost, start_exporter, tmp_path):
+    """Real traffic, per message, on Spark: the requeue client's four messages, each delivered twice to one
+    service, and one published to a queue nobody consumes; the exporter keeps each message past its deadline when
+    it stops, and the pipeline's trace audit says what the clients' own records say."""
+    data = tmp_path / "data"
+    exporter = start_exporter(broker.management_url, interval=0.5, selection=only_vhost(vhost), trace_deadline=3.0,
+                              data_dir=str(data))
+    declare(broker, vhost, "retries")
+    declare(broker, vhost, "nobody")
+    with Clients(broker.amqp_url(vhost), tmp_path) as clients:
+        clients.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = exporter.url + "/v1/traces"
+        consumer = clients.start(sys.executable, "traced.py", "pika-consume", "retries", "0", "requeue",
+                                 env={"OTEL_SERVICE_NAME": "billing"})
+        clients.run(sys.executable, "traced.py", "pika-publish", "retries", "4", env={"OTEL_SERVICE_NAME": "shop"})
+        clients.run(sys.executable, "traced.py", "pika-publish", "nobody", "1", env={"OTEL_SERVICE_NAME": "shop"})
+        wait_for(lambda: value(scrape(exporter), "ackscope_trace_duplicate_deliveries_total", destination="retries",
+                               service="shop") == 4, 40, "four duplicate deliveries traced")
+        wait_for(lambda: value(scrape(exporter), "ackscope_trace_unprocessed_messages", destination="nobody",
+                               service="shop", state="unplaced") == 1, 20, "the unconsumed message unprocessed")
+        got = consumer_records(consumer)
+    exporter.stop()  # every message is past its deadline: all written
+    assert len([r for r in got if "received" in r]) == 8
+
+    summary = execute(PipelineConfig(str(data), str(tmp_path / "out")), Progress(io.StringIO()))
+    assert summary["inputs"]["traces/messages"]["rows"] == 5 and summary["files_skipped"] == 0
+    audit = {r["destination"]: r for r in ds.dataset(tmp_path / "out" / "trace_audit", format="parquet")
+             .to_table().to_pylist()}
+    retries, nobody = audit["retries"], audit["nobody"]
+    assert (retries["published"], retries["delivered"], retries["duplicated"], retries["duplicate_deliveries"],
+            retries["unprocessed"]) == (4, 4, 4, 4, 0)
+    assert (nobody["published"], nobody["delivered"], nobody["unprocessed"]) == (1, 0, 1)
+    times = ds.dataset(tmp_path / "out" / "trace_queue_time", format="parquet", partitioning="hive").to_table()
+    assert sum(r["delivered"] for r in times.to_pylist() if r["destination"] == "retries") == 4
 
 
 def test_the_endpoint_wants_the_web_credentials_and_refuses_bad_bodies_in_a_line(monkeypatch, watching):
