@@ -45,7 +45,7 @@ def test_a_document_unchanged_since_the_clients_copy_is_answered_304_without_a_b
 
 
 def test_the_dashboard_keeps_what_it_decoded_while_the_exporter_says_not_modified():
-    documents = {f"/api/{name}": doc(1.0) for name in ("snapshot", "findings", "probes", "breaks")}
+    documents = {f"/api/{name}": doc(1.0) for name in ("snapshot", "findings", "probes", "breaks", "traces")}
     server, url = serving(documents)
     try:
         source = ExporterSource(url, reuse_seconds=0)
