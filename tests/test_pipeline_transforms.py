@@ -249,7 +249,8 @@ def test_the_trace_audit_counts_each_message_exactly(spark):
     assert shop == {"destination": ",orders", "service": "shop", "published": 14, "delivered": 12,
                     "unprocessed": 2, "duplicated": 1, "duplicate_deliveries": 2, "redelivered": 1,
                     "out_of_order": 1, "publish_errors": 1}
-    assert (audit_rows[0]["first_published_at"], audit_rows[0]["last_published_at"]) == (at(1), at(14))
+    assert (audit_rows[0]["first_published_at"], audit_rows[0]["last_published_at"]) == (
+        at(1).replace(tzinfo=None), at(14).replace(tzinfo=None))  # Spark's collect() gives UTC without a zone
     assert (audit_rows[1]["destination"], audit_rows[1]["published"], audit_rows[1]["out_of_order"]) == (
         "events", 1, 0)
 
@@ -259,8 +260,8 @@ def test_trace_queue_time_per_window_leaves_clock_skew_out_of_the_percentiles(sp
     rows += [traced(65, 64.0), traced(66, 96.0)]  # window 60: one skewed (delivered "before"), one after 30 s
     by_window = rows_of(traces.trace_queue_time(traces_df(spark, rows), 60), ["window_start"])
     first, second = by_window
-    assert (first["window_start"], first["delivered"], first["clock_skewed"]) == (at(0), 100, 0)
+    assert (first["window_start"], first["delivered"], first["clock_skewed"]) == (at(0).replace(tzinfo=None), 100, 0)
     assert first["p50_s"] == pytest.approx(0.25) and first["p99_s"] == pytest.approx(0.25)
     assert first["processing_p99_s"] == pytest.approx(1.0)
     assert (second["window_start"], second["delivered"], second["clock_skewed"], second["max_s"]) == (
-        at(60), 1, 1, pytest.approx(30.0))
+        at(60).replace(tzinfo=None), 1, 1, pytest.approx(30.0))
