@@ -175,8 +175,8 @@ def test_an_empty_data_dir_is_one_clear_line(spark, tmp_path, capfd):
     assert code == 1
     assert capfd.readouterr().err.strip().splitlines() == [
         f"ackscope pipeline: nothing to read under {tmp_path / 'data'}: expected probe events in "
-        f"{tmp_path / 'data'}/events/ or exporter history in {tmp_path / 'data'}/snapshots/ (run the probes or "
-        f"the exporter with --data-dir)"]
+        f"{tmp_path / 'data'}/events/, exporter history in {tmp_path / 'data'}/snapshots/ or traced messages in "
+        f"{tmp_path / 'data'}/traces/messages/ (run the probes or the exporter with --data-dir)"]
 
 
 def test_an_unwritable_output_is_one_line_from_spark(spark, tmp_path, capfd):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pipeline_builders import Log, read_reports, write_events, write_snapshots
+from pipeline_builders import Log, read_reports, traced, write_events, write_snapshots, write_traces
 
 from ackscope.apps.cli import main
 from ackscope.pipeline.incremental import StateRefused
@@ -128,11 +128,12 @@ def test_each_incremental_run_reads_only_new_files_merges_only_the_buckets_they_
     kept = {p: p.stat().st_mtime_ns for p in (state_dir / "messages-000003").rglob("*.parquet")}
     _, said = _incremental(data, tmp_path / "incremental")
     assert any(line.split() == ["2", "of", "3", "buckets", "merged"] for line in said), said
-    # Probe events alone: the snapshot history's parts and reports are carried, not computed again.
+    # Probe events alone: the snapshot history's parts and reports, and the trace reports, are carried, not computed
+    # again.
     assert [line.split()[1] for line in said if "carried from run 3: nothing new in its input" in line] == [
         "saturation", "consumer_queues", "hotspots", "safety", "channels_last", "queues_last"], said
     assert [line.split()[0] for line in said if "as the run before wrote them" in line] == [
-        "prefetch_saturation", "redelivery_hotspots", "publisher_safety"], said
+        "prefetch_saturation", "redelivery_hotspots", "publisher_safety", "trace_audit", "trace_queue_time"], said
     buckets = json.loads((state_dir / "manifest-000004.json").read_text())["buckets"]
     assert sorted(buckets.values()) == [3, 4, 4], buckets
     left = {p: p.stat().st_mtime_ns for p in (state_dir / "messages-000003").rglob("*.parquet")}
@@ -172,6 +173,16 @@ def test_a_run_with_nothing_new_reads_and_writes_nothing_and_one_of_one_input_le
     _run(data, tmp_path / "full")
     assert read_reports(out) == read_reports(tmp_path / "full")
     assert summary["outputs"] == json.loads((tmp_path / "full" / "summary.json").read_text())["outputs"]
+    # Traced messages alone, in two files a run apart: the trace reports are made from both, as a full run's.
+    write_traces(data, [traced(n, n + 0.5) for n in range(10)], name="part-a.parquet")
+    _incremental(data, out)
+    write_traces(data, [traced(100 + n, None) for n in range(3)], name="part-b.parquet")
+    summary, said = _incremental(data, out)
+    assert "read traces/messages: 1 new files, 3 rows" in said, said
+    [row] = read_reports(out)["trace_audit"]
+    assert (row["published"], row["unprocessed"]) == (13, 3)
+    _run(data, tmp_path / "full-traced")
+    assert read_reports(out) == read_reports(tmp_path / "full-traced")
 
 
 def _cli(data: Path, out: Path, *args: str) -> subprocess.Popen:
