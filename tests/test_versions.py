@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -45,8 +47,8 @@ from probe_helpers import probe_config, probe_value, quick, running_probes, sett
 from ackscope.core.secret import Secret
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.model.events import EVENTS
-from ackscope.model.traces import TRACES
 from ackscope.model.source import FetchError
+from ackscope.model.traces import TRACES
 from ackscope.sources import Selection
 from ackscope.sources.management.client import ManagementClient
 from ackscope.workloads.private_broker import ADMIN_PASSWORD, ADMIN_USER, LocalBroker
@@ -267,6 +269,34 @@ def test_each_field_scenario_alone_fires_its_rule_on_its_culprit(release, releas
     with scenarios_running(release_broker, release_vhost, name):
         wait_for(on_its_culprit, timeout=60, what=lambda: f"{scenario.rule} on {name} (RabbitMQ {release.version}); "
                  f"seen: {sorted((f['rule'], f['object']) for f in findings(exporter))}")
+
+
+def test_traced_messages_a_killed_auto_ack_consumer_held_are_gone_beside_what_the_broker_delivered(
+        release, release_broker, release_vhost, start_exporter, tmp_path):
+    """The applications' spans joined with each release's view of their queue: what it holds, what it delivered
+    over the window, who consumes. aio-pika's instrumentation names the queue (the default exchange)."""
+    node, vhost = release_broker, release_vhost
+    exporter = start_exporter(node.management_url, interval=0.5, selection=only_vhost(vhost), trace_deadline=5.0)
+    node.api("PUT", f"/queues/{vhost}/jobs", json={"durable": True})
+    with Clients(node.amqp_url(vhost), tmp_path) as clients:
+        clients.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = exporter.url + "/v1/traces"
+        consumer = clients.start(sys.executable, "traced.py", "aio-pika-consume", "jobs", "2", "auto-ack",
+                                 env={"OTEL_SERVICE_NAME": "worker"})
+        clients.run(sys.executable, "traced.py", "aio-pika-publish", "jobs", "6", env={"OTEL_SERVICE_NAME": "shop"})
+        wait_for(lambda: value(scrape(exporter), "ackscope_trace_delivered_total", destination=",jobs",
+                               service="shop"), 30, "a delivery traced")
+        os.killpg(consumer.pid, signal.SIGKILL)  # holding the rest, handed over at once and never processed
+        consumer.wait(10)
+
+        def gone() -> dict | None:
+            return next((f for f in findings(exporter) if f["rule"] == "trace-messages-unprocessed"
+                         and f["object"] == "queue jobs, published by shop"
+                         and f["evidence"].get("broker_deliveries_in_window") == 6), None)
+        found = wait_for(gone, 40, lambda: f"the gone messages beside 6 deliveries (RabbitMQ {release.version}); "
+                         f"seen: {[(f['rule'], f['evidence']) for f in findings(exporter) if 'trace' in f['rule']]}")
+    traced = value(scrape(exporter), "ackscope_trace_delivered_total", destination=",jobs", service="shop")
+    assert (found["vhost"], found["severity"], found["evidence"]["gone"]) == (vhost, "warning", 6 - traced)
+    assert found["evidence"]["queue_holds"] == 0 and "died before its span ended" in found["evidence"]["inferred"]
 
 
 def test_stuck_dead_lettering_names_the_exchange_the_key_and_the_queue_full_with_reject_publish(
