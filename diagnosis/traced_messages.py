@@ -140,6 +140,12 @@ def _unprocessed(ctx: Context, rule: Rule) -> Iterator[Finding]:
                     "span ended (an auto-ack consumer loses what it was handed)" if untraced else
                     "the broker delivered fewer from the queue than these and the traced deliveries together: they "
                     "left it another way (expired, dropped at a length limit, dead-lettered, or purged)")
+                holding = [c for c in ctx.known_consumers_of(q) if c.ack_required is False]
+                if untraced and holding:
+                    # Handed over and settled at once, they leave the queue before their processing begins.
+                    evidence["inferred"] += (
+                        f"; or {few(c.identity or c.connection_name or c.channel for c in holding)}, consuming "
+                        "with auto-ack now, still holds them unprocessed in its own buffer")
                 said.append(f"{gone} of {flow.service}'s messages to {q.name} had no traced delivery within "
                             f"{deadline:g} s and the queue no longer holds them (it holds {evidence['queue_holds']}): "
                             f"gone from the queue, and no span says they were processed. Known: the spans and the "

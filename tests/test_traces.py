@@ -556,3 +556,13 @@ def test_each_message_is_a_row_once_forgotten_and_a_stop_writes_those_past_their
     pairing.take([normalise(pika_send(10, T0 + 30), "shop")], T0 + 30)
     pairing.take([normalise(pika_send(11, T0 + 45), "shop")], T0 + 45)
     assert pairing.forget_all(T0 + 46) == 1 and len(rows) == 1  # 11 is within its deadline: not judged
+
+
+def test_gone_beside_a_live_auto_ack_consumer_says_it_may_still_hold_them():
+    from snapshot_builders import consumer, queue, stats
+    gone = _flow(delivered=97, unprocessed={UNPLACED: 3}, oldest_unprocessed_s=70.0)
+    parts = dict(queues=[queue("orders", messages_ready=0, message_stats=stats(deliver_get=100))],
+                 consumers=[consumer("orders", "ch 1", connection_name="slow-worker", ack_required=False)])
+    [finding] = _found(_judge([gone], snapshot_kw=parts, start_kw=dict(queues=[queue("orders")])),
+                       "trace-messages-unprocessed")
+    assert "slow-worker, consuming with auto-ack now, still holds them" in finding.evidence["inferred"]
