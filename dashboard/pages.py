@@ -19,6 +19,7 @@ import streamlit as st
 from ackscope.dashboard import charts, reports, views
 from ackscope.dashboard.settings import Exporter, Settings
 from ackscope.dashboard.source import DOCUMENTS, LANDING, ExporterSource, Live, latest_side_by_side
+from ackscope.model.traces import TRACES
 
 TOP = 50
 
@@ -167,9 +168,15 @@ def _not_evaluated_section(data: Live) -> None:
 
 
 def _not_evaluated(items: list[dict]) -> str:
-    """Each rule not evaluated, and why: what it needs, or why it cannot apply."""
-    return "; ".join(f"**{_md(n['rule'])}** (" + (_md(n['why']) if n.get('why') else
-                                                  f"needs {_md(', '.join(n['needs']))}") + ")" for n in items)
+    """Each rule not evaluated, and why: what it needs, or why it cannot apply. The trace rules, waiting for the
+    applications' spans that most brokers' users never send, are one clause, not five."""
+    tracing = [n["rule"] for n in items if n.get("needs") == [TRACES]]
+    said = [f"**{_md(n['rule'])}** (" + (_md(n['why']) if n.get('why') else f"needs {_md(', '.join(n['needs']))}")
+            + ")" for n in items if n["rule"] not in tracing]
+    if tracing:
+        said.append(f"the {len(tracing)} trace rules ({', '.join(_md(r) for r in tracing)}): no application sends "
+                    "its OpenTelemetry spans to /v1/traces")
+    return "; ".join(said)
 
 
 def _prefetch_section(data: Live, search: str = "", top: int = 15, chart: bool = True) -> None:

@@ -107,6 +107,12 @@ def _deleted_holding(ctx: Context, rule: Rule) -> Iterator[Finding]:
         kept = _kept_across_restart(before) and persistent > 0
         requeued = num(ctx.over_window(before, "redeliver"))
         consumers = at_last_poll.get((before.vhost, before.name), [])
+        seen_earlier = False
+        if not consumers and ctx.earlier is not None:
+            # A consumer that lived a few seconds may be missing from the last poll's consumer list and on the one
+            # before (a 4.3 node under load named nobody here: its last poll listed no consumer for the queue).
+            consumers = [c for c in ctx.earlier.consumers if (c.vhost, c.queue) == (before.vhost, before.name)]
+            seen_earlier = bool(consumers)
         evidence = {"messages_at_last_poll": held, "ready": before.messages_ready, "unacked": before.messages_unacked,
                     "persistent": before.messages_persistent, "durable": before.durable,
                     "auto_delete": before.auto_delete, "exclusive": before.exclusive,
@@ -115,6 +121,10 @@ def _deleted_holding(ctx: Context, rule: Rule) -> Iterator[Finding]:
                     "lost": f"up to {held}: what its consumers took between the polls is not counted (inferred)"}
         if consumers:
             evidence["consumers_named"] = few(c.identity or c.connection_name or c.channel for c in consumers)
+        if seen_earlier:
+            back = describe(round(ctx.snapshot.taken_at - ctx.earlier.taken_at))
+            evidence["consumers_from"] = (f"an earlier poll's consumer list, {back} before this one (the last poll "
+                                          "listed none for it)")
         if requeued:
             evidence["requeued_before"] = requeued
         yield rule.finding(
