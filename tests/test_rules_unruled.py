@@ -167,6 +167,19 @@ def test_a_queue_gone_while_it_held_messages_is_a_loss_naming_its_consumers_then
     assert _loud(Context(now, before)) == [("queue-deleted-holding", "queue work", "worker")]
 
 
+def test_a_consumer_missing_from_the_last_polls_list_is_named_from_an_earlier_one_and_said_so():
+    """A consumer that lived a few seconds: the poll before the deletion counted it on the queue but its consumer
+    list had none (a 4.3 node under load); the poll before that listed it."""
+    worker = consumer("work", "ch worker", connection="conn worker", connection_name="worker")
+    earlier = _with_healthy(997.0, queues=[_work(consumers=1)], consumers=[worker])
+    before = _with_healthy(1000.0, queues=[_work(consumers=1)])
+    [f] = _only(Context(_with_healthy(1005.0), before, earlier=earlier), "queue-deleted-holding")
+    assert f.connection_name == "worker" and f.evidence["consumers_from"].startswith("an earlier poll's consumer list")
+    # No earlier list that names one: nobody is named.
+    [f] = _only(Context(_with_healthy(1005.0), before, earlier=before), "queue-deleted-holding")
+    assert f.connection_name == "" and "consumers_from" not in f.evidence
+
+
 def test_persistent_messages_of_a_durable_queue_deleted_are_critical():
     held = queue("ledger", messages_ready=5, messages_persistent=5, consumers=0)
     [f] = _only(Context(_with_healthy(1005.0), _with_healthy(1000.0, queues=[held])), "queue-deleted-holding")
