@@ -89,13 +89,11 @@ class Poller:
         try:
             snapshot = sharing(carried(self.source.read(), self.snapshot), self.snapshot)
         except SourceFailed as failure:
-            self._read_breaks(None)
-            self._read_traces(None)
+            self._read_sources(None)
             self._publish_failure(failure.errors, started, started_wall)
         else:
             self._say_overrun(time.monotonic() - started)  # a failed poll is down, not slow: said as such
-            self._read_breaks(snapshot)
-            self._read_traces(snapshot)
+            self._read_sources(snapshot)
             self.diagnosis = self._diagnose(snapshot, self.snapshot)
             self.previous, self.snapshot = self.snapshot, snapshot
             if self.record is not None:
@@ -109,23 +107,13 @@ class Poller:
         self.exposition = render(self.snapshot, self.status, self.limits, self.diagnosis, self._label_sets,
                                  self.breaks, self.previous, self.traces)
 
-    def _read_breaks(self, snapshot: Snapshot | None) -> None:
-        if self.read_breaks is None:
-            return
-        try:
-            self.breaks = self.read_breaks(snapshot)
-        except Exception as e:  # a broken event source must not cost the metrics
-            log.error("reading the broker's events failed: %s: %s", type(e).__name__, e)
-            log.debug("event source failure", exc_info=True)
-
-    def _read_traces(self, snapshot: Snapshot | None) -> None:
-        if self.read_traces is None:
-            return
-        try:
-            self.traces = self.read_traces(snapshot)
-        except Exception as e:  # a broken trace source must not cost the metrics
-            log.error("reading the applications' traces failed: %s: %s", type(e).__name__, e)
-            log.debug("trace source failure", exc_info=True)
+    def _read_sources(self, snapshot: Snapshot | None) -> None:
+        """What is read beside the broker's API at each poll (given this poll's snapshot, or None where it failed):
+        the broker's events, the applications' traces. A broken one costs neither the metrics nor the other."""
+        if self.read_breaks is not None:
+            self.breaks = _guarded(self.read_breaks, snapshot, "the broker's events", self.breaks)
+        if self.read_traces is not None:
+            self.traces = _guarded(self.read_traces, snapshot, "the applications' traces", self.traces)
 
     def _say_overrun(self, took: float) -> None:
         """A poll longer than the interval is slow, not down: the next starts when it ends, the metrics are
@@ -211,3 +199,13 @@ class Poller:
                 log.debug("poll crash", exc_info=True)
             next_at = max(next_at + self.interval, time.monotonic())
             self._stop.wait(next_at - time.monotonic())
+
+
+def _guarded(read, snapshot, what: str, last):
+    """read(snapshot), or `last` (what it gave before) where it raised, said in a line."""
+    try:
+        return read(snapshot)
+    except Exception as e:
+        log.error("reading %s failed: %s: %s", what, type(e).__name__, e)
+        log.debug("%s: failure", what, exc_info=True)
+        return last

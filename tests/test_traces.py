@@ -566,3 +566,32 @@ def test_gone_beside_a_live_auto_ack_consumer_says_it_may_still_hold_them():
     [finding] = _found(_judge([gone], snapshot_kw=parts, start_kw=dict(queues=[queue("orders")])),
                        "trace-messages-unprocessed")
     assert "slow-worker, consuming with auto-ack now, still holds them" in finding.evidence["inferred"]
+
+
+def test_a_healthy_traced_flow_beside_other_queues_is_named_by_nothing_at_warning_or_above():
+    """The trace rules' 'never': every message delivered within a few ms, once, by the same clocks, with other
+    queues and their consumers beside it."""
+    from snapshot_builders import channel, consumer, queue
+    healthy = _flow(queue_time=_histogram(0, 0, 100))
+    other = _flow(destination=",audit", queue="audit", service="admin", queue_time=_histogram(5))
+    parts = dict(queues=[queue("orders", messages_ready=0), queue("audit", messages_ready=3), queue("bulk")],
+                 channels=[channel("ch 1", prefetch_count=10, messages_unacked=1, connection_name="billing-1")],
+                 consumers=[consumer("orders", "ch 1", connection_name="billing-1")])
+    diagnosis = _judge([healthy, other], snapshot_kw=parts)
+    assert not [f for f in diagnosis.findings if f.rule.startswith("trace-")]
+
+
+def test_gone_names_only_the_consumers_of_the_queue_the_spans_name():
+    """Another queue's consumer, or a consumer of a queue of the same name in another vhost, could not have taken
+    them: never named. With the name in two vhosts nothing is placed, so nobody is named at all."""
+    from snapshot_builders import consumer, queue
+    gone = _flow(delivered=97, unprocessed={UNPLACED: 3})
+    parts = dict(queues=[queue("orders", messages_ready=0, consumers=1), queue("audit", consumers=1)],
+                 consumers=[consumer("orders", "ch 1", connection_name="billing-1"),
+                            consumer("audit", "ch 2", connection_name="auditor")])
+    [finding] = _found(_judge([gone], snapshot_kw=parts), "trace-messages-unprocessed")
+    assert finding.connection_name == "billing-1" and "auditor" not in repr(finding.evidence)
+    parts["queues"].append(queue("orders", vhost="other", messages_ready=0, consumers=1))
+    parts["consumers"].append(consumer("orders", "ch 3", vhost="other", connection_name="stranger"))
+    [finding] = _found(_judge([gone], snapshot_kw=parts), "trace-messages-unprocessed")
+    assert (finding.severity, finding.connection_name) == ("info", "")
