@@ -237,7 +237,7 @@ def memory_alarm(node: LocalBroker) -> Iterator[None]:
     finally:
         node.ctl("set_vm_memory_high_watermark", "0.4")
         wait_for(lambda: not any(n.get("mem_alarm") for n in node.api("GET", "/nodes").json()
-                                 if n["name"] == node.nodename), 30, "the node's API to report its alarm cleared")
+                                 if n["name"] == node.nodename), 60, "the node's API to report its alarm cleared")
 
 
 def require_binary(name: str, package: str) -> str:

@@ -79,8 +79,11 @@ class Watched:
 
 @contextmanager
 def watched(prometheus, broker, vhost: str, workdir: Path, *scenarios: str) -> Iterator[Watched]:
+    # A transient probe: its confirms wait for no fsync, so a loaded test machine's disk cannot raise the probe's
+    # latency alert beside the workloads these tests judge (a persistent one's p99 passed 0.5 s on a slow day).
     exporter = Exporter(exporter_config(broker.management_url, interval=1.0,
-                                        probes=probe_config(broker, vhost, (quick("classic-persistent"),)),
+                                        probes=probe_config(broker, vhost,
+                                                            (quick("classic-transient", persistent=False),)),
                                         selection=only_vhost(vhost)))
     exporter.start()
     running = Running([BY_NAME[n] for n in scenarios], Secret(broker.amqp_url(vhost))).start()

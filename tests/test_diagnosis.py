@@ -149,13 +149,18 @@ def _diagnose(broker, vhost, *extra, password=ADMIN_PASSWORD, url=None):
 def test_memory_alarm_is_critical_blocks_the_publisher_and_exits_2(broker, vhost):
     with scenarios_running(broker, vhost, "blocked-publisher"):
         with memory_alarm(broker):
+            last: list[object] = []
+
             def blocked():
                 done = _diagnose(broker, vhost, "--format", "json")
                 report = json.loads(done.stdout)
                 rules = {(f["rule"], f["severity"], f["connection_name"]) for f in report["findings"]}
+                last[:] = [done.returncode, sorted(rules)]
                 return (done.returncode, rules) if ("connection-blocked", "warning",
                                                     "ackscope-scenario blocked-publisher") in rules else None
-            code, rules = wait_for(blocked, timeout=60, what="the scenario's publisher to be blocked")
+            # Each diagnose is a process of its own that polls twice: a few seconds each on a loaded machine.
+            code, rules = wait_for(blocked, timeout=120,
+                                   what=lambda: f"the scenario's publisher to be blocked (last: exit {last})")
     assert code == 2
     assert any(r == "memory-alarm" and s == "critical" for r, s, _ in rules)
 

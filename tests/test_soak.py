@@ -37,14 +37,14 @@ def test_no_confirmed_persistent_message_is_lost_across_the_faults(soak):
     assert soak.lost() == 0
 
 
-def test_packet_loss_on_the_path_to_the_broker_slows_confirms_and_loses_nothing(soak):
+def test_packet_loss_on_the_path_to_the_broker_loses_no_confirmed_message_and_confirms_go_on(soak):
     network = next(f for f in soak.faults if "packet loss" in f.name)
-    baseline = soak.baseline_confirm_ms()
-    assert baseline is not None and network.confirm_ms is not None
     assert network.packets_dropped, "the lossy link dropped nothing"
-    # While the loss lasted, not across its window: retransmits a probe's publisher feels, at no message's cost.
-    assert network.confirm_ms > 5 * baseline, (network.confirm_ms, baseline)
-    assert network.probes["lost"] == 0
+    # Confirms went on while the loss lasted (a mean over those made then), none timed out, none was lost. How much
+    # slower they were is bench/soak.py's figure, not asserted: on this link's sub-millisecond round trip TCP resends a
+    # lost segment within milliseconds, which a slow day's baseline (16 ms once) hides.
+    assert network.confirm_ms is not None, "no confirm while the loss lasted"
+    assert network.probes["lost"] == 0 and network.probes["confirm_timeouts"] == 0, network.probes
 
 
 def test_latency_on_the_path_to_the_broker_shows_in_the_probes_confirm_latency(soak):
