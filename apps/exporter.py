@@ -32,7 +32,7 @@ from ackscope.diagnosis.waiting import Waiting
 from ackscope.diagnosis.window import Recent
 from ackscope.exporter.cardinality import Limits
 from ackscope.exporter.exposition import compressed, probe_metrics
-from ackscope.exporter.history import SnapshotHistory, trace_log
+from ackscope.exporter.history import SnapshotHistory
 from ackscope.exporter.poller import Poller
 from ackscope.model.confirm_bench import ConfirmBench
 from ackscope.model.events import Breaks
@@ -44,9 +44,9 @@ from ackscope.probes import config as probe_config
 from ackscope.probes.config import ProbeConfig
 from ackscope.probes.service import Probes
 from ackscope.sources import KINDS, BreakLedger, BrokerLogWatch, EventExchangeWatch, Selection, make_source
-from ackscope.sources.traces import Pairing, TraceDirectory, TraceReceiver
 
 from . import bench
+from .exporter_traces import TraceEndpoint, TraceSettings
 
 log = logging.getLogger("ackscope.exporter")
 
@@ -228,12 +228,11 @@ class Exporter:
         self.ledger = BreakLedger(cfg.thresholds.window_seconds,
                                   BrokerLogWatch(cfg.broker_log) if cfg.broker_log else None, cfg.selection.vhost,
                                   EventExchangeWatch(cfg.probes.entries) if cfg.event_exchange and cfg.probes else None)
-        # The applications' spans (/v1/traces, --traces-dir): paired as they come, placed by each poll's snapshot.
-        self.trace_log = trace_log(cfg.data_dir) if cfg.data_dir else None  # each message, once forgotten
-        self.traces = TraceReceiver(Pairing(deadline_s=cfg.trace_deadline, max_messages=cfg.max_trace_messages,
-                                            max_destinations=cfg.max_destinations,
-                                            on_forget=self.trace_log.extend if self.trace_log else None))
-        self.traces_dir = TraceDirectory(cfg.traces_dir, self.traces) if cfg.traces_dir else None
+        # The applications' spans (/v1/traces, --traces-dir): paired as they come in a worker process, placed by
+        # each poll's snapshot.
+        self.traces = TraceEndpoint(TraceSettings(deadline_s=cfg.trace_deadline, max_messages=cfg.max_trace_messages,
+                                                  max_destinations=cfg.max_destinations, data_dir=cfg.data_dir,
+                                                  traces_dir=cfg.traces_dir))
         self.poller = Poller(source, interval=cfg.interval, limits=cfg.limits, diagnose=self._diagnose,
                              record=self.history.record if self.history is not None else None,
                              breaks=lambda snapshot: self.ledger.update(snapshot, time.time()),
@@ -268,8 +267,6 @@ class Exporter:
                        upgrades=outlooks(snapshot, breaks), oldest=tuple(oldest.values()))
 
     def _traces(self, snapshot: Snapshot | None) -> TraceWindow:
-        if self.traces_dir is not None:
-            self.traces_dir.read()
         return placed(self.traces.window(time.time()), snapshot)
 
     def _probes_json(self) -> bytes:
@@ -295,8 +292,6 @@ class Exporter:
         native_memory.one_arena()
         if self.history is not None:
             self.history.start()
-        if self.trace_log is not None:
-            self.trace_log.start()
         self.poller.start()
         if self.probes is not None:
             self.probes.start()
@@ -311,12 +306,7 @@ class Exporter:
             self.probes.stop()
         if self.history is not None:
             self.history.stop()
-        if self.trace_log is not None:
-            pending = self.traces.pairing.forget_all(time.time())
-            if pending:
-                log.info("%d traced messages still within --trace-deadline at the stop are not written to the "
-                         "history: neither delivered nor yet unprocessed", pending)
-            self.trace_log.stop()
+        self.traces.stop()
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

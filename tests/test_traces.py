@@ -7,6 +7,9 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
+import signal
+import time
 
 import pytest
 from google.protobuf import json_format
@@ -14,10 +17,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from ackscope.apps.exporter_traces import TraceEndpoint, TraceSettings
 from ackscope.model.traces import CELERY, GONE, OLDER, PROCESS, PUBLISH, SEMCONV, SETTLE, UNPLACED
 from ackscope.sources.traces import Pairing, TraceReceiver
 from ackscope.sources.traces.decode import decode
 from ackscope.sources.traces.shapes import NotUnderstood, normalise
+from helpers import wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -595,3 +600,27 @@ def test_gone_names_only_the_consumers_of_the_queue_the_spans_name():
     parts["consumers"].append(consumer("orders", "ch 3", vhost="other", connection_name="stranger"))
     [finding] = _found(_judge([gone], snapshot_kw=parts), "trace-messages-unprocessed")
     assert (finding.severity, finding.connection_name) == ("info", "")
+
+
+def test_the_endpoint_pairs_in_its_worker_and_a_worker_that_ended_costs_a_503_not_the_exporter(tmp_path):
+    endpoint = TraceEndpoint(TraceSettings(data_dir=str(tmp_path)))
+    try:
+        assert endpoint.window(T0).flows == () and endpoint.worker.started == 0  # no span yet: no process
+        now = time.time()
+        body = request({"shop": [pika_send(1, now - 1)], "billing": [pika_receive(2, now - 0.5, now, parent=1)]})
+        answer = endpoint.receive(body.SerializeToString(), "application/x-protobuf")
+        assert answer.status == 200 and endpoint.worker.pid != os.getpid()
+        [flow] = endpoint.window(time.time()).flows
+        assert (flow.destination, flow.service, flow.published, flow.delivered) == ("orders", "shop", 1, 1)
+        os.kill(endpoint.worker.pid, signal.SIGKILL)
+        wait_for(lambda: not endpoint.worker.running, 5, "the killed worker gone")
+        refused = endpoint.receive(body.SerializeToString(), "application/x-protobuf")
+        # The sender's exporter sends the batch again on a 503; the poll keeps the last window meanwhile.
+        assert (refused.status, refused.body.count(b"\n")) == (503, 1), refused.body
+        assert b"the traces worker ended (exit code -9)" in refused.body
+        assert endpoint.window(time.time()).flows == (flow,)
+        again = wait_for(lambda: endpoint.receive(body.SerializeToString(), "application/x-protobuf").status == 200,
+                         10, "a new worker to take the batch")
+        assert again and endpoint.worker.started == 2
+    finally:
+        endpoint.stop()
