@@ -29,9 +29,9 @@ WEB_USER, WEB_PASSWORD = "scraper", "s3cret-web"
 @pytest.fixture
 def watching(broker, vhost, start_exporter):
     # A short deadline, so that a test sees messages become unprocessed; the web endpoints behind basic auth, as
-    # the traces must be.
+    # the traces must be; the node's log, for what the broker did beside the spans.
     return start_exporter(broker.management_url, interval=0.5, selection=only_vhost(vhost), trace_deadline=8.0,
-                          web=WebSecurity(WEB_USER, Secret(WEB_PASSWORD)))
+                          web=WebSecurity(WEB_USER, Secret(WEB_PASSWORD)), broker_log=str(broker.log_file))
 
 
 @pytest.fixture
@@ -154,6 +154,10 @@ def test_an_auto_ack_consumer_killed_mid_batch_leaves_its_messages_unprocessed_a
     assert (found["severity"], found["vhost"], found["evidence"]["queue_holds"]) == ("warning", vhost, 0)
     assert found["evidence"]["broker_deliveries_in_window"] == 10
     assert "died before its span ended" in found["evidence"]["inferred"]
+    # Beside it, from the node's log: the killed consumer's connection (aio-pika's, by its library), dropped.
+    assert any(e.startswith("a connection closed: aiormq") and e.endswith("(dropped)")
+               for e in found["evidence"]["broker_events"]), \
+        found["evidence"]["broker_events"]
 
     # The dashboard's page of traced messages: the destination first, with its gone messages, and the finding.
     app = page(monkeypatch, "traces", watching.url, ACKSCOPE_WEB_USERNAME=WEB_USER,
@@ -165,16 +169,27 @@ def test_an_auto_ack_consumer_killed_mid_batch_leaves_its_messages_unprocessed_a
 
 
 def test_a_requeue_shows_each_message_delivered_twice_to_the_same_service(broker, vhost, watching, traced):
+    """aio-pika's spans name the queue (the default exchange's ",retries"), so the duplicates are joined with the
+    broker's count of the queue's redeliveries; they carry no redelivered flag of their own."""
     declare(broker, vhost, "retries")
-    consumer = traced.start(sys.executable, "traced.py", "pika-consume", "retries", "0", "requeue",
+    consumer = traced.start(sys.executable, "traced.py", "aio-pika-consume", "retries", "0", "requeue",
                             env={"OTEL_SERVICE_NAME": "billing"})
-    traced.run(sys.executable, "traced.py", "pika-publish", "retries", "4", env={"OTEL_SERVICE_NAME": "shop"})
-    wait_for(lambda: flow(watching, "retries", "shop", "duplicate_deliveries_total") == 4, 40,
+    traced.run(sys.executable, "traced.py", "aio-pika-publish", "retries", "4", env={"OTEL_SERVICE_NAME": "shop"})
+    wait_for(lambda: flow(watching, ",retries", "shop", "duplicate_deliveries_total") == 4, 40,
              "four duplicate deliveries traced")
     got = consumer_records(consumer)
     assert sorted(r["redelivered"] for r in got if "received" in r) == [False] * 4 + [True] * 4
-    assert flow(watching, "retries", "shop", "delivered_total") == 4
+    assert flow(watching, ",retries", "shop", "delivered_total") == 4
     broker_counted(broker, vhost, "retries", deliver=8, redeliver=4)
+
+    # The finding names the duplicates as redeliveries by the broker's own count, the spans flagging none.
+    def finding():
+        found = requests.get(watching.url + "/api/findings", auth=(WEB_USER, WEB_PASSWORD), timeout=5).json()
+        return next((f for f in found["findings"] if f["rule"] == "trace-duplicate-deliveries"
+                     and f["evidence"].get("broker_redeliveries_in_window") == 4), None)
+    found = wait_for(finding, 30, "the trace-duplicate-deliveries finding with the broker's four redeliveries")
+    assert (found["evidence"]["duplicate_deliveries"], found["evidence"]["flagged_redelivered_by_span"]) == (4, 0)
+    assert found["evidence"]["queue"] == "retries" and "4 redeliveries on retries" in found["explanation"]
 
 
 def test_celery_tasks_pair_their_apply_async_with_their_run(broker, vhost, watching, traced):

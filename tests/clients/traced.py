@@ -106,10 +106,17 @@ async def aio_pika_consume(queue: str, sleep: float, mode: str) -> None:
     q = await channel.get_queue(queue)
     one_at_a_time = asyncio.Lock()  # aio-pika runs callbacks side by side; this application takes one at a time
 
+    seen: set[bytes] = set()
+
     async def on_message(message):
-        async with message.process(ignore_processed=True), one_at_a_time:
-            say(received=message.body.decode(), at=time.time())
+        async with one_at_a_time:
+            say(received=message.body.decode(), at=time.time(), redelivered=message.redelivered)
             await asyncio.sleep(sleep)
+            if mode == "requeue" and message.body not in seen:
+                seen.add(message.body)
+                await message.nack(requeue=True)
+            elif mode != "auto-ack":
+                await message.ack()
 
     await q.consume(on_message, no_ack=mode == "auto-ack")
     print("ready", flush=True)
