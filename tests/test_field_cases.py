@@ -459,6 +459,10 @@ def test_a_consumer_that_gives_its_message_back_and_cancels_loses_it_with_its_au
         assert holding["severity"] == "warning"
         wait_for(lambda: ((q := _snapshot_queue(field, "k7.autodelete")) or {}).get("message_stats", {}).get(
             "deliver_get"), 20, "the queue's counters in the exporter's snapshot")
+        # And its consumer listed: the loss names whom a poll saw consume it, and a loaded 3.10 node lists a
+        # consumer a statistics emission after it counts its delivery (the finding then rightly named nobody).
+        wait_for(lambda: any(c["queue"] == "k7.autodelete" for c in _snapshot(field).get("consumers", [])), 30,
+                 "the queue's consumer in the exporter's snapshot")
         ch.basic_nack(got[0], requeue=True)
         ch.basic_cancel(tag)  # the last consumer: the broker deletes the queue, and the message with it
         conn.close()
@@ -572,6 +576,16 @@ def test_a_dead_letter_target_through_the_default_exchange_a_drop_at_the_limit_a
             # All three dead-lettered through the default exchange are kept: the broker's own count.
             wait_for(lambda: ch.queue_declare("fld.dlq", passive=True).method.message_count == 3, timeout=30,
                      what="the three dead letters in fld.dlq")
+
+            # Open until a poll shows each queue's own redeliveries: a channel's counts reach its queues at its next
+            # statistics emission, and without them the node-wide count rightly names no queue (a loaded 3.10 node
+            # left both findings unattributed when the channel closed at once).
+            def redelivered(name: str) -> bool:
+                doc = requests.get(exporter.url + "/api/snapshot", timeout=15).json()["snapshot"] or {}
+                q = next((q for q in doc.get("queues", []) if q["name"] == name), None)
+                return bool(q and (q.get("message_stats") or {}).get("redeliver"))
+            wait_for(lambda: redelivered("fld.kept") and redelivered("fld.dropping"), 60,
+                     "the exporter's snapshot to count fld.kept's and fld.dropping's redeliveries")
         with connect(node, vhost, "fld-capped-publisher") as conn:
             ch = conn.channel()
             ch.confirm_delivery()
