@@ -138,6 +138,9 @@ def _unprocessed(ctx: Context, rule: Rule) -> Iterator[Finding]:
                     f"the broker delivered {by_broker} from {q.name} over the window, {by_broker - traced} more than "
                     "the spans show: a consumer that sends no spans may have taken them, or one that died before its "
                     "span ended (an auto-ack consumer loses what it was handed)" if untraced else
+                    f"the broker's count of {q.name}'s deliveries over the window is not reported (a channel that "
+                    "closed before its statistics were emitted takes its count with it): whether a consumer took "
+                    "them or they left the queue another way is not known" if by_broker is None else
                     "the broker delivered fewer from the queue than these and the traced deliveries together: they "
                     "left it another way (expired, dropped at a length limit, dead-lettered, or purged)")
                 holding = [c for c in ctx.known_consumers_of(q) if c.ack_required is False]

@@ -124,11 +124,16 @@ def test_exporter_reads_the_plugin_and_finds_the_saturated_and_the_hoarding_cons
         exporter = start_exporter(statsoff_broker.management_url, prometheus_url=statsoff_broker.prometheus_url,
                                   selection=only_vhost(off_vhost))
         with scenarios_running(statsoff_broker, off_vhost, "prefetch-saturated", "prefetch-unlimited"):
+            last: list[str] = []
+
             def findings():
                 found = requests.get(exporter.url + "/api/findings", timeout=5).json()["findings"]
+                last[:] = sorted(f["rule"] for f in found)
                 return {f["rule"]: f for f in found} if {"prefetch-saturated", "prefetch-unlimited"} <= {
                     f["rule"] for f in found} else None
-            found = wait_for(findings, timeout=40, what="prefetch findings from the plugin's counts")
+            # The plugin's per-channel counts come at its own scrape cadence: on a loaded machine, over 40 s once.
+            found = wait_for(findings, timeout=90,
+                             what=lambda: f"prefetch findings from the plugin's counts (last seen: {last})")
             s = wait_for_sample(exporter, "ackscope_up", 1)
     assert value(s, "ackscope_source_info", source="prometheus") == 1
     # What the plugin cannot say is said, in the metrics and the JSON, never left as a silent "healthy".

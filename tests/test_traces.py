@@ -459,6 +459,13 @@ def test_gone_messages_are_said_with_the_broker_deliveries_beside_them():
     [finding] = _found(_judge([gone], snapshot_kw=parts, start_kw=dict(queues=[queue("orders")])),
                        "trace-messages-unprocessed")
     assert "a consumer that sends no spans may have taken them" in finding.evidence["inferred"]
+    # No count of the queue's deliveries (a 4.0 node's consumer channel killed before its statistics were emitted):
+    # neither way is said, the count not known.
+    parts = dict(queues=[queue("orders", messages_ready=0)])
+    [finding] = _found(_judge([gone], snapshot_kw=parts, start_kw=dict(queues=[queue("orders")])),
+                       "trace-messages-unprocessed")
+    assert finding.evidence["broker_deliveries_in_window"] is None and "not known" in finding.evidence["inferred"]
+    assert "another way (" not in finding.evidence["inferred"] and "may have taken" not in finding.evidence["inferred"]
 
 
 def test_unprocessed_messages_still_in_their_queue_are_a_backlog_with_its_age():
