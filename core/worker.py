@@ -30,6 +30,8 @@ from multiprocessing.connection import Connection
 from types import MappingProxyType
 from typing import Any
 
+from .processes import stop_process
+
 log = logging.getLogger("ackscope.worker")
 
 CLOSE = "close"  # the method called on the object before the worker ends, where the object has one
@@ -83,8 +85,8 @@ class Worker:
             try:
                 self._conn.send((method, args))
                 ok, value, records = self._conn.recv()
-            except (EOFError, OSError) as e:
-                raise WorkerGone(self._lost(e)) from None
+            except (EOFError, OSError):
+                raise WorkerGone(self._lost()) from None
             if self._failures:
                 log.warning("%s answers again, after %d ended: what the ended ones held is not judged", self.name,
                             self._failures)
@@ -109,18 +111,14 @@ class Worker:
             except (EOFError, OSError):
                 pass
             self._conn.close()
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+            stop_process(self._process, timeout=5)  # it ends by itself once closed; SIGTERM is ignored there
             self._process = self._conn = None
         _relog(records)
         return value
 
     def _start(self) -> None:
         if self._process is not None:  # it ended between calls
-            self._lost(None)
+            self._lost()
         wait = self._not_before - self._clock()
         if wait > 0:
             raise WorkerGone(f"{self._ended}; started again in {wait:.0f} s")
@@ -140,22 +138,17 @@ class Worker:
         self.started += 1
         try:
             self._conn.send(self._build)
-        except OSError as e:
-            raise WorkerGone(self._lost(e)) from None
+        except OSError:
+            raise WorkerGone(self._lost()) from None
 
-    def _lost(self, error: BaseException | None) -> str:
+    def _lost(self) -> str:
         """Forget the process that ended: say why (the first of a run of ends), and hold the next start back: 1 s,
         twice as long at each end in a row, at most a minute."""
         process, conn = self._process, self._conn
         self._process = self._conn = None
         assert process is not None and conn is not None
         conn.close()
-        try:
-            code: int | None = process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            code = process.wait()
-        how = f"exit code {code}" if code is not None else type(error).__name__
+        how = f"exit code {stop_process(process, timeout=5)}"
         self._ended = f"{self.name} ended ({how})"
         self._failures += 1
         self._not_before = self._clock() + min(60.0, 2.0 ** (self._failures - 1))
