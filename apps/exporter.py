@@ -99,6 +99,8 @@ OPTIONS = (
            "before the message counts as unprocessed"),
     Option("max_destinations", 50, config.positive_int, "trace destinations with series of their own; the rest "
            "count as (other)"),
+    Option("max_services", 50, config.positive_int, "traced services (service.name) with series of their own; the "
+           "rest count as (other)"),
     Option("max_trace_messages", 1_000_000, config.positive_int, "traced messages held at once; spans beyond are "
            "dropped and counted (ackscope_trace_spans_dropped_total)"),
     probe_config.DATA_DIR,
@@ -133,6 +135,7 @@ class ExporterConfig:
     traces_dir: str | None = None  # the Collector's file exporter's folder
     trace_deadline: float = 60.0
     max_destinations: int = 50
+    max_services: int = 50
     max_trace_messages: int = 1_000_000
 
 
@@ -172,7 +175,7 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> ExporterConfig
         confirm_bench=bench.saved(v["confirm_bench"]) if v["confirm_bench"] else None,
         source=v["source"], prometheus_url=v["prometheus_url"], cli=v["cli"],
         traces_dir=v["traces_dir"], trace_deadline=v["trace_deadline"], max_destinations=v["max_destinations"],
-        max_trace_messages=v["max_trace_messages"],
+        max_services=v["max_services"], max_trace_messages=v["max_trace_messages"],
     )
 
 
@@ -231,7 +234,8 @@ class Exporter:
         # The applications' spans (/v1/traces, --traces-dir): paired as they come in a worker process, placed by
         # each poll's snapshot.
         self.traces = TraceEndpoint(TraceSettings(deadline_s=cfg.trace_deadline, max_messages=cfg.max_trace_messages,
-                                                  max_destinations=cfg.max_destinations, data_dir=cfg.data_dir,
+                                                  max_destinations=cfg.max_destinations,
+                                                  max_services=cfg.max_services, data_dir=cfg.data_dir,
                                                   traces_dir=cfg.traces_dir))
         self.poller = Poller(source, interval=cfg.interval, limits=cfg.limits, diagnose=self._diagnose,
                              record=self.history.record if self.history is not None else None,

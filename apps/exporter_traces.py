@@ -26,12 +26,14 @@ class TraceSettings:
     deadline_s: float = 60.0  # --trace-deadline
     max_messages: int = 1_000_000  # --max-trace-messages
     max_destinations: int = 50  # --max-destinations
+    max_services: int = 50  # --max-services
     data_dir: str | None = None  # --data-dir: each message written once forgotten
     traces_dir: str | None = None  # --traces-dir
 
     def pairing(self, on_forget=None) -> Pairing:
         return Pairing(deadline_s=self.deadline_s, max_messages=self.max_messages,
-                       max_destinations=self.max_destinations, on_forget=on_forget)
+                       max_destinations=self.max_destinations, max_services=self.max_services,
+                       on_forget=on_forget)
 
 
 class TraceSide:

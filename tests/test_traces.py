@@ -106,8 +106,11 @@ def test_json_with_hex_ids_decodes_to_the_same_spans_as_protobuf():
     (b"not gzip at all", "application/x-protobuf", "gzip", 400, "does not unpack"),
     (b"x", "application/x-protobuf", "br", 400, "is not gzip, deflate or identity"),
     (gzip.compress(b"\0" * (2 << 20), mtime=0), "application/x-protobuf", "gzip", 413, "unpacks to more than"),
+    (b"[" * 100_000 + b"]" * 100_000, "application/json", "", 400, "nested too deeply"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"spanId": "01", "attributes": ' + b"[" * 50_000
+     + b"]" * 50_000 + b"}]}]}]}", "application/json", "", 400, "nested too deeply"),
 ], ids=["protobuf", "json-cut", "json-array", "json-id", "json-type", "content-type", "gzip", "encoding",
-        "gzip-bomb"])
+        "gzip-bomb", "json-deep", "json-deep-in-a-span"])
 def test_a_bad_request_is_answered_in_one_line_and_counted(body, content_type, encoding, status, says):
     receiver = TraceReceiver(max_request_bytes=1 << 20)
     answer = receiver.receive(body, content_type, encoding, now=T0)
@@ -631,3 +634,144 @@ def test_the_endpoint_pairs_in_its_worker_and_a_worker_that_ended_costs_a_503_no
         assert again and endpoint.worker.started == 2
     finally:
         endpoint.stop()
+
+
+# -- what the spans cannot show is never claimed -------------------------------------------------------------
+def _pika_send_failed(n, start, parent=None):
+    return span(n, "orders send", PRODUCER, start, parent=parent, error=True, messaging__system="rabbitmq",
+                messaging__destination="orders")
+
+
+@pytest.mark.parametrize("order", ["inner first", "outer first", "one span"])
+def test_a_failed_publish_is_a_publish_error_and_never_unprocessed(order):
+    """The publisher was told its publish failed: the broker may never have had the message, so it is neither
+    waiting nor gone. pika's outer send may carry the error while its inner one does not, and either ends first."""
+    pairing = Pairing(deadline_s=60)
+    if order == "one span":
+        spans = [_pika_send_failed(1, T0)]
+    else:
+        spans = [pika_send(2, T0 + 0.0001, parent=1), _pika_send_failed(1, T0)]
+        spans = spans if order == "inner first" else spans[::-1]
+    for s in spans:
+        pairing.take([normalise(s, "shop")], T0 + 0.5)
+    flow = flows(pairing, T0 + 70)[("orders", "shop")]
+    assert (flow.published, flow.publish_errors, flow.unprocessed) == (1, 1, {})
+
+
+def test_a_flow_whose_publishes_name_several_queues_is_placed_beside_none_of_them():
+    """Publishes to the default exchange named as "amq.default" go to the queue of each routing key: one
+    destination, several queues. Naming the last one seen would blame a queue that may not hold them."""
+    from snapshot_builders import queue, snapshot
+    from ackscope.diagnosis.traces import placed
+
+    def send(n, key):
+        return span(n, "publish", PRODUCER, T0, messaging__system="rabbitmq", messaging__operation__type="send",
+                    messaging__destination__name="amq.default", messaging__rabbitmq__destination__routing_key=key)
+    receiver = TraceReceiver()
+    received(receiver, {"shop": [send(1, "emails"), send(2, "orders"), send(3, "emails")],
+                        "billing": [span(4, "process", CONSUMER, T0 + 0.1, parent=2, messaging__system="rabbitmq",
+                                         messaging__operation__type="process",
+                                         messaging__destination__name="amq.default:orders:orders")]})
+    window = receiver.window(T0 + 70)
+    [flow] = window.flows
+    assert (flow.queue, flow.unprocessed) == (None, {UNPLACED: 2})
+    snap = snapshot(T0 + 70, queues=[queue("orders", messages_ready=0, consumers=1)])
+    assert placed(window, snap).flows[0].unprocessed == {UNPLACED: 2}
+
+
+def test_the_queue_a_consumer_span_spells_out_places_a_flow_whose_publishes_name_an_exchange():
+    attrs = dict(messaging__system="rabbitmq")
+    pairing = Pairing()
+    pairing.take([normalise(span(1, "send", PRODUCER, T0, messaging__operation__type="send",
+                                 messaging__destination__name="events:created",
+                                 messaging__rabbitmq__destination__routing_key="created", **attrs), "shop"),
+                  normalise(span(2, "process", CONSUMER, T0 + 0.1, parent=1, messaging__operation__type="process",
+                                 messaging__destination__name="events:created:billing", **attrs), "billing")],
+                 T0 + 1)
+    assert flows(pairing, T0 + 2)[("events:created", "shop")].queue == "billing"
+
+
+def test_a_delivery_linking_its_publish_under_a_parent_of_its_own_waits_for_the_publish():
+    """A v1.44 consumer span's parent may be the consumer's own (ambient) span, its publish a link: it waits
+    under both, is paired once, and its parent's deadline does not make it an orphan."""
+    receiver = TraceReceiver()
+    delivery = span(3, "process", CONSUMER, T0 + 0.2, parent=77, links=(1,), messaging__system="rabbitmq",
+                    messaging__operation__type="process", messaging__destination__name="orders")
+    received(receiver, {"billing": [delivery]}, now=T0 + 1)
+    received(receiver, {"shop": [span(1, "publish", PRODUCER, T0, messaging__system="rabbitmq",
+                                      messaging__operation__type="send", messaging__destination__name="orders")]},
+             now=T0 + 3)
+    window = receiver.window(T0 + 80)
+    assert [(f.delivered, f.unprocessed) for f in window.flows] == [(1, {})]
+    assert (window.orphans, window.unprocessed_known) == ({}, True)
+
+
+def test_a_receive_and_a_process_span_of_one_delivery_are_one_delivery_and_a_second_queue_is_no_duplicate():
+    attrs = dict(messaging__system="rabbitmq")
+
+    def consumer_span(n, operation, queue, start):
+        return span(n, operation, CONSUMER, T0 + start, links=(1,), messaging__operation__type=operation,
+                    messaging__destination__name=f"events:created:{queue}", **attrs)
+    pairing = Pairing()
+    pairing.take([normalise(span(1, "send", PRODUCER, T0, messaging__operation__type="send",
+                                 messaging__destination__name="events:created",
+                                 messaging__rabbitmq__destination__routing_key="created", **attrs), "shop")]
+                 + [normalise(s, "billing") for s in (consumer_span(2, "receive", "billing", 0.1),
+                                                      consumer_span(3, "process", "billing", 0.2),
+                                                      consumer_span(4, "process", "billing-audit", 0.3))], T0 + 1)
+    flow = flows(pairing, T0 + 2)[("events:created", "shop")]
+    assert (flow.delivered, flow.duplicates) == (1, 0)
+    # The same consumer's second receive and process: a second delivery, one duplicate.
+    pairing.take([normalise(s, "billing") for s in (consumer_span(5, "receive", "billing", 5),
+                                                    consumer_span(6, "process", "billing", 5.1))], T0 + 6)
+    assert flows(pairing, T0 + 7)[("events:created", "shop")].duplicates == 1
+
+
+def test_the_age_of_unprocessed_messages_never_runs_ahead_of_their_arrival():
+    """A publisher's clock two hours ahead: its span starts "in the future"; the age counts from its arrival."""
+    pairing = Pairing(deadline_s=60)
+    pairing.take([normalise(pika_send(1, T0 + 7200), "shop")], T0)
+    flow = flows(pairing, T0 + 70)[("orders", "shop")]
+    assert flow.unprocessed == {UNPLACED: 1} and 60 <= flow.oldest_unprocessed_s <= 71
+
+
+def test_services_beyond_the_limit_fold_into_one_and_names_are_kept_short():
+    pairing = Pairing(max_services=2)
+    pairing.take([normalise(pika_send(n, T0, destination="d" * 10_000), f"svc-{n}") for n in range(1, 5)]
+                 + [normalise(pika_receive(10 + n, T0 + 1, T0 + 2, parent=n), f"consumer-{n}")
+                    for n in range(1, 5)], T0 + 1)
+    window = flows(pairing, T0 + 2)
+    assert sorted(service for _, service in window) == ["(other)", "svc-1", "svc-2"]
+    assert all(len(destination) <= 200 for destination, _ in window)
+    assert {c for f in window.values() for c in f.consumers} == {"(other)"}
+
+
+def test_deliveries_waiting_for_a_publish_and_publish_spans_under_one_are_bounded():
+    pairing = Pairing(max_messages=100)
+    pairing.take([normalise(pika_receive(n, T0, T0 + 0.1, parent=1), "billing") for n in range(2, 5_002)], T0)
+    assert (len(pairing._waiting), pairing.dropped) == (100, 4_900)
+    pairing = Pairing(max_messages=100)
+    pairing.take([normalise(pika_send(1, T0), "shop")]
+                 + [normalise(pika_send(n, T0, parent=1), "shop") for n in range(2, 1_002)], T0)
+    assert (len(pairing._alias), pairing.dropped) == (100, 900)
+
+
+def test_a_retried_batch_of_deliveries_with_no_trace_context_counts_them_once():
+    receiver = TraceReceiver()
+    batch = {"billing": [pika_receive(2, T0, T0 + 0.1, parent=None), pika_receive(3, T0, T0 + 0.1, parent=None)]}
+    for _ in range(3):
+        received(receiver, batch)
+    window = receiver.window(T0 + 2)
+    assert (window.unrooted, window.repeated) == (2, 4)
+
+
+def test_a_span_named_like_a_celery_task_without_celerys_attributes_is_someone_elses():
+    assert normalise(span(1, "run/nightly-report", INTERNAL, T0), "cron") is None
+
+
+def test_a_span_with_no_id_or_no_start_is_not_understood_and_a_zero_parent_is_no_parent():
+    for bad in (span(0, "orders send", PRODUCER, T0, messaging__system="rabbitmq", messaging__destination="orders"),
+                span(1, "orders send", PRODUCER, 0.0, messaging__system="rabbitmq", messaging__destination="orders")):
+        with pytest.raises(NotUnderstood, match="no span id or no start time"):
+            normalise(bad, "shop")
+    assert normalise(pika_receive(2, T0, T0 + 0.1, parent=0), "billing").parents == ()

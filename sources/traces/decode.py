@@ -63,6 +63,8 @@ def decode(body: bytes, content_type: str) -> ExportTraceServiceRequest:
             document = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise BadRequest(f"malformed OTLP JSON: {e}") from None
+        except RecursionError:
+            raise BadRequest("malformed OTLP JSON: nested too deeply") from None
         if not isinstance(document, dict):
             raise BadRequest("malformed OTLP JSON: the document is no object")
         try:
@@ -70,6 +72,8 @@ def decode(body: bytes, content_type: str) -> ExportTraceServiceRequest:
             json_format.ParseDict(document, request, ignore_unknown_fields=True)
         except (json_format.ParseError, BadRequest) as e:
             raise BadRequest(f"malformed OTLP JSON: {e}") from None
+        except RecursionError:  # OTLP nests six deep; a document can nest as deep as json.loads allows
+            raise BadRequest("malformed OTLP JSON: nested too deeply") from None
         return request
     raise BadRequest(f"Content-Type {content_type or '(none)'!r} is neither {PROTOBUF} nor {JSON}")
 

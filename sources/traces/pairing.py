@@ -23,6 +23,9 @@ from ackscope.model.traces import (OLDER, PROCESS, PUBLISH, QUEUE_TIME_BUCKETS, 
                                    MessageSpan)
 
 OTHER_DESTINATIONS = "(other)"  # where destinations beyond --max-destinations are counted
+OTHER_SERVICES = "(other)"  # ... and services beyond --max-services
+MAX_NAME = 200  # characters of a destination or service name kept: a span may carry megabytes in one
+_MIXED = object()  # a flow's exchange or queue where its publishes named several: none is the flow's
 
 
 class _Counts:
@@ -51,12 +54,13 @@ class _Flow:
 
     __slots__ = ("destination", "service", "exchange", "queue", "published", "publish_errors", "delivered",
                  "queue_time", "processing", "skewed", "duplicates", "redelivered", "settled", "unprocessed",
-                 "consumers")
+                 "consumers", "consumed")
 
     def __init__(self, destination: str, service: str):
         self.destination, self.service = destination, service
         self.exchange: str | None = None
-        self.queue: str | None = None
+        self.queue: str | None = None  # as the publishes name it
+        self.consumed = None  # the queue as the consumer spans name it: None until one does
         self.published = self.publish_errors = self.delivered = self.duplicates = self.redelivered = 0
         self.queue_time, self.processing = _Counts(), _Counts()
         self.skewed: dict[str, int] = {}
@@ -64,9 +68,25 @@ class _Flow:
         self.unprocessed: dict[int, float] = {}  # message key -> publish start, for messages past their deadline
         self.consumers: set[str] = set()
 
+    def named(self, exchange: str | None, queue: str | None) -> None:
+        """What one publish named: a flow whose publishes name different queues (one destination, several
+        routing keys) has no queue of its own, and is never placed beside one of them."""
+        first = self.published == 0
+        self.exchange = _agreed(self.exchange, exchange, first)
+        self.queue = _agreed(self.queue, queue, first)
+
+    def consumed_from(self, queue: str) -> None:
+        self.consumed = _agreed(self.consumed, queue, self.consumed is None)
+
+    def the_queue(self) -> str | None:
+        """The one queue the publishes and the consumer spans name, where they name one and agree."""
+        named = [q for q in (self.queue, self.consumed) if q is not None]
+        return named[0] if named and all(q is not _MIXED and q == named[0] for q in named) else None
+
     def frozen(self, now: float) -> Flow:
         oldest = min(self.unprocessed.values(), default=None)
-        return Flow(destination=self.destination, service=self.service, exchange=self.exchange, queue=self.queue,
+        return Flow(destination=self.destination, service=self.service,
+                    exchange=None if self.exchange is _MIXED else self.exchange, queue=self.the_queue(),
                     published=self.published, publish_errors=self.publish_errors, delivered=self.delivered,
                     queue_time=self.queue_time.frozen(), processing=self.processing.frozen(),
                     skewed=dict(self.skewed), duplicates=self.duplicates, redelivered=self.redelivered,
@@ -81,22 +101,35 @@ class _Message:
 
     def __init__(self, flow: _Flow, start: float, error: bool):
         self.flow, self.start, self.error = flow, start, error
-        # None: not delivered; the consuming service's name after one delivery; then service -> deliveries.
-        self.deliveries: str | dict[str, int] | None = None
+        # None: not delivered; the first delivery's span's (service, queue, role) after one; then a count of the
+        # spans of each (service, queue, role).
+        self.deliveries: tuple | dict[tuple, int] | None = None
         self.first: float | None = None  # the first delivery's start
         self.processing: float | None = None  # the first delivery's processing, seconds
         self.duplicates = self.redelivered = 0
 
+    def taken(self) -> int:
+        """How many deliveries the spans so far make: by consumer (service and queue), the more of its receive
+        and its process spans (a v1.44 consumer may write both for one delivery)."""
+        d = self.deliveries
+        if d is None or isinstance(d, tuple):
+            return 0 if d is None else 1
+        by_consumer: dict[tuple, int] = {}
+        for (service, queue, _), n in d.items():
+            by_consumer[(service, queue)] = max(by_consumer.get((service, queue), 0), n)
+        return sum(by_consumer.values())
+
     def row(self) -> dict:
         """The message as ackscope.model.schemas.TRACE_MESSAGES has it, once it is forgotten."""
         d = self.deliveries
-        first = d if isinstance(d, str) else next(iter(d)) if d else None
+        first = d[0] if isinstance(d, tuple) else next(iter(d))[0] if d else None
         f = self.flow
         return {"published_at": int(self.start * 1e6), "destination": f.destination, "service": f.service,
-                "exchange": f.exchange, "queue": f.queue, "consumer": first,
+                "exchange": None if f.exchange is _MIXED else f.exchange,
+                "queue": f.the_queue(), "consumer": first,
                 "delivered_at": int(self.first * 1e6) if self.first is not None else None,
                 "processing_s": self.processing,
-                "deliveries": 0 if d is None else 1 if isinstance(d, str) else sum(d.values()),
+                "deliveries": self.taken(),
                 "duplicates": self.duplicates, "redelivered": self.redelivered, "publish_error": self.error}
 
 
@@ -138,20 +171,24 @@ class Pairing:
     """
 
     def __init__(self, deadline_s: float = 60.0, keep_s: float = 60.0, max_messages: int = 1_000_000,
-                 max_destinations: int = 50, on_forget: Callable[[list[dict]], None] | None = None):
+                 max_destinations: int = 50, max_services: int = 50,
+                 on_forget: Callable[[list[dict]], None] | None = None):
         self.deadline_s, self.keep_s = deadline_s, keep_s
         # Given each message as it is forgotten (its row of ackscope.model.schemas.TRACE_MESSAGES): the history
         # under --data-dir.
         self.on_forget = on_forget
-        self.max_messages, self.max_destinations = max_messages, max_destinations
+        self.max_messages, self.max_destinations, self.max_services = max_messages, max_destinations, max_services
         self._lock = threading.Lock()
         self._flows: dict[tuple[str, str], _Flow] = {}
         self._destinations: set[str] = set()
+        self._services: set[str] = set()
         self._messages: dict[int, _Message] = {}
         self._alias: dict[int, int] = {}  # an inner publish span (pika's second send) -> its message
-        self._delivery_of: dict[int, int] = {}  # a consumer span -> its message, for the spans under it
+        self._delivery_of: dict[int, int | None] = {}  # a consumer span -> its message (None: unrooted)
         self._inner_of: dict[int, int] = {}  # a publish span's parent -> that publish, to find pika's inner send
-        self._early: dict[int, list[MessageSpan]] = {}  # consumer spans waiting for their publish, by parent
+        # Consumer spans waiting for their publish: by span, and their keys under each of their parent and links.
+        self._waiting: dict[int, MessageSpan] = {}
+        self._early: dict[int, list[int]] = {}
         self._due, self._kept = _Arrivals(), _Arrivals()  # messages before, and after, their deadline
         self._early_arrived, self._deliveries, self._linked = _Arrivals(), _Arrivals(), _Arrivals()
         self._orphans: dict[str, int] = {}
@@ -169,14 +206,33 @@ class Pairing:
             # messages at once (100,000 at 10,000 a second) held the lock, and the scrapes, for a tenth of a second.
             self._expire(now)
             for span in sorted(spans, key=lambda s: s.role != PUBLISH):
+                service = self._service(span.service)
+                if service is not span.service:
+                    span = span._replace(service=service)
                 counts[self._publish(span, now) if span.role == PUBLISH else self._consumer(span, now)] += 1
             self.repeated += counts["repeated"]
             self.dropped += counts["dropped"]
         return Taken(**counts)
 
+    def _service(self, service: str) -> str:
+        """The service's name as its series carry it: at most MAX_NAME characters, and (other) past
+        --max-services, so that no span can make series without bound."""
+        if service in self._services:
+            return service
+        service = _bounded(service)
+        if service in self._services:
+            return service
+        if len(self._services) >= self.max_services:
+            return OTHER_SERVICES
+        self._services.add(service)
+        return service
+
     def _flow(self, destination: str, service: str) -> _Flow:
         if destination not in self._destinations:
-            if len(self._destinations) >= self.max_destinations:
+            destination = _bounded(destination)
+            if destination in self._destinations:
+                pass
+            elif len(self._destinations) >= self.max_destinations:
                 destination = OTHER_DESTINATIONS
             else:
                 self._destinations.add(destination)
@@ -194,19 +250,15 @@ class Pairing:
             outer = self._alias.get(parent, parent)
             if outer in self._messages:
                 # pika's inner send, under the outer one: the same message, already counted.
-                self._link(key, outer, now)
-                return "kept"
+                return self._link(key, outer, span, now)
         inner = self._inner_of.pop(key, None)
         if inner is not None and inner in self._messages:
             # The inner send arrived first: this outer one is the same message, which keeps the inner's record.
-            self._link(key, inner, now)
-            return "kept"
+            return self._link(key, inner, span, now)
         if len(self._messages) >= self.max_messages:
             return "dropped"
         flow = self._flow(span.destination, span.service)
-        if flow.destination != OTHER_DESTINATIONS:
-            flow.exchange = span.exchange if span.exchange is not None else flow.exchange
-            flow.queue = span.queue if span.queue is not None else flow.queue
+        flow.named(span.exchange, span.queue)
         flow.published += 1
         flow.publish_errors += span.error
         self._messages[key] = _Message(flow, span.start, span.error)
@@ -217,17 +269,27 @@ class Pairing:
         self._attach_early(key, now)
         return "kept"
 
-    def _link(self, key: int, message: int, now: float) -> None:
-        self._alias[key] = message
+    def _link(self, key: int, message_key: int, span: MessageSpan, now: float) -> str:
+        """One more publish span of a message (pika's two nested sends): an error on either is the message's."""
+        if len(self._alias) >= self.max_messages:
+            return "dropped"
+        self._alias[key] = message_key
         self._linked.add(now, key)
+        message = self._messages[message_key]
+        if span.error and not message.error:
+            message.error = True
+            message.flow.publish_errors += 1
         self._attach_early(key, now)
+        return "kept"
 
     def _attach_early(self, key: int, now: float) -> None:
-        for span in self._early.pop(key, ()):
-            self._consumer(span, now, early=False)
+        for span_key in self._early.pop(key, ()):
+            span = self._waiting.pop(span_key, None)
+            if span is not None:  # not yet paired through another of its parents
+                self._consumer(span, now, early=False)
 
     def _consumer(self, span: MessageSpan, now: float, early: bool = True) -> str:
-        if span.key in self._delivery_of:
+        if span.key in self._delivery_of or span.key in self._waiting:
             return "repeated"
         for parent in span.parents:
             key = self._alias.get(parent, parent)
@@ -238,19 +300,24 @@ class Pairing:
             if under is not None and under in self._messages:
                 return self._under(self._messages[under], under, span, now)
         if not span.parents:
-            self.unrooted += 1  # its publisher sent no trace context: nothing to pair it with
+            # Its publisher sent no trace context: nothing to pair it with. Remembered, so that a retried batch
+            # counts it once.
+            self.unrooted += 1
+            self._delivery_of[span.key] = None
+            self._deliveries.add(now, span.key)
             return "kept"
         if not early:
             return "kept"
-        waiting = self._early.get(span.parents[0])
-        if waiting is None:
-            if len(self._early) >= self.max_messages:
-                return "dropped"
-            waiting = self._early[span.parents[0]] = []
-            self._early_arrived.add(now, span.parents[0])
-        if any(s.key == span.key for s in waiting):
-            return "repeated"
-        waiting.append(span)
+        # Its publish has not come (yet): it waits under its parent and each link, whichever is the publish.
+        if len(self._waiting) >= self.max_messages:
+            return "dropped"
+        self._waiting[span.key] = span
+        for parent in span.parents:
+            waiting = self._early.get(parent)
+            if waiting is None:
+                waiting = self._early[parent] = []
+                self._early_arrived.add(now, parent)
+            waiting.append(span.key)
         return "kept"
 
     def _taken(self, span: MessageSpan, key: int, now: float) -> None:
@@ -264,8 +331,11 @@ class Pairing:
         if span.role == SETTLE:
             _count(flow.settled, span.outcome or "unsaid")
             return "kept"
+        # A delivery is one consumer's (service and queue); a v1.44 consumer's receive and process spans of it
+        # are one delivery, not two.
+        this = (span.service, span.queue, span.role)
         if message.deliveries is None:
-            message.deliveries, message.first = span.service, span.start
+            message.deliveries, message.first = this, span.start
             waited = span.start - message.start
             if waited < 0:
                 _count(flow.skewed, span.service)
@@ -274,16 +344,21 @@ class Pairing:
             flow.delivered += 1
             flow.unprocessed.pop(key, None)  # delivered after its deadline: late, and no longer outstanding
         else:
-            if isinstance(message.deliveries, str):
+            before = message.taken()
+            if isinstance(message.deliveries, tuple):
                 message.deliveries = {message.deliveries: 1}
-            if message.deliveries.get(span.service):
+            seen = message.deliveries.get(this, 0)
+            message.deliveries[this] = seen + 1
+            if seen and message.taken() > before:
+                # A second delivery to a consumer that had one: the broker's flag says whether it was a redelivery.
                 flow.duplicates += 1
                 message.duplicates += 1
                 again = span.redelivered is True
                 flow.redelivered += again
                 message.redelivered += again
-            _count(message.deliveries, span.service)
         flow.consumers.add(span.service)
+        if span.queue is not None:
+            flow.consumed_from(span.queue)
         if span.role == PROCESS or (span.role == RECEIVE and span.shape == OLDER):
             self._processed(message, span)
         return "kept"
@@ -332,8 +407,11 @@ class Pairing:
         for second, key in self._due.older_than(now - self.deadline_s):
             message = self._messages.get(key)
             if message is not None:
-                if message.deliveries is None:
-                    message.flow.unprocessed[key] = message.start
+                if message.deliveries is None and not message.error:
+                    # A publish that failed (its span says so) is a publish error: the broker may never have
+                    # taken it. The age runs from its publish, or from its arrival here where the publisher's
+                    # clock is ahead of this host's.
+                    message.flow.unprocessed[key] = min(message.start, second)
                 self._kept.add(second + self.deadline_s, key)
         forgotten = []
         for _, key in self._kept.older_than(now - self.keep_s):
@@ -350,12 +428,25 @@ class Pairing:
             self._alias.pop(key, None)
             self._inner_of.pop(key, None)
         for _, parent in self._early_arrived.older_than(now - self.deadline_s):
-            for span in self._early.pop(parent, ()):
-                # Its publish never came: sampled apart from it, or its publisher sends us no spans.
-                _count(self._orphans, span.service)
-                self._recent_orphans.add(now, None)
-                self._recent += 1
+            for span_key in self._early.pop(parent, ()):
+                span = self._waiting.pop(span_key, None)
+                if span is not None:  # not paired through another of its parents, nor judged under one
+                    # Its publish never came: sampled apart from it, or its publisher sends us no spans.
+                    _count(self._orphans, span.service)
+                    self._recent_orphans.add(now, None)
+                    self._recent += 1
 
 
 def _count(counts: dict[str, int], key: str) -> None:
     counts[key] = counts.get(key, 0) + 1
+
+
+def _bounded(name: str) -> str:
+    return name if len(name) <= MAX_NAME else name[:MAX_NAME - 1] + "…"
+
+
+def _agreed(current, named, first: bool):
+    """A flow's exchange or queue after one more publish named `named`."""
+    if first:
+        return named
+    return current if current is _MIXED or current == named else _MIXED

@@ -68,7 +68,7 @@ def normalise(span, service: str) -> MessageSpan | None:
     Raises NotUnderstood for a RabbitMQ messaging span of none of the three shapes."""
     attrs = attributes(span.attributes)
     name = span.name
-    if "celery.action" in attrs or name.startswith(("apply_async/", "run/")):
+    if "celery.action" in attrs or "celery.task_name" in attrs:  # the name alone ("run/...") could be anyone's
         return _celery(span, attrs, service)
     system = attrs.get("messaging.system")
     if system is None and not any(k.startswith("messaging.") for k in attrs):
@@ -83,12 +83,17 @@ def normalise(span, service: str) -> MessageSpan | None:
 
 
 def _common(span, attrs: Mapping, service: str, role: str, shape: str, destination: str, **named) -> MessageSpan:
+    key = span_key(span.span_id)
+    if not key or not span.start_time_unix_nano:  # OTLP requires both: such a span cannot be paired or timed
+        raise NotUnderstood(f"span {span.name!r} from {service}: no span id or no start time")
     parent = span.parent_span_id
     parents = (span_key(parent),) if parent else ()
     links = span.links
     if links:
         parents += tuple(span_key(link.span_id) for link in links)
-    return MessageSpan(span_key(span.span_id), parents, role, shape, service, destination,
+    if 0 in parents:  # an all-zero id is OTLP's "none"
+        parents = tuple(p for p in parents if p)
+    return MessageSpan(key, parents, role, shape, service, destination,
                        span.start_time_unix_nano / 1e9, span.end_time_unix_nano / 1e9,
                        "error.type" in attrs or span.status.code == _STATUS_ERROR, **named)
 
@@ -134,7 +139,8 @@ def _semconv(span, attrs: Mapping, service: str) -> MessageSpan:
     exchange = queue = None
     parts = destination.split(":")
     if role == PUBLISH:
-        if destination == _DEFAULT_EXCHANGE or (routing_key is not None and destination == routing_key):
+        current = "messaging.operation.type" in attrs  # v1.26 on: the name leaves an empty exchange out
+        if destination == _DEFAULT_EXCHANGE or (current and routing_key is not None and destination == routing_key):
             exchange = ""
         elif routing_key is not None and destination.endswith(":" + routing_key):
             exchange = destination[:-len(routing_key) - 1]
