@@ -154,10 +154,11 @@ def _unprocessed(ctx: Context, rule: Rule) -> Iterator[Finding]:
                             f"gone from the queue, and no span says they were processed. Known: the spans and the "
                             f"broker's count; inferred: {evidence['inferred']}.")
             if waiting:
-                said.append(f"{waiting} of {flow.service}'s messages to {q.name} have had no delivery for more than "
-                            f"{deadline:g} s, the oldest {flow.oldest_unprocessed_s:.0f} s, and {q.name} still holds "
-                            f"at least that many: a backlog, with {num(q.consumers)} "
-                            f"consumer{'' if q.consumers == 1 else 's'}.")
+                said.append(f"{waiting} of {flow.service}'s messages to {q.name} have had no traced delivery for "
+                            f"more than {deadline:g} s, the oldest {flow.oldest_unprocessed_s:.0f} s, and {q.name} "
+                            f"still holds at least that many, ready or unacknowledged: a backlog, with "
+                            f"{num(q.consumers)} consumer{'' if q.consumers == 1 else 's'} (or deliveries still "
+                            "being processed: a delivery's span comes when it ends).")
             yield rule.finding("warning", vhost, obj, consumers_named(ctx, q) if q.consumers else Named(), evidence,
                                " ".join(said))
         if unplaced or ((gone or waiting) and q is None):
@@ -165,7 +166,7 @@ def _unprocessed(ctx: Context, rule: Rule) -> Iterator[Finding]:
             why = ("deliveries without their publish were seen: the sampling does not keep pairs whole"
                    if not ctx.traces.unprocessed_known else
                    "no delivery of it was ever traced: its consumers send no spans" if not flow.delivered else
-                   f"the spans name no queue (only {flow.destination!r}: an exchange or a routing key)"
+                   f"the spans name no queue, or several (only {flow.destination!r}: an exchange or a routing key)"
                    if not flow.queue else f"no single queue {flow.queue} among the vhosts watched, or its counts "
                    "unread")
             yield rule.finding(
@@ -219,10 +220,20 @@ def _sampling(ctx: Context, rule: Rule) -> Iterator[Finding]:
     if w.unprocessed_known:
         return
     yield rule.finding(
-        "info", "", "traces", Named(), {"orphan_deliveries": dict(w.orphans), "recent": w.recent_orphans},
-        f"{w.recent_orphans} deliveries came without their publish span though their trace context names one "
-        f"(by {few(w.orphans)}): the publishers' spans are sampled apart from the consumers', or sent elsewhere. "
-        "Until none come, a publish without a delivery proves nothing, and no message is called unprocessed.")
+        "info", "", "traces", Named(),
+        {"orphan_deliveries": dict(w.orphans), "recent": w.recent_orphans, "waiting_long": w.waiting_long},
+        f"{_orphaned(w)} though their trace context names one: the publishers' spans are sampled apart from the "
+        "consumers', or sent elsewhere. Until none come, a publish without a delivery proves nothing, and no "
+        "message is called unprocessed.")
+
+
+def _orphaned(w: TraceWindow) -> str:
+    said = []
+    if w.recent_orphans:
+        said.append(f"{w.recent_orphans} deliveries came without their publish span (by {few(w.orphans)})")
+    if w.waiting_long:
+        said.append(f"{w.waiting_long} deliveries have waited more than {w.deadline_s / 2:g} s for theirs")
+    return "; ".join(said)
 
 
 RULES = (
@@ -249,8 +260,8 @@ RULES = (
          "and the consuming host disagree on the time, and their queue times are left out; info.",
          "Synchronise both hosts' clocks (chrony or systemd-timesyncd).", _skew, needs=(TRACES,)),
     Rule("trace-sampling-incomplete", "Deliveries whose publish span never came though their trace context names "
-         "one: independent sampling (or a publisher sending its spans elsewhere); unprocessed messages are not "
-         "judged while any come; info.",
+         "one, or has not come in half the deadline: independent sampling (or a publisher sending its spans "
+         "elsewhere); unprocessed messages are not judged while any come; info.",
          "Sample by the parent (the SDK's parentbased_* samplers, the default) so that a message's spans are kept or "
          "dropped together, and send every service's spans to the same Collector.", _sampling, needs=(TRACES,)),
 )

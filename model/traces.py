@@ -114,6 +114,7 @@ class TraceWindow:
     first_not_understood: str = ""
     orphans: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     recent_orphans: int = 0  # orphans judged while the messages held now arrived
+    waiting_long: int = 0  # deliveries waiting more than half the deadline for their publish: orphans, likely
     unrooted: int = 0
     dropped: int = 0
     repeated: int = 0
@@ -129,8 +130,9 @@ class TraceWindow:
     def unprocessed_known(self) -> bool:
         """Under independent sampling a publish may be kept while its delivery is sampled out, and the other way
         round: deliveries without their publish show it, and then a publish without a delivery proves nothing.
-        Under parent-based sampling pairs are whole, and a publish alone is unprocessed."""
-        return not self.recent_orphans
+        Under parent-based sampling pairs are whole, and a publish alone is unprocessed. Deliveries that have
+        waited long for their publish are orphans still being judged: until they are, nothing is known either."""
+        return not self.recent_orphans and not self.waiting_long
 
 
 def quantile_bounds(buckets: tuple[tuple[float, float], ...] | list[tuple[float, float]],

@@ -775,3 +775,21 @@ def test_a_span_with_no_id_or_no_start_is_not_understood_and_a_zero_parent_is_no
         with pytest.raises(NotUnderstood, match="no span id or no start time"):
             normalise(bad, "shop")
     assert normalise(pika_receive(2, T0, T0 + 0.1, parent=0), "billing").parents == ()
+
+
+def test_a_delivery_waiting_long_for_its_publish_makes_unprocessed_unknown_before_it_is_judged_an_orphan():
+    """Independent sampling: A kept only its publish, B (2 s later) only its delivery. A falls due before B is
+    judged an orphan; B's long wait already says the pairs are broken, so A is not called unprocessed."""
+    receiver = TraceReceiver()
+    received(receiver, {"shop": [pika_send(1, T0)], "billing": [pika_receive(2, T0 + 0.1, T0 + 0.2, parent=1)]},
+             now=T0)
+    received(receiver, {"shop": [pika_send(3, T0 + 10)]}, now=T0 + 10)
+    received(receiver, {"billing": [pika_receive(4, T0 + 12, T0 + 12.1, parent=777)]}, now=T0 + 12)
+    assert receiver.window(T0 + 30).unprocessed_known  # B has waited 18 s: batches come that late
+    window = receiver.window(T0 + 71)
+    assert (window.orphans, window.waiting_long, window.unprocessed_known) == ({}, 1, False)
+    window = receiver.window(T0 + 73)
+    assert (window.orphans, window.waiting_long, window.unprocessed_known) == ({"billing": 1}, 0, False)
+    diagnosis = _judge([], window_kw=dict(waiting_long=1))
+    [finding] = _found(diagnosis, "trace-sampling-incomplete")
+    assert "1 deliveries have waited more than 30 s for theirs" in finding.explanation

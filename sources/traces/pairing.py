@@ -144,6 +144,13 @@ class _Arrivals:
             self._seconds.append((now, []))
         self._seconds[-1][1].append(item)
 
+    def before(self, limit: float):
+        """Each item that arrived before `limit`, left in place."""
+        for second, items in self._seconds:
+            if second + 1.0 > limit:
+                return
+            yield from items
+
     def older_than(self, limit: float):
         """Take out, and yield, each item that arrived before `limit`, with the second it arrived in."""
         while self._seconds and self._seconds[0][0] + 1.0 <= limit:
@@ -380,15 +387,20 @@ class Pairing:
         return "kept"
 
     # -- out -----------------------------------------------------------------------------------------
-    def window(self, now: float) -> tuple[tuple[Flow, ...], dict[str, int], int]:
+    def window(self, now: float) -> tuple[tuple[Flow, ...], dict[str, int], int, int]:
         """Every flow as it stands at `now`, after the messages past their deadline are judged and those past
-        keeping forgotten; the deliveries, by consuming service, whose publish never came; and how many of those
-        were judged while the messages now held arrived."""
+        keeping forgotten; the deliveries, by consuming service, whose publish never came; how many of those
+        were judged while the messages now held arrived; and how many deliveries have waited for their publish
+        for more than half the deadline (orphans still being judged: a message judged now may be the publish
+        whose delivery was sampled out while theirs was kept)."""
         with self._lock:
             self._expire(now)
             for _ in self._recent_orphans.older_than(now - self.keep_s - self.deadline_s):
                 self._recent -= 1
-            return tuple(flow.frozen(now) for flow in self._flows.values()), dict(self._orphans), self._recent
+            waiting_long = {key for parent in self._early_arrived.before(now - self.deadline_s / 2)
+                            for key in self._early.get(parent, ()) if key in self._waiting}
+            return (tuple(flow.frozen(now) for flow in self._flows.values()), dict(self._orphans), self._recent,
+                    len(waiting_long))
 
     def forget_all(self, now: float) -> int:
         """At a stop: every message past its deadline given to `on_forget` now; returns how many were within it

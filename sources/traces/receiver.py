@@ -103,11 +103,11 @@ class TraceReceiver:
         return Answer(status, (why + "\n").encode(), "text/plain")
 
     def window(self, now: float) -> TraceWindow:
-        flows, orphans, recent_orphans = self.pairing.window(now)
+        flows, orphans, recent_orphans, waiting_long = self.pairing.window(now)
         with self._lock:
             return TraceWindow(taken_at=now, flows=flows, spans=dict(self._spans), not_understood=self._not_understood,
                                first_not_understood=self._first_not_understood, orphans=orphans,
-                               recent_orphans=recent_orphans,
+                               recent_orphans=recent_orphans, waiting_long=waiting_long,
                                unrooted=self.pairing.unrooted, dropped=self.pairing.dropped,
                                repeated=self.pairing.repeated, rejected_requests=self._rejected,
                                deadline_s=self.pairing.deadline_s)
