@@ -25,6 +25,7 @@ from ackscope.model.traces import (OLDER, PROCESS, PUBLISH, QUEUE_TIME_BUCKETS, 
 OTHER_DESTINATIONS = "(other)"  # where destinations beyond --max-destinations are counted
 OTHER_SERVICES = "(other)"  # ... and services beyond --max-services
 MAX_NAME = 200  # characters of a destination or service name kept: a span may carry megabytes in one
+MAX_CONSUMERS = 10_000  # (service, queue, role) shared among the messages they took; past that, one per message
 _MIXED = object()  # a flow's exchange or queue where its publishes named several: none is the flow's
 
 
@@ -189,6 +190,7 @@ class Pairing:
         self._flows: dict[tuple[str, str], _Flow] = {}
         self._destinations: set[str] = set()
         self._services: set[str] = set()
+        self._consumers: dict[tuple, tuple] = {}  # (service, queue, role) of deliveries, each held once
         self._messages: dict[int, _Message] = {}
         self._alias: dict[int, int] = {}  # an inner publish span (pika's second send) -> its message
         self._delivery_of: dict[int, int | None] = {}  # a consumer span -> its message (None: unrooted)
@@ -341,6 +343,8 @@ class Pairing:
         # A delivery is one consumer's (service and queue); a v1.44 consumer's receive and process spans of it
         # are one delivery, not two.
         this = (span.service, span.queue, span.role)
+        if len(self._consumers) < MAX_CONSUMERS:  # one tuple for all a consumer's messages, not one each
+            this = self._consumers.setdefault(this, this)
         if message.deliveries is None:
             message.deliveries, message.first = this, span.start
             waited = span.start - message.start
