@@ -182,7 +182,8 @@ def _returned(ctx: Context, e: BrokerEvent) -> int | None:
 def _timed_out(ctx: Context, rule: Rule) -> Iterator[Finding]:
     groups: dict[tuple, list[BrokerEvent]] = defaultdict(list)
     for e in _events(ctx, CONSUMER_TIMEOUT):
-        groups[(e.vhost or "", _who(e).identity, e.queue or "")].append(e)
+        if e.link is None:  # an AMQP 1.0 link's release closes no channel: _released says it
+            groups[(e.vhost or "", _who(e).identity, e.queue or "")].append(e)
     for (vhost, identity, queue), events in sorted(groups.items()):
         last = events[-1]
         returned = [n for e in events if (n := _returned(ctx, e)) is not None]
@@ -238,32 +239,52 @@ def _released(ctx: Context, rule: Rule) -> Iterator[Finding]:
     """AMQP 1.0 receivers past a quorum queue's consumer timeout (4.3): the queue took their deliveries back as
     ready and counts no consumer, while the link stays attached and still holds them unsettled (measured on 4.3.6:
     300 unsettled on the link, 300 ready and 0 consumers on the queue, nothing delivered again). Seen so for
-    stalled_consumer_seconds at least: a queue's statistics lag a new link's by seconds."""
-    if ctx.held is None:
-        return
-    for link in ctx.snapshot.links:
+    stalled_consumer_seconds at least (a queue's statistics lag a new link's by seconds), or at once where the
+    broker's log says it released the link's deliveries (a warning, the first time for each link); a release the
+    log tells of on a link no poll shows stranded (detached since, or not listed) is said from the log alone."""
+    logged = {(e.vhost, e.connection, e.link): e for e in _events(ctx, CONSUMER_TIMEOUT) if e.link is not None}
+    for link in ctx.snapshot.links if ctx.held is not None else ():
+        said = logged.get((link.vhost, link.connection, link.name))
         since = ctx.held.stranded.get(link_key(link))
-        if since is None or ctx.snapshot.taken_at - since < ctx.thresholds.stalled_consumer_seconds:
+        if since is None or (said is None and ctx.snapshot.taken_at - since < ctx.thresholds.stalled_consumer_seconds):
             continue
         q = ctx.queue(link.vhost, link.queue or "")
         held = stranded(link, q)
         if not held:
             continue
+        logged.pop((link.vhost, link.connection, link.name), None)
         ready = num(q.messages_ready)
+        known = "the broker's log says so" if said is not None else "an inference from the polls"
+        evidence = {"queue": q.name, "link_unsettled": held, "ready": q.messages_ready,
+                    "queue_consumers": q.consumers,
+                    "seen_so_for_at_least_seconds": round(ctx.snapshot.taken_at - since),
+                    "protocol": "AMQP 1.0"}
+        if said is not None:
+            evidence.update(source=f"{BROKER_LOG} and polls", broker_said=said.text)
+        else:
+            evidence.update(source="polls", inferred="RabbitMQ 4.3 releases an AMQP 1.0 receiver's deliveries at a "
+                            "quorum queue's consumer timeout: the queue counts no consumer while the link holds them")
         yield rule.finding(
-            "critical" if ready > 0 else "warning", link.vhost, link_object(link), link_culprit(link),
-            {"queue": q.name, "link_unsettled": held, "ready": q.messages_ready, "queue_consumers": q.consumers,
-             "seen_so_for_at_least_seconds": round(ctx.snapshot.taken_at - since),
-             "protocol": "AMQP 1.0", "source": "polls",
-             "inferred": "RabbitMQ 4.3 releases an AMQP 1.0 receiver's deliveries at a quorum queue's consumer "
-                         "timeout without logging it: the queue counts no consumer while the link holds them"},
+            "critical" if ready > 0 else "warning", link.vhost, link_object(link), link_culprit(link), evidence,
             f"AMQP 1.0 receiver '{link.name}' holds {held} deliveries it never settled, and quorum queue {q.name} took "
-            f"them back at its consumer timeout (an inference: the broker logs nothing): the queue counts no consumer "
-            f"and {ready} messages wait, while the link stays attached and receives nothing. Settling those "
-            "deliveries now does nothing; the receiver must detach and attach again.",
-            "Restart the receiver (detach and attach its link), then make it settle each delivery within the consumer "
-            "timeout, or raise the queue's x-consumer-timeout; see the RabbitMQ 4.3 release notes on quorum queue "
-            "consumer timeouts.")
+            f"them back at its consumer timeout ({known}): "
+            f"the queue counts no consumer and {ready} messages wait, while the link stays attached and receives "
+            "nothing. Settling those deliveries now does nothing; the receiver must detach and attach again.",
+            _RELEASED_REMEDY)
+    for (vhost, connection, name), e in sorted(logged.items()):
+        yield rule.finding(
+            "warning", vhost or "", f"link '{name}' of connection {connection}", _who(e),
+            {"queue": e.queue, "protocol": "AMQP 1.0", "source": BROKER_LOG, "broker_said": e.text},
+            f"the broker released the deliveries AMQP 1.0 receiver '{name}' held unsettled back to quorum queue "
+            f"{e.queue} at its consumer timeout (its log says so; no poll shows the link holding them now): they go "
+            "to the queue's next consumer, a second delivery for whoever processes them, and a link still attached "
+            "receives nothing more until it detaches and attaches again.",
+            _RELEASED_REMEDY)
+
+
+_RELEASED_REMEDY = ("Restart the receiver (detach and attach its link), then make it settle each delivery within the "
+                    "consumer timeout, or raise the queue's x-consumer-timeout; see the RabbitMQ 4.3 release notes on "
+                    "quorum queue consumer timeouts.")
 
 
 # -- channels and connections closed on an error -------------------------------------------------------------------
@@ -469,8 +490,9 @@ RULES: tuple[Rule, ...] = (
          _timed_out, needs=(EVENTS,)),
     Rule("consumer-cancelled-by-broker", "RabbitMQ 4.3 and later: a quorum queue's consumer, last seen holding "
          "deliveries without acking, gone while its channel stays open, or an AMQP 1.0 receiver holding deliveries "
-         "its queue took back: the broker timed it out without logging it (an inference); critical when nobody "
-         "consumes from the queue any more.",
+         "its queue took back: the broker timed it out, logging nothing of a 0-9-1 consumer (an inference from the "
+         "polls) and, once a link, the release of an AMQP 1.0 receiver's deliveries (read from the log where it is "
+         "given); critical when nobody consumes from the queue any more.",
          "Restart the consumer, and make the client handle basic.cancel (declare the consumer_cancel_notify "
          "capability and subscribe again in its cancel callback); find why it held its deliveries so long. See "
          f"{CONSUMERS_GUIDE}.", _cancelled, needs=(CHANNELS,),

@@ -68,6 +68,7 @@ class BrokerEvent(NamedTuple):
     consumer_tag: str | None = None
     delivery_tag: int | None = None
     timeout_ms: int | None = None  # the consumer timeout the broker applied
+    link: str | None = None  # an AMQP 1.0 link's name, where the event is about one
 
 
 # Why a channel or connection was closed, as a label: the AMQP error, or for precondition_failed (which covers

@@ -109,6 +109,21 @@ def test_on_4_3_the_log_says_nothing_of_a_timed_out_consumer():
         assert stalled == [CONNECTION_OPENED, CONNECTION_CLOSED]
 
 
+@pytest.mark.parametrize("form", ["plain", "json"])
+def test_on_4_3_an_amqp10_receivers_deliveries_released_at_the_timeout_are_an_event_naming_its_link_and_queue(form):
+    """Recorded (tests/data/record_broker_log_amqp10.py): a Proton receiver holding 20 deliveries of quorum queue
+    jobs past a 10 s timeout. 4.3.6 says it released them, once for the link; 4.0.5 says nothing in 40 s."""
+    reader, events = _read("4.3.6", form, "broker-log-amqp10")
+    [released] = [e for e in events if e.kind == CONSUMER_TIMEOUT]
+    assert (released.reason, released.vhost, released.queue, released.channel) == ("released", "/", "jobs", None)
+    assert released.link.startswith("proton-holding-") and released.link.endswith("-/queues/jobs")
+    assert released.connection.startswith("127.0.0.1:") and " -> 127.0.0.1:" in released.connection
+    assert released.text == "released unsettled messages due to consumer timeout"
+    assert "released unsettled" not in (reader.counts.first_not_understood or "")
+    _, events = _read("4.0.5", form, "broker-log-amqp10")
+    assert not [e for e in events if e.kind == CONSUMER_TIMEOUT]
+
+
 @pytest.mark.parametrize("version", RELEASES)
 def test_the_plain_and_json_formats_give_the_same_events(version):
     def comparable(events):  # the two nodes had their own ports and processes

@@ -311,6 +311,27 @@ def test_an_amqp10_receiver_whose_quorum_queue_took_its_deliveries_back_is_named
     assert "consumer-cancelled-by-broker" not in _rules(_judged([*polls[:2], replace(polls[2], queues=(served,))]))
 
 
+def test_an_amqp10_receiver_the_log_says_was_released_is_named_at_once_as_known_and_alone_from_the_log():
+    link = Link("/", "guest", "peer -> host", 0, 1, "jobs-receiver", "receiver", "/queues/jobs", "jobs", False, 10,
+                20, session_unsettled=20, session_receivers=1, client="Qpid Proton")
+    jobs = queue("jobs", type="quorum", messages_ready=20, messages_unacked=0, consumers=0)
+    polls = [snapshot(taken_at=t, overview=_on("4.3.6"), links=(link,), queues=(jobs,)) for t in (0, 5)]
+    said = BrokerEvent(3.0, "consumer_timeout", BROKER_LOG, connection="peer -> host", vhost="/", queue="jobs",
+                       link="jobs-receiver", reason="released",
+                       text="released unsettled messages due to consumer timeout")
+    logged = Breaks(5.0, (BROKER_LOG,), events=(said,))
+    found = _rules(_judged(polls, breaks=logged))
+    (f,) = found["consumer-cancelled-by-broker"]  # 5 s stranded: polls alone would wait for stalled_consumer_seconds
+    assert f.severity == "critical" and f.evidence["source"] == "broker log and polls" and "inferred" not in f.evidence
+    assert "the broker's log says so" in f.explanation and f.object.startswith("link 'jobs-receiver'")
+    assert "consumer-timed-out" not in found  # no channel was closed
+    assert "consumer-cancelled-by-broker" not in _rules(_judged(polls))
+    # The link no longer listed (detached since): the log alone names it.
+    (f,) = _rules(_judged([replace(p, links=()) for p in polls], breaks=logged))["consumer-cancelled-by-broker"]
+    assert (f.severity, f.object, f.evidence["source"]) == ("warning", "link 'jobs-receiver' of connection peer -> host",
+                                                           BROKER_LOG)
+
+
 def test_a_quorum_queue_whose_statistics_lag_its_new_receiver_is_not_called_a_cancel():
     # Measured on 4.3.6: for 4 s after a receiver attached, its quorum queue listed 0 consumers and 0 messages
     # while the link held 300 unsettled; then 1 consumer and 300 unacked.

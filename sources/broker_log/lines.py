@@ -10,7 +10,10 @@ The messages read here, as recorded from each release in tests/data/broker-log-*
 - before a consumer timeout's channel error, a warning from the same channel process naming the consumer
   (4.0: `Consumer 'tag' on channel 2 and queue 'q' in vhost '/' has timed out ... delivery tag = 1. Timeout
   used: 15000 ms`; 3.10 names neither the queue nor, though it prints a number there, the consumer's tag). 4.3
-  logs nothing when it cancels a quorum queue's consumer;
+  logs nothing when it cancels a quorum queue's AMQP 0-9-1 consumer;
+- an AMQP 1.0 receiver's deliveries released at a quorum queue's consumer timeout (4.3: `released unsettled
+  messages due to consumer timeout on connection 'peer -> local' for link 'name' with handle 0 to AMQP container
+  'id' consuming from queue 'q' in vhost 'v'`, a warning the first time for each link);
 - connections granted their vhost (with the client's name), closed by the client, lost (`client unexpectedly
   closed TCP connection`, missed heartbeats) or closed by the broker on an error (`{amqp_error,frame_error,...}`,
   `{handshake_timeout,handshake}`);
@@ -71,6 +74,9 @@ _CLOSING = re.compile(r"closing AMQP connection (?:<[\d.]+> )?\((?P<conn>\S+ -> 
                       r"(?:, vhost: '(?P<vhost>.*?)', user: '(?P<user>.*?)')?(?:, duration: '(?P<duration>.*?)')?\)"
                       r"(?::\n(?P<why>.*))?$", re.S)
 _AMQP_ERROR = re.compile(r"\{amqp_error,(\w+),\s*\"((?:[^\"\\]|\\.)*)\"")
+_RELEASED = re.compile(r"released unsettled messages due to consumer timeout on connection '(?P<conn>.*?)' for link "
+                       r"'(?P<link>.*)' with handle \d+ to AMQP container '.*' consuming from queue '(?P<queue>.*)' "
+                       r"in vhost '(?P<vhost>.*)'$", re.S)
 _HEARTBEATS = re.compile(r"missed heartbeats from client, timeout: (\d+)s")
 _ERLANG_TERM = re.compile(r"\{(\w+),")  # a close's reason as an Erlang term: {handshake_timeout,handshake}
 # `Error on AMQP connection <pid> (peer -> local[ - name][, vhost: 'v'][, user: 'u'], state: s)[, channel N]:\ntext`
@@ -92,7 +98,7 @@ _CANNOT_FORWARD = re.compile(r"Cannot forward any dead-letter messages from sour
                              r"'(.*?)' because (.*?)\. ", re.S)
 
 # How each message read here starts: any other record's lines are passed over, not kept (most of a log).
-_READ = ("Channel error on connection", "Consumer ", "connection ", "closing AMQP connection",
+_READ = ("Channel error on connection", "Consumer ", "connection ", "closing AMQP connection", "released unsettled",
          "Error on AMQP connection", "Message dropped", "Deprecated features: ", "Cannot forward any dead-letter")
 # Levels at which a record no parser turns into an event is counted as not understood: never passed over silently.
 _SAID = frozenset(("warning", "error", "critical", "alert", "emergency"))
@@ -257,6 +263,10 @@ class LogReader:
             while len(self._timeouts) > MAX_WAITING:
                 self._timeouts.popitem(last=False)
             return _HELD
+        if message.startswith("released unsettled") and (found := _RELEASED.match(message)):
+            return BrokerEvent(r.at, CONSUMER_TIMEOUT, BROKER_LOG, connection=found["conn"], pid=r.pid,
+                               vhost=found["vhost"], queue=found["queue"], link=found["link"], reason="released",
+                               text=message.split(" on connection ", 1)[0])
         if message.startswith("Error on AMQP connection") and (found := _CONNECTION_EXCEPTION.match(message)):
             return self._connection_exception(r, found)
         if message.startswith(_DEAD_LETTER_CYCLE):
