@@ -239,20 +239,24 @@ def _released(ctx: Context, rule: Rule) -> Iterator[Finding]:
     """AMQP 1.0 receivers past a quorum queue's consumer timeout (4.3): the queue took their deliveries back as
     ready and counts no consumer, while the link stays attached and still holds them unsettled (measured on 4.3.6:
     300 unsettled on the link, 300 ready and 0 consumers on the queue, nothing delivered again). Seen so for
-    stalled_consumer_seconds at least (a queue's statistics lag a new link's by seconds), or at once where the
-    broker's log says it released the link's deliveries (a warning, the first time for each link); a release the
+    stalled_consumer_seconds at least (a queue's statistics lag a new link's by seconds); known, not inferred, where
+    the broker's log says it released that link's deliveries from that queue (a warning, the first time for each
+    link; the wait stands: a link of the same name attached again since would match the line too). A release the
     log tells of on a link no poll shows stranded (detached since, or not listed) is said from the log alone."""
     logged = {(e.vhost, e.connection, e.link): e for e in _events(ctx, CONSUMER_TIMEOUT) if e.link is not None}
     for link in ctx.snapshot.links if ctx.held is not None else ():
         said = logged.get((link.vhost, link.connection, link.name))
+        if said is not None and said.queue != link.queue:
+            said = None  # the name attached again, to another queue: the line is about the link that was
         since = ctx.held.stranded.get(link_key(link))
-        if since is None or (said is None and ctx.snapshot.taken_at - since < ctx.thresholds.stalled_consumer_seconds):
+        if since is not None and said is not None:
+            del logged[(link.vhost, link.connection, link.name)]  # said with the link once it has waited
+        if since is None or ctx.snapshot.taken_at - since < ctx.thresholds.stalled_consumer_seconds:
             continue
         q = ctx.queue(link.vhost, link.queue or "")
         held = stranded(link, q)
         if not held:
             continue
-        logged.pop((link.vhost, link.connection, link.name), None)
         ready = num(q.messages_ready)
         known = "the broker's log says so" if said is not None else "an inference from the polls"
         evidence = {"queue": q.name, "link_unsettled": held, "ready": q.messages_ready,

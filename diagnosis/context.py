@@ -238,12 +238,15 @@ class Context:
 
     def over_window(self, record: Channel | Queue | Exchange, stat: str) -> int | None:
         """How much one of a channel's or queue's counters grew over the window: since the window's first
-        snapshot, or since the object appeared within it. None on the first poll or where it is unreported."""
+        snapshot, or since the object appeared within it. None on the first poll, where it is unreported, or where
+        it went back (the queue deleted and declared again, its node restarted): how much it grew before is lost,
+        and neither 0 nor what it counts now is the window's growth."""
         now = getattr(record.message_stats, stat)
         if now is None or self.window_seconds is None:
             return None
         then = self.at_window_start(record)
-        return max(0, now - num(getattr(then.message_stats, stat) if then is not None else 0))
+        grown = now - num(getattr(then.message_stats, stat) if then is not None else 0)
+        return grown if grown >= 0 else None
 
     def window_rate(self, record: Channel | Queue | Exchange, stat: str) -> float | None:
         """Per second over the window (see over_window)."""

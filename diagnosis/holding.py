@@ -53,7 +53,7 @@ def link_key(link: Link) -> LinkKey:
 def stranded(link: Link, q: Queue | None) -> int:
     """The deliveries a receiver link holds unsettled while its quorum queue counts no consumer (0 otherwise):
     what RabbitMQ 4.3 leaves behind when it drops an AMQP 1.0 receiver at the queue's consumer timeout."""
-    held = link.unsettled if link.unsettled is not None else link.session_unsettled
+    held = link.unsettled  # the session's count, where the session has no other receiver: never another's
     if link.role != "receiver" or link.settled is not False or q is None or q.type != "quorum" or q.consumers != 0:
         return 0
     return held or 0

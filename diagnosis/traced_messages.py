@@ -26,6 +26,26 @@ def _start(ctx: Context) -> dict[tuple[str, str], Flow]:
     return {} if start is None else {(f.destination, f.service): f for f in start.flows}
 
 
+def _grown(now: int, then: int) -> int:
+    """A count of the spans' over the window; where it went back (the trace worker started again), since then."""
+    return now - then if now >= then else now
+
+
+def _traced_over_window(ctx: Context, start: dict[tuple[str, str], Flow], queue: str) -> int | None:
+    """Deliveries the spans show from `queue` over the window, every traced flow to it together; None on the
+    first poll, or where a flow's count went back (the exporter's trace worker started again): not known."""
+    if ctx.traces_start is None:
+        return None
+    traced = 0
+    for flow in ctx.traces.flows:
+        if flow.queue == queue:
+            then = start.get((flow.destination, flow.service))
+            if then is not None and flow.delivered < then.delivered:
+                return None
+            traced += flow.delivered - (then.delivered if then is not None else 0)
+    return traced
+
+
 def _queue(ctx: Context, flow: Flow) -> Queue | None:
     """The queue the spans name, where one vhost alone has a queue of that name (the spans name no vhost)."""
     if not flow.queue:
@@ -125,22 +145,27 @@ def _unprocessed(ctx: Context, rule: Rule) -> Iterator[Finding]:
             # One finding a flow: the messages gone and those still waiting, each said where there are some.
             evidence = dict(base, gone=gone or None, waiting=waiting or None, queue=q.name,
                             queue_holds=num(q.messages_ready) + num(q.messages_unacked), consumers=q.consumers,
-                            queue_consumers=_consumers_evidence(ctx, q))
+                            queue_consumers=_consumers_evidence(ctx, q),
+                            joined_by="the queue's name: the spans name no vhost, and one vhost alone among those "
+                                      "watched has a queue of that name")
             said = []
             if gone:
-                then = start.get((flow.destination, flow.service))
-                traced = flow.delivered - (then.delivered if then is not None else 0)
+                traced = _traced_over_window(ctx, start, q.name)
                 by_broker = ctx.over_window(q, "deliver_get")  # deliveries and gets, acked or not
-                untraced = by_broker is not None and by_broker >= traced + gone
+                untraced = by_broker is not None and traced is not None and by_broker >= traced + gone
                 evidence.update(traced_deliveries_in_window=traced, broker_deliveries_in_window=by_broker,
                                 broker_events=_beside(ctx, q))
                 evidence["inferred"] = (
                     f"the broker delivered {by_broker} from {q.name} over the window, {by_broker - traced} more than "
                     "the spans show: a consumer that sends no spans may have taken them, or one that died before its "
                     "span ended (an auto-ack consumer loses what it was handed)" if untraced else
-                    f"the broker's count of {q.name}'s deliveries over the window is not reported (a channel that "
-                    "closed before its statistics were emitted takes its count with it): whether a consumer took "
-                    "them or they left the queue another way is not known" if by_broker is None else
+                    f"the broker's count of {q.name}'s deliveries over the window is not known (not reported: a "
+                    "channel that closed before its statistics were emitted takes its count with it; or it went "
+                    "back: the queue declared again, its node restarted): whether a consumer took them or they left "
+                    "the queue another way is not known" if by_broker is None else
+                    "the spans' count of deliveries over the window is not known (the first poll, or the exporter's "
+                    "trace worker started again): whether a consumer took them or they left the queue another way "
+                    "is not known" if traced is None else
                     "the broker delivered fewer from the queue than these and the traced deliveries together: they "
                     "left it another way (expired, dropped at a length limit, dead-lettered, or purged)")
                 holding = [c for c in ctx.known_consumers_of(q) if c.ack_required is False]
@@ -154,8 +179,11 @@ def _unprocessed(ctx: Context, rule: Rule) -> Iterator[Finding]:
                             f"gone from the queue, and no span says they were processed. Known: the spans and the "
                             f"broker's count; inferred: {evidence['inferred']}.")
             if waiting:
+                # The oldest of the flow's unprocessed: the backlog's own where none is gone (in a FIFO queue the
+                # gone ones are likely the older).
+                oldest = "" if gone else f", the oldest {flow.oldest_unprocessed_s:.0f} s"
                 said.append(f"{waiting} of {flow.service}'s messages to {q.name} have had no traced delivery for "
-                            f"more than {deadline:g} s, the oldest {flow.oldest_unprocessed_s:.0f} s, and {q.name} "
+                            f"more than {deadline:g} s{oldest}, and {q.name} "
                             f"still holds at least that many, ready or unacknowledged: a backlog, with "
                             f"{num(q.consumers)} consumer{'' if q.consumers == 1 else 's'} (or deliveries still "
                             "being processed: a delivery's span comes when it ends).")
@@ -179,10 +207,10 @@ def _duplicates(ctx: Context, rule: Rule) -> Iterator[Finding]:
     start = _start(ctx)
     for flow in ctx.traces.flows:
         then = start.get((flow.destination, flow.service))
-        duplicates = flow.duplicates - (then.duplicates if then is not None else 0)
+        duplicates = _grown(flow.duplicates, then.duplicates if then is not None else 0)
         if duplicates <= 0:
             continue
-        redelivered = flow.redelivered - (then.redelivered if then is not None else 0)
+        redelivered = _grown(flow.redelivered, then.redelivered if then is not None else 0)
         q = _queue(ctx, flow)
         vhost, obj = _where(flow, q)
         evidence = {"publishing_service": flow.service, "destination": flow.destination,

@@ -2,8 +2,9 @@
 
 The spans say a message was published and no delivery of it came within the deadline; only the broker can say
 whether it is still there. A flow's unprocessed messages are split only where every part of the claim is known:
-- the spans name the queue (a publish to the default exchange, or a consumer span that spells it out), and one
-  vhost alone has a queue of that name (the spans name no vhost);
+- every publish of the flow names the same queue (a publish to the default exchange: a consumer span's queue says
+  where the delivered came from, not where the undelivered went), and one vhost alone has a queue of that name
+  (the spans name no vhost);
 - the sampling keeps pairs whole (no delivery came without its publish: TraceWindow.unprocessed_known);
 - some delivery of the flow was traced: a flow whose consumers send no spans has every message "unprocessed".
 Then the queue's messages (ready and unacknowledged) are the ones that may still be waiting; the rest are gone.

@@ -311,21 +311,33 @@ def test_an_amqp10_receiver_whose_quorum_queue_took_its_deliveries_back_is_named
     assert "consumer-cancelled-by-broker" not in _rules(_judged([*polls[:2], replace(polls[2], queues=(served,))]))
 
 
-def test_an_amqp10_receiver_the_log_says_was_released_is_named_at_once_as_known_and_alone_from_the_log():
+def test_an_amqp10_receiver_the_log_says_was_released_is_named_as_known_and_from_the_log_alone_where_unlisted():
     link = Link("/", "guest", "peer -> host", 0, 1, "jobs-receiver", "receiver", "/queues/jobs", "jobs", False, 10,
                 20, session_unsettled=20, session_receivers=1, client="Qpid Proton")
     jobs = queue("jobs", type="quorum", messages_ready=20, messages_unacked=0, consumers=0)
-    polls = [snapshot(taken_at=t, overview=_on("4.3.6"), links=(link,), queues=(jobs,)) for t in (0, 5)]
+    polls = [snapshot(taken_at=t, overview=_on("4.3.6"), links=(link,), queues=(jobs,)) for t in (0, 5, 61)]
     said = BrokerEvent(3.0, "consumer_timeout", BROKER_LOG, connection="peer -> host", vhost="/", queue="jobs",
                        link="jobs-receiver", reason="released",
                        text="released unsettled messages due to consumer timeout")
-    logged = Breaks(5.0, (BROKER_LOG,), events=(said,))
+    logged = Breaks(61.0, (BROKER_LOG,), events=(said,))
+    # Within stalled_consumer_seconds nothing is said, log or not: a link of the same name attached again since
+    # would match the line as well.
+    assert "consumer-cancelled-by-broker" not in _rules(_judged(polls[:2], breaks=replace(logged, at=5.0)))
     found = _rules(_judged(polls, breaks=logged))
-    (f,) = found["consumer-cancelled-by-broker"]  # 5 s stranded: polls alone would wait for stalled_consumer_seconds
+    (f,) = found["consumer-cancelled-by-broker"]
     assert f.severity == "critical" and f.evidence["source"] == "broker log and polls" and "inferred" not in f.evidence
     assert "the broker's log says so" in f.explanation and f.object.startswith("link 'jobs-receiver'")
     assert "consumer-timed-out" not in found  # no channel was closed
-    assert "consumer-cancelled-by-broker" not in _rules(_judged(polls))
+    (f,) = _rules(_judged(polls))["consumer-cancelled-by-broker"]
+    assert f.evidence["source"] == "polls" and "inferred" in f.evidence
+    # The line names another queue than the link's now (the name was attached there before): not the evidence of
+    # this link, which is inferred from the polls; the release the line tells of is said from the log alone.
+    found = _rules(_judged(polls, breaks=replace(logged, events=(said._replace(queue="payments"),))))
+    assert sorted((f.evidence["source"], f.evidence["queue"]) for f in found["consumer-cancelled-by-broker"]) == [
+        (BROKER_LOG, "payments"), ("polls", "jobs")]
+    # A session of two receivers: its count is neither one's.
+    shared = replace(link, session_unsettled=503, session_receivers=2)
+    assert "consumer-cancelled-by-broker" not in _rules(_judged([replace(p, links=(shared,)) for p in polls]))
     # The link no longer listed (detached since): the log alone names it.
     (f,) = _rules(_judged([replace(p, links=()) for p in polls], breaks=logged))["consumer-cancelled-by-broker"]
     assert (f.severity, f.object, f.evidence["source"]) == ("warning", "link 'jobs-receiver' of connection peer -> host",

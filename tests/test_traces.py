@@ -679,7 +679,9 @@ def test_a_flow_whose_publishes_name_several_queues_is_placed_beside_none_of_the
     assert placed(window, snap).flows[0].unprocessed == {UNPLACED: 2}
 
 
-def test_the_queue_a_consumer_span_spells_out_places_a_flow_whose_publishes_name_an_exchange():
+def test_the_queue_a_consumer_span_spells_out_does_not_place_a_flow_whose_publishes_name_an_exchange():
+    """The consumer's queue is where the delivered messages came from, not where the undelivered went: a headers
+    exchange may route the rest to a queue whose consumers send no spans."""
     attrs = dict(messaging__system="rabbitmq")
     pairing = Pairing()
     pairing.take([normalise(span(1, "send", PRODUCER, T0, messaging__operation__type="send",
@@ -688,7 +690,7 @@ def test_the_queue_a_consumer_span_spells_out_places_a_flow_whose_publishes_name
                   normalise(span(2, "process", CONSUMER, T0 + 0.1, parent=1, messaging__operation__type="process",
                                  messaging__destination__name="events:created:billing", **attrs), "billing")],
                  T0 + 1)
-    assert flows(pairing, T0 + 2)[("events:created", "shop")].queue == "billing"
+    assert flows(pairing, T0 + 2)[("events:created", "shop")].queue is None
 
 
 def test_a_delivery_linking_its_publish_under_a_parent_of_its_own_waits_for_the_publish():
@@ -793,3 +795,42 @@ def test_a_delivery_waiting_long_for_its_publish_makes_unprocessed_unknown_befor
     diagnosis = _judge([], window_kw=dict(waiting_long=1))
     [finding] = _found(diagnosis, "trace-sampling-incomplete")
     assert "1 deliveries have waited more than 30 s for theirs" in finding.explanation
+
+
+def test_gone_is_never_said_to_have_left_another_way_across_a_counter_that_went_back_or_a_worker_restart():
+    from snapshot_builders import queue, stats
+    gone = _flow(delivered=30, unprocessed={UNPLACED: 10})
+    # The queue declared again (or its node restarted) within the window: 5,000 delivered before, 45 since.
+    parts = dict(queues=[queue("orders", messages_ready=0, message_stats=stats(deliver_get=45))])
+    start = dict(queues=[queue("orders", message_stats=stats(deliver_get=5_000))])
+    [finding] = _found(_judge([gone], snapshot_kw=parts, start_kw=start), "trace-messages-unprocessed")
+    assert finding.evidence["broker_deliveries_in_window"] is None and "went back" in finding.evidence["inferred"]
+    assert "another way (" not in finding.evidence["inferred"]
+    # The exporter's trace worker started again: the spans' count went back from 5,000 to 30.
+    parts = dict(queues=[queue("orders", messages_ready=0, message_stats=stats(deliver_get=40))])
+    [finding] = _found(_judge([gone], [_flow(delivered=5_000)], snapshot_kw=parts,
+                              start_kw=dict(queues=[queue("orders")])), "trace-messages-unprocessed")
+    assert finding.evidence["traced_deliveries_in_window"] is None and "started again" in finding.evidence["inferred"]
+
+
+def test_the_deliveries_the_spans_show_from_a_queue_count_every_traced_flow_to_it():
+    """Two services publish to orders, 50 traced deliveries each; the broker delivered 100: none is untraced."""
+    from snapshot_builders import queue, stats
+    shop = _flow(delivered=50, unprocessed={UNPLACED: 10})
+    billing = _flow(service="billing", delivered=50)
+    parts = dict(queues=[queue("orders", messages_ready=0, message_stats=stats(deliver_get=100))])
+    [finding] = _found(_judge([shop, billing], snapshot_kw=parts, start_kw=dict(queues=[queue("orders")])),
+                       "trace-messages-unprocessed")
+    assert finding.evidence["traced_deliveries_in_window"] == 100
+    assert "left it another way" in finding.evidence["inferred"] and "more than the spans" not in finding.explanation
+    assert finding.evidence["joined_by"].startswith("the queue's name")
+
+
+def test_a_backlog_beside_gone_messages_is_not_given_the_oldest_age():
+    from snapshot_builders import queue
+    mixed = _flow(delivered=90, unprocessed={UNPLACED: 10}, oldest_unprocessed_s=110.0)
+    parts = dict(queues=[queue("orders", messages_ready=4)])
+    [finding] = _found(_judge([mixed], snapshot_kw=parts, start_kw=dict(queues=[queue("orders")])),
+                       "trace-messages-unprocessed")
+    assert (finding.evidence["gone"], finding.evidence["waiting"]) == (6, 4)
+    assert "the oldest 110 s" not in finding.explanation and finding.evidence["oldest_seconds"] == 110

@@ -55,13 +55,14 @@ class _Flow:
 
     __slots__ = ("destination", "service", "exchange", "queue", "published", "publish_errors", "delivered",
                  "queue_time", "processing", "skewed", "duplicates", "redelivered", "settled", "unprocessed",
-                 "consumers", "consumed")
+                 "consumers")
 
     def __init__(self, destination: str, service: str):
         self.destination, self.service = destination, service
         self.exchange: str | None = None
-        self.queue: str | None = None  # as the publishes name it
-        self.consumed = None  # the queue as the consumer spans name it: None until one does
+        # As the publishes name it. A consumer span's queue is not taken: it says where the delivered messages came
+        # from, not where the undelivered went (a headers exchange may route half to a queue nobody traces).
+        self.queue: str | None = None
         self.published = self.publish_errors = self.delivered = self.duplicates = self.redelivered = 0
         self.queue_time, self.processing = _Counts(), _Counts()
         self.skewed: dict[str, int] = {}
@@ -76,13 +77,9 @@ class _Flow:
         self.exchange = _agreed(self.exchange, exchange, first)
         self.queue = _agreed(self.queue, queue, first)
 
-    def consumed_from(self, queue: str) -> None:
-        self.consumed = _agreed(self.consumed, queue, self.consumed is None)
-
     def the_queue(self) -> str | None:
-        """The one queue the publishes and the consumer spans name, where they name one and agree."""
-        named = [q for q in (self.queue, self.consumed) if q is not None]
-        return named[0] if named and all(q is not _MIXED and q == named[0] for q in named) else None
+        """The one queue the publishes name, where they all name the same."""
+        return None if self.queue is _MIXED else self.queue
 
     def frozen(self, now: float) -> Flow:
         oldest = min(self.unprocessed.values(), default=None)
@@ -368,8 +365,6 @@ class Pairing:
                 flow.redelivered += again
                 message.redelivered += again
         flow.consumers.add(span.service)
-        if span.queue is not None:
-            flow.consumed_from(span.queue)
         if span.role == PROCESS or (span.role == RECEIVE and span.shape == OLDER):
             self._processed(message, span)
         return "kept"
