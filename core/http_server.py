@@ -116,6 +116,8 @@ def make_server(host: str, port: int, source: Source, security: WebSecurity = We
 
         def do_GET(self):
             path = self.path.split("?", 1)[0]
+            if path in source.receivers:  # there, but for POSTs: not a 404, which says it is not there at all
+                return self._send(405, b"POST only\n", "text/plain", {"Allow": "POST"})
             if path == "/healthz":
                 ok = source.healthy()
                 return self._send(200 if ok else 503, b"ok\n" if ok else b"poll loop stalled\n", "text/plain")

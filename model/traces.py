@@ -94,6 +94,9 @@ class Flow:
     unprocessed: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # WAITING | GONE | UNPLACED -> count
     oldest_unprocessed_s: float = 0.0
     consumers: tuple[str, ...] = ()
+    # Messages that reached their deadline with no delivery, since the start: a late delivery does not take one
+    # back, and one stays counted once it is forgotten (`unprocessed` is what is outstanding now).
+    went_unprocessed: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ class TraceWindow:
     `spans` counts every span received by shape (and "other": spans that are not messaging spans, such as HTTP);
     `orphans` the deliveries, by consuming service, whose publish never arrived though their trace context names
     one: its publisher's span was sampled apart from theirs, or is sent elsewhere; `unrooted` deliveries with no
-    trace context at all (their publisher is not instrumented);
+    trace context at all (their publisher is not instrumented, or the context was not passed on);
     `not_understood` messaging spans of no known shape, with the first one said; `dropped` spans not kept because
     the exporter held as many messages as it may; `repeated` spans received again (a Collector's retry)."""
 

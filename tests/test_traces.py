@@ -244,6 +244,7 @@ def test_a_publish_with_no_delivery_within_the_deadline_is_unprocessed_until_it_
     flow = flows(pairing, T0 + 72)[("orders", "shop")]
     assert (flow.unprocessed, flow.delivered) == ({}, 2)  # late, counted in the queue time's long tail
     assert flows(pairing, T0 + 200)[("orders", "shop")].unprocessed == {}  # forgotten past keeping
+    assert flows(pairing, T0 + 200)[("orders", "shop")].went_unprocessed == 1  # ... and still counted
     assert GONE not in flow.unprocessed  # the pairing never says gone: only the broker's view can
 
 

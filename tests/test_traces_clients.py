@@ -229,6 +229,8 @@ def test_the_pipeline_audits_the_traced_messages_the_exporter_kept(spark, broker
                                service="shop") == 4, 40, "four duplicate deliveries traced")
         wait_for(lambda: value(scrape(exporter), "ackscope_trace_unprocessed_messages", destination="nobody",
                                service="shop", state="unplaced") == 1, 20, "the unconsumed message unprocessed")
+        assert value(scrape(exporter), "ackscope_trace_unprocessed_total", destination="nobody", service="shop") == 1
+        assert value(scrape(exporter), "ackscope_trace_unprocessed_total", destination="retries", service="shop") == 0
         got = consumer_records(consumer)
     exporter.stop()  # every message is past its deadline: all written
     assert len([r for r in got if "received" in r]) == 8
@@ -261,6 +263,8 @@ def test_the_endpoint_wants_the_web_credentials_and_refuses_bad_bodies_in_a_line
     assert big.status_code == 413
     good = requests.post(url, data=b"", auth=auth, headers={"Content-Type": "application/x-protobuf"}, timeout=5)
     assert good.status_code == 200
+    looked = requests.get(url, auth=auth, timeout=5)  # an on-call checking the endpoint is there
+    assert (looked.status_code, looked.headers["Allow"]) == (405, "POST")
     # Rendered at the next poll.
     wait_for(lambda: value(metrics(watching), "ackscope_trace_requests_rejected_total") == 2, 10,
              "the two refused requests counted")

@@ -44,7 +44,10 @@ def _flows(w: TraceWindow):
             ("duplicates", "ackscope_trace_duplicate_deliveries", "Deliveries of a message beyond the first to the "
              "same consuming service (a copy to another service is fan-out, not a duplicate)."),
             ("redelivered", "ackscope_trace_redeliveries", "Of the duplicate deliveries, those whose span says the "
-             "broker redelivered them (Celery's delivery_info; the pika and aio-pika spans do not say).")):
+             "broker redelivered them (Celery's delivery_info; the pika and aio-pika spans do not say)."),
+            ("went_unprocessed", "ackscope_trace_unprocessed", "Messages that reached the deadline with no "
+             "delivery, since the start: a late delivery does not take one back, and one forgotten stays counted "
+             "(ackscope_trace_unprocessed_messages is what is outstanding now).")):
         family = CounterMetricFamily(name, doc, labels=FLOW)
         for f in w.flows:
             family.add_metric([f.destination, f.service], getattr(f, attribute))
@@ -55,8 +58,9 @@ def _flows(w: TraceWindow):
                                  "the two hosts' clocks: the clocks of the publishing and the consuming service "
                                  "disagree. Kept out of the queue time.", labels=FLOW + ("consumer",))
     unprocessed = GaugeMetricFamily(
-        "ackscope_trace_unprocessed_messages", "Messages published with no delivery within the deadline, by the "
-        "broker's view of their queue: waiting (the queue holds at least that many), gone (more than the queue "
+        "ackscope_trace_unprocessed_messages", "Messages published with no delivery within the deadline, "
+        "outstanding now (each is forgotten 60 s past its deadline; ackscope_trace_unprocessed_total keeps the "
+        "count), by the broker's view of their queue: waiting (the queue holds at least that many), gone (more than the queue "
         "holds), unplaced (the spans name no queue, the sampling does not keep pairs whole, or no delivery of the "
         "destination was ever traced).", labels=FLOW + ("state",))
     oldest = GaugeMetricFamily("ackscope_trace_unprocessed_oldest_seconds", "Age of the oldest unprocessed "
@@ -93,7 +97,7 @@ def _intake(w: TraceWindow):
             ("ackscope_trace_spans_repeated", "Spans received again (a Collector's retried batch): counted once.",
              w.repeated),
             ("ackscope_trace_unrooted_deliveries", "Deliveries with no trace context: their publisher is not "
-             "instrumented.", w.unrooted),
+             "instrumented, or the context was not passed on in the message's headers.", w.unrooted),
             ("ackscope_trace_requests_rejected", "Requests to /v1/traces refused: malformed, too large, or of "
              "another content type.", w.rejected_requests)):
         yield CounterMetricFamily(name, doc, value=value)

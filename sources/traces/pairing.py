@@ -55,7 +55,7 @@ class _Flow:
 
     __slots__ = ("destination", "service", "exchange", "queue", "published", "publish_errors", "delivered",
                  "queue_time", "processing", "skewed", "duplicates", "redelivered", "settled", "unprocessed",
-                 "consumers")
+                 "consumers", "went_unprocessed")
 
     def __init__(self, destination: str, service: str):
         self.destination, self.service = destination, service
@@ -64,6 +64,7 @@ class _Flow:
         # from, not where the undelivered went (a headers exchange may route half to a queue nobody traces).
         self.queue: str | None = None
         self.published = self.publish_errors = self.delivered = self.duplicates = self.redelivered = 0
+        self.went_unprocessed = 0
         self.queue_time, self.processing = _Counts(), _Counts()
         self.skewed: dict[str, int] = {}
         self.settled: dict[str, int] = {}
@@ -91,7 +92,7 @@ class _Flow:
                     settled=dict(self.settled),
                     unprocessed={UNPLACED: len(self.unprocessed)} if self.unprocessed else {},
                     oldest_unprocessed_s=now - oldest if oldest is not None else 0.0,
-                    consumers=tuple(sorted(self.consumers)))
+                    consumers=tuple(sorted(self.consumers)), went_unprocessed=self.went_unprocessed)
 
 
 class _Message:
@@ -423,6 +424,7 @@ class Pairing:
                     # taken it. The age runs from its publish, or from its arrival here where the publisher's
                     # clock is ahead of this host's.
                     message.flow.unprocessed[key] = min(message.start, second)
+                    message.flow.went_unprocessed += 1
                 self._kept.add(second + self.deadline_s, key)
         forgotten = []
         for _, key in self._kept.older_than(now - self.keep_s):
