@@ -237,12 +237,11 @@ class Pairing:
     def _flow(self, destination: str, service: str) -> _Flow:
         if destination not in self._destinations:
             destination = _bounded(destination)
-            if destination in self._destinations:
-                pass
-            elif len(self._destinations) >= self.max_destinations:
-                destination = OTHER_DESTINATIONS
-            else:
-                self._destinations.add(destination)
+            if destination not in self._destinations:
+                if len(self._destinations) >= self.max_destinations:
+                    destination = OTHER_DESTINATIONS
+                else:
+                    self._destinations.add(destination)
         flow = self._flows.get((destination, service))
         if flow is None:
             flow = self._flows[(destination, service)] = _Flow(destination, service)
