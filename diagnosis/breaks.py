@@ -280,7 +280,8 @@ def _released(ctx: Context, rule: Rule) -> Iterator[Finding]:
             "warning", vhost or "", f"link '{name}' of connection {connection}", _who(e),
             {"queue": e.queue, "protocol": "AMQP 1.0", "source": BROKER_LOG, "broker_said": e.text},
             f"the broker released the deliveries AMQP 1.0 receiver '{name}' held unsettled back to quorum queue "
-            f"{e.queue} at its consumer timeout (its log says so; no poll shows the link holding them now): they go "
+            f"{e.queue} at its consumer timeout (its log says so; no poll has shown the link stranded with them "
+            "beside a queue that counts no consumer, for stalled_consumer_seconds): they go "
             "to the queue's next consumer, a second delivery for whoever processes them, and a link still attached "
             "receives nothing more until it detaches and attaches again.",
             _RELEASED_REMEDY)

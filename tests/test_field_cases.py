@@ -239,9 +239,11 @@ def _reject_until_gone(channel, queue: str, bound: int = 200) -> None:
     raise AssertionError(f"{queue} still held messages after {bound} rejects")
 
 
-def _healthy(node: LocalBroker, vhost: str) -> None:
+def _healthy(node: LocalBroker, vhost: str, field: Field) -> None:
     """A client doing everything right: confirms, persistent messages into a durable queue, a consumer with a
-    prefetch acking each delivery."""
+    prefetch acking each delivery. Returns once the module's exporter (`field`, watching every vhost) has polled
+    the queue drained: the test's vhost is deleted at its end, and a last poll that saw the queue mid-run would
+    rightly say it was deleted holding what it held then."""
     with connect(node, vhost, "pika-healthy") as conn:
         ch = conn.channel()
         ch.confirm_delivery()
@@ -256,6 +258,8 @@ def _healthy(node: LocalBroker, vhost: str) -> None:
             if got == 20:
                 break
         ch.cancel()
+    drained = time.time()
+    wait_for(lambda: field.polls.latest() > drained, 30, "the module's exporter to poll the drained queue")
 
 
 def _at_or_above_warning(found: list[dict], name: str) -> list[dict]:
@@ -556,7 +560,7 @@ def test_a_queue_deleted_once_drained_and_the_healthy_client_are_named_by_nothin
 
 # -- K1, K2, K6, K7: what the broker removes, each case in a vhost of its own ------------------------------
 def test_a_dead_letter_target_through_the_default_exchange_a_drop_at_the_limit_and_a_length_limit_side_by_side(
-        release_broker, start_exporter):
+        release_broker, start_exporter, field):
     node = release_broker
     with own_vhost(node, "fld") as vhost:
         exporter = start_exporter(node.management_url, interval=0.5, selection=only_vhost(vhost),
@@ -591,7 +595,7 @@ def test_a_dead_letter_target_through_the_default_exchange_a_drop_at_the_limit_a
             ch.confirm_delivery()
             ch.queue_declare("fld.capped", durable=True, arguments={"x-max-length": 2})
             assert _confirmed(ch, "fld.capped", 10) == 0  # all ten confirmed; eight are destroyed
-            _healthy(node, vhost)
+            _healthy(node, vhost, field)
 
             wanted = [("delivery-limit-reached", "queue fld.kept"), ("delivery-limit-reached", "queue fld.dropping"),
                       ("messages-dropped", "queue fld.capped")]
@@ -623,7 +627,7 @@ def test_a_dead_letter_target_through_the_default_exchange_a_drop_at_the_limit_a
 
 
 def test_drops_by_length_are_never_blamed_on_a_reject_publish_queue_and_a_deleted_queue_is_named(
-        release_broker, start_exporter):
+        release_broker, start_exporter, field):
     node = release_broker
     with own_vhost(node, "fld") as vhost:
         with connect(node, vhost, "fld-refused-publisher") as conn:
@@ -638,7 +642,7 @@ def test_drops_by_length_are_never_blamed_on_a_reject_publish_queue_and_a_delete
             ch.queue_delete("fld.capped-then-deleted")
             ch.queue_declare("fld.refusing", durable=True, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
             assert _confirmed(ch, "fld.refusing", 50) == 49
-            _healthy(node, vhost)
+            _healthy(node, vhost, field)
 
             def dropped():
                 found = findings(exporter)
