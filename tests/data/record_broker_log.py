@@ -128,26 +128,33 @@ def stalled_consumers(broker: LocalBroker, release: Release) -> None:
         conn.close()
 
 
-def record(release: Release, formatter: str) -> Path:
-    config = (f"consumer_timeout = {TIMEOUT_MS}", "log.file.level = info") + \
-        (("log.file.formatter = json",) if formatter == "json" else ())
-    broker = LocalBroker(name=f"ackscope-log-{formatter}", release=release, config=config)
+def logged(prefix: str, release: Release, formatter: str, config: tuple[str, ...],
+           workload: Callable[[LocalBroker], None], settle_s: float = 2.0) -> Path:
+    """`workload` on a node of its own logging at info in `formatter` (plain or json), its log then written to
+    tests/data/<prefix>-<version>/<formatter>.log; `settle_s`: the wait for the last lines to reach the file."""
+    config += ("log.file.level = info",) + (("log.file.formatter = json",) if formatter == "json" else ())
+    broker = LocalBroker(name=f"ackscope-{prefix}-{formatter}", release=release, config=config)
     broker.start()
     try:
-        channel_errors(broker)
-        frame_error(broker)
-        churn(broker)
-        stalled_consumers(broker, release)
-        time.sleep(2)  # the last lines reach the file
+        workload(broker)
+        time.sleep(settle_s)
         version = broker.api("GET", "/overview").json()["rabbitmq_version"]
-        out = Path(__file__).parent / f"broker-log-{version}"
+        out = Path(__file__).parent / f"{prefix}-{version}"
         out.mkdir(exist_ok=True)
-        log = broker.log_file.read_text()
-        (out / f"{formatter}.log").write_text(log)
+        (out / f"{formatter}.log").write_text(broker.log_file.read_text())
         return out / f"{formatter}.log"
     finally:
         broker.stop()
         broker.remove()
+
+
+def record(release: Release, formatter: str) -> Path:
+    def workload(broker: LocalBroker) -> None:
+        channel_errors(broker)
+        frame_error(broker)
+        churn(broker)
+        stalled_consumers(broker, release)
+    return logged("broker-log", release, formatter, (f"consumer_timeout = {TIMEOUT_MS}",), workload)
 
 
 def in_parallel(recordings: list[Callable[[], Path]]) -> int:

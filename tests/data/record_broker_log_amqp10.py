@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pika
-from record_broker_log import in_parallel
+from record_broker_log import in_parallel, logged
 
 from ackscope.workloads.private_broker import LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
@@ -26,31 +26,22 @@ HELD_FOR = 40.0
 CLIENT = Path(__file__).parent.parent / "clients" / "amqp10_client.py"
 
 
+def held_past_the_timeout(broker: LocalBroker) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url()))
+    conn.channel().queue_declare("jobs", durable=True, arguments={"x-queue-type": "quorum"})
+    conn.close()
+    receiver = subprocess.Popen([sys.executable, str(CLIENT), "proton", "holding", "jobs"],
+                                env=dict(os.environ, AMQP_URL=broker.amqp_url(), FILL="20"),
+                                stdout=subprocess.PIPE, text=True)
+    assert receiver.stdout.readline().strip() == "ready"
+    time.sleep(HELD_FOR)  # a recording: the timeout and what the broker logs of it, whatever it is
+    receiver.terminate()
+    receiver.wait(10)
+
+
 def record(release: Release, formatter: str) -> Path:
-    config = (f"consumer_timeout = {TIMEOUT_MS}", "log.file.level = info") + \
-        (("log.file.formatter = json",) if formatter == "json" else ())
-    broker = LocalBroker(name=f"ackscope-log-amqp10-{formatter}", release=release, config=config)
-    broker.start()
-    try:
-        conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url()))
-        conn.channel().queue_declare("jobs", durable=True, arguments={"x-queue-type": "quorum"})
-        conn.close()
-        receiver = subprocess.Popen([sys.executable, str(CLIENT), "proton", "holding", "jobs"],
-                                    env=dict(os.environ, AMQP_URL=broker.amqp_url(), FILL="20"),
-                                    stdout=subprocess.PIPE, text=True)
-        assert receiver.stdout.readline().strip() == "ready"
-        time.sleep(HELD_FOR)  # a recording: the timeout and what the broker logs of it, whatever it is
-        receiver.terminate()
-        receiver.wait(10)
-        time.sleep(2)  # the last lines reach the file
-        version = broker.api("GET", "/overview").json()["rabbitmq_version"]
-        out = Path(__file__).parent / f"broker-log-amqp10-{version}"
-        out.mkdir(exist_ok=True)
-        (out / f"{formatter}.log").write_text(broker.log_file.read_text())
-        return out / f"{formatter}.log"
-    finally:
-        broker.stop()
-        broker.remove()
+    return logged("broker-log-amqp10", release, formatter, (f"consumer_timeout = {TIMEOUT_MS}",),
+                  held_past_the_timeout)
 
 
 def main() -> int:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import pika
-from record_broker_log import in_parallel
+from record_broker_log import in_parallel, logged
 
 from ackscope.workloads.private_broker import LocalBroker
 from ackscope.workloads.rabbitmq_release import Release
@@ -100,25 +100,15 @@ def queues_and_node(broker: LocalBroker) -> None:
 
 
 def record(release: Release, formatter: str) -> Path:
-    config = ("log.file.level = info", f"handshake_timeout = {HANDSHAKE_TIMEOUT_MS}") + \
-        (("log.file.formatter = json",) if formatter == "json" else ())
-    broker = LocalBroker(name=f"ackscope-k4-log-{formatter}", release=release, config=config)
-    broker.start()
-    try:
+    def workload(broker: LocalBroker) -> None:
         dead_letter_cycle(broker)
         missed_heartbeats(broker)
         celery_inequivalent(broker)
         connection_exceptions(broker)
         queues_and_node(broker)
-        time.sleep(4)  # the cycle's drop (two TTLs) and the last lines reach the file
-        version = broker.api("GET", "/overview").json()["rabbitmq_version"]
-        out = Path(__file__).parent / f"broker-log-drops-{version}"
-        out.mkdir(exist_ok=True)
-        (out / f"{formatter}.log").write_text(broker.log_file.read_text())
-        return out / f"{formatter}.log"
-    finally:
-        broker.stop()
-        broker.remove()
+    # 4 s: the cycle's drop (two TTLs) and the last lines reach the file.
+    return logged("broker-log-drops", release, formatter, (f"handshake_timeout = {HANDSHAKE_TIMEOUT_MS}",),
+                  workload, settle_s=4.0)
 
 
 def main() -> int:
