@@ -28,7 +28,7 @@ from .management.session_reads import SessionReads
 from .prometheus_plugin import normalise
 from .prometheus_plugin.exposition import Samples
 from .prometheus_plugin.listeners import default_url, plugin_urls
-from .reachability import reconciled
+from .reachability import Rejoining, reconciled
 from .selection import Selection
 
 log = logging.getLogger("ackscope.sources")
@@ -130,6 +130,7 @@ class PrometheusPluginSource:
                                         thread_name_prefix="ackscope-fetch")
         self._alone = False  # the last read found no management API, only the plugin
         self._sessions = SessionReads()  # each AMQP 1.0 connection's last sessions, asked again when it moved
+        self._rejoining = Rejoining()
         self._queue_list: QueueList | None = None
         self._queue_list_refresh: Future | None = None  # the background read, until a poll takes its result
         self.queue_list_every = queue_list_every
@@ -242,6 +243,7 @@ class PrometheusPluginSource:
                                       channels_listed=self.channels_listed and not alone,
                                       counted=counted is not None and not alone)
         answered = {name: normalise.unreachable_peers(m) for m in metrics or () if (name := normalise.node_name(m))}
+        answered = self._rejoining.heard(snapshot.nodes, answered, time.monotonic())
         snapshot = replace(snapshot, nodes=reconciled(snapshot.nodes, snapshot.overview.node, answered))
         missed |= frozenset().union(*(MISSED_WITHOUT.get(e.endpoint, ()) for e in errors
                                       if e.reason != "incomplete" or e.endpoint == "metrics"))  # its alarms

@@ -10,7 +10,7 @@ are asked whatever the listeners say."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from ackscope.model.snapshot import Node
@@ -86,11 +86,14 @@ class Rejoining:
     def __init__(self) -> None:
         self._silent_at: dict[str, float] = {}
 
-    def heard(self, nodes: Sequence[Node], answered: Mapping[str, int | None], now: float
-              ) -> dict[str, int | None]:
-        """`answered` (as reconciled takes it) without the members rejoining at `now` (monotonic)."""
+    def heard(self, nodes: Sequence[Node], answered: Mapping[str, int | None], now: float,
+              asked: Collection[str] | None = None) -> dict[str, int | None]:
+        """`answered` (as reconciled takes it) without the members rejoining at `now` (monotonic). `asked`: the
+        members whose plugin this poll asked, where a read that did not complete left the others unasked (their
+        silence is not known); None: every member's was asked, or none can be."""
         listed_down = {n.name for n in nodes if n.running is False}
-        self._silent_at.update((name, now) for name in listed_down if name not in answered)
+        self._silent_at.update((name, now) for name in listed_down
+                               if name not in answered and (asked is None or name in asked))
         self._silent_at = {name: at for name, at in self._silent_at.items()
                            if name in listed_down and now - at < REJOIN_WITHIN}
         return {name: count for name, count in answered.items() if name not in self._silent_at}

@@ -128,6 +128,20 @@ def test_a_member_that_answers_again_after_a_silence_is_rejoining_for_a_while_th
     assert rejoining.heard(members, {"rabbit@n1": 1, "rabbit@n2": 1}, now=141.0) == {"rabbit@n1": 1, "rabbit@n2": 1}
 
 
+def test_a_plugin_read_cut_short_is_silence_only_for_the_members_it_asked():
+    # As seen on 4.3.6: n2 paused while its listener was still listed hung the plugin read past the deadline, in
+    # the poll that first listed it not running; resumed, it answered the next poll counting n1 unreachable.
+    rejoining, members = Rejoining(), _members(True, False)
+    assert rejoining.heard(members, {}, now=100.0, asked={"rabbit@n2": False}) == {}
+    back = rejoining.heard(members, {"rabbit@n1": 1, "rabbit@n2": 1}, now=101.0)
+    assert [n.running for n in reconciled(members, "rabbit@n1", back)] == [True, False]  # down, not cut off
+    # A read that hung on n1's plugin never reached n2's: nothing is known of n2, and answering, it is cut off.
+    unreached = Rejoining()
+    assert unreached.heard(members, {}, now=100.0, asked={"rabbit@n1": False}) == {}
+    apart = unreached.heard(members, {"rabbit@n1": 1, "rabbit@n2": 1}, now=101.0)
+    assert [len(n.partitions) for n in reconciled(members, "rabbit@n1", apart)] == [1, 1]
+
+
 def test_3_10_lists_its_partitions_itself_and_they_are_kept():
     nodes = reconciled(_members(True, True, partitions=("rabbit@n2",)), "rabbit@n1", {"rabbit@n1": None})
     assert nodes[0].partitions == ("rabbit@n2",) and not nodes[0].partitions_inferred
