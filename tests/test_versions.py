@@ -607,10 +607,11 @@ def test_publishers_waiting_for_each_confirm_are_named_on_pika_and_java_and_one_
     """pika's BlockingChannel after confirm_delivery() and the Java client's waitForConfirmsOrDie after each
     publish, persistent messages without pause: one unconfirmed at a time, waiting most of their time (their rate
     times the probes' confirm latency: the broker's own count misses the round trip, measured 30-50% on 4.3.6).
-    The Java client streaming its confirms (a ConfirmListener, up to 32 unconfirmed), as fast: quiet. (aio-pika
-    awaiting 100 publishes together was quiet too, until a CI machine slowed it to 240/s: its writes then came
-    slower than the broker's confirms, and in all 6 samples the broker held at most one of them unconfirmed, as it
-    would for a publisher waiting for each. Only a streamer faster than the broker's confirms is told apart.)
+    The Java client streaming its confirms (a ConfirmListener, up to 8 unconfirmed, each free place filled at
+    once): quiet. (aio-pika awaiting 100 publishes together was quiet too, until a CI machine slowed it to 240/s:
+    its writes then came slower than the broker's confirms, and in all 6 samples the broker held at most one of them
+    unconfirmed, as it would for a publisher waiting for each; the Java streamer writing one place at a time did the
+    same at 340/s on a slow day. Only a streamer faster than the broker's confirms is told apart.)
     RabbitMQ 4 refreshes a channel's figures every 5 s or so: a 45 s window gives it the samples asked for."""
     exporter = start_exporter(release_broker.management_url, interval=0.5, selection=only_vhost(release_vhost),
                               thresholds=Thresholds(window_seconds=45.0, confirm_wait_samples=6),
