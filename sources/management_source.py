@@ -187,7 +187,8 @@ class ManagementSource:
         for url, (known, required) in sorted(plugins.items()):
             # A member nobody lists may be paused or hung: a second is its bound, not the poll's whole deadline.
             bound = deadline if required else min(deadline, time.monotonic() + REMEMBERED_WITHIN)
-            tried[known] = False
+            if required or bound < deadline:  # silent only if given its whole time, not what others left it
+                tried[known] = False
             try:
                 body = self._plugins.at(url).get("metrics", "/metrics", {}, bound, "text/plain")
             except FetchError:

@@ -94,6 +94,9 @@ class Rejoining:
         listed_down = {n.name for n in nodes if n.running is False}
         self._silent_at.update((name, now) for name in listed_down
                                if name not in answered and (asked is None or name in asked))
+        # Forgotten once listed running again, or once too old: a poll that read no node list (the node asked can
+        # be slow to list its members while one is paused) forgets nothing.
+        listed_running = {n.name for n in nodes if n.running}
         self._silent_at = {name: at for name, at in self._silent_at.items()
-                           if name in listed_down and now - at < REJOIN_WITHIN}
+                           if name not in listed_running and now - at < REJOIN_WITHIN}
         return {name: count for name, count in answered.items() if name not in self._silent_at}

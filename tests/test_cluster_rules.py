@@ -142,6 +142,14 @@ def test_a_plugin_read_cut_short_is_silence_only_for_the_members_it_asked():
     assert [len(n.partitions) for n in reconciled(members, "rabbit@n1", apart)] == [1, 1]
 
 
+def test_a_poll_without_the_node_list_forgets_no_silence():
+    # The node asked may not list its members in time while one is paused: that poll has no nodes at all.
+    rejoining, members = Rejoining(), _members(True, False)
+    rejoining.heard(members, {"rabbit@n1": 0}, now=100.0)
+    assert rejoining.heard((), {"rabbit@n1": 0}, now=102.0) == {"rabbit@n1": 0}
+    assert rejoining.heard(members, {"rabbit@n1": 1, "rabbit@n2": 1}, now=104.0) == {"rabbit@n1": 1}
+
+
 def test_3_10_lists_its_partitions_itself_and_they_are_kept():
     nodes = reconciled(_members(True, True, partitions=("rabbit@n2",)), "rabbit@n1", {"rabbit@n1": None})
     assert nodes[0].partitions == ("rabbit@n2",) and not nodes[0].partitions_inferred
