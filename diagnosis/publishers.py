@@ -211,8 +211,8 @@ def _waits_each_confirm(ctx: Context, rule: Rule) -> Iterator[Finding]:
             f"the channel waits for each confirm before its next publish: never more than {seen.peak} unconfirmed in "
             f"{seen.samples} samples taken while it published {rate:.3g}/s, and it waits about {share:.0%} of its "
             "time (inferred: a publisher that streams its confirms but writes no faster than they come back looks "
-            "the same to the broker). One message per confirm round trip (and per fsync, for persistent messages) is its "
-            f"ceiling, about {rate / share:.3g}/s here"
+            "the same to the broker). One message per confirm round trip (and per fsync, for persistent messages) "
+            f"is its ceiling, about {rate / share:.3g}/s here"
             + (": it publishes at it, and more demand cannot get through." if saturated else "."),
             rule.remedy + (f" Measured on this broker by 'ackscope bench confirms': {'; '.join(measured)}."
                            if measured else " 'ackscope bench confirms' measures each strategy on this broker."))

@@ -116,8 +116,8 @@ class ManagementSource:
             # A paused member's plugin, asked while its listener is still listed, hangs the read past the deadline:
             # its silence counts, or the member answering once resumed is taken as cut off rather than rejoining
             # (seen on 4.3.6). Those the read did not reach are not known silent.
-            self._rejoining.heard(snapshot.nodes, {node: None for node, ok in tried.items() if ok},
-                                  time.monotonic(), asked=tried)
+            self._rejoining.heard(snapshot.nodes, {}, time.monotonic(),
+                                  asked=[node for node, answered in tried.items() if not answered])
         else:
             counted, latency, deliveries, answered = per_node
             nodes = tuple(replace(n, quorum_commit_latency_seconds=latency[n.name])
