@@ -32,6 +32,7 @@ from ackscope.core.durations import describe, parse_duration
 from ackscope.core.evidence import rows as evidence_rows
 from ackscope.dashboard.source import ExporterSource, Live
 from ackscope.diagnosis.channel_turnover import ChannelTurnover
+from ackscope.diagnosis.departures import Departures
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
@@ -343,11 +344,15 @@ def judge_samples(first: Snapshot, second: Snapshot, thresholds: Thresholds, pro
     if since is not None:
         sampled = replace(sampled, window_seconds=since)
     holding, waiting, turnover = Holding(), Waiting(), ChannelTurnover(sampled.window_seconds)
+    departures = Departures(sampled.window_seconds)
     for memory in (holding, waiting, turnover):
         for sample in (first, *between):
             memory.update(sample)
+    for sample in (first, *between):
+        departures.update(sample, first)
     verdict = diagnose(Context(second, first, probes, sampled, breaks=breaks, held=holding.update(second),
-                               oldest=waiting.update(second), turnover=turnover.update(second)))
+                               oldest=waiting.update(second), turnover=turnover.update(second),
+                               departed=departures.update(second, first)))
     verdict = replace(verdict, findings=tuple(_briefly(f, thresholds.stalled_consumer_seconds)
                                               for f in verdict.findings))
     if breaks is not None:

@@ -21,6 +21,7 @@ from ackscope.core.processes import wait_for_signal
 from ackscope.core.secret import Secret
 from ackscope.diagnosis.channel_turnover import ChannelTurnover
 from ackscope.diagnosis.confirm_waits import ConfirmWaits
+from ackscope.diagnosis.departures import Departures
 from ackscope.diagnosis.holding import Holding
 from ackscope.diagnosis.onset import Onset
 from ackscope.diagnosis.queues import PERSISTENT_COUNT_LAG
@@ -226,6 +227,7 @@ class Exporter:
         self.waiting = Waiting()  # how long each queue's oldest message has waited, at least
         self.confirm_waits = ConfirmWaits(cfg.thresholds.window_seconds)  # how many each publisher leaves in flight
         self.turnover = ChannelTurnover(cfg.thresholds.window_seconds)  # channels closing on connections that stay
+        self.departures = Departures(cfg.thresholds.window_seconds)  # channels gone, judged for the window
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
         self.ledger = BreakLedger(cfg.thresholds.window_seconds,
@@ -258,13 +260,14 @@ class Exporter:
         return self.probes.stats() if self.probes is not None else ProbeStats(time.time())
 
     def _diagnose(self, snapshot: Snapshot, previous: Snapshot | None, breaks: Breaks | None) -> Diagnosis:
-        oldest = self.waiting.update(snapshot)
+        oldest, window = self.waiting.update(snapshot), self.recent.start(snapshot)
         verdict = diagnose(Context(snapshot, previous, self._probe_stats().targets, self.cfg.thresholds,
-                                   earlier=self.lagging.start(snapshot),
-                                   window=self.recent.start(snapshot), breaks=breaks,
+                                   earlier=self.lagging.start(snapshot), window=window, breaks=breaks,
                                    held=self.holding.update(snapshot), oldest=oldest,
                                    in_flight=self.confirm_waits.update(snapshot), confirm_bench=self.cfg.confirm_bench,
-                                   turnover=self.turnover.update(snapshot), traces=self.poller.traces,
+                                   turnover=self.turnover.update(snapshot),
+                                   departed=self.departures.update(snapshot, window or previous),
+                                   traces=self.poller.traces,
                                    traces_start=self.recent_traces.start(self.poller.traces)
                                    if self.poller.traces is not None else None))
         return replace(verdict, findings=tuple(self.onset.stamp(list(verdict.findings), snapshot.taken_at)),

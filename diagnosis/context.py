@@ -17,6 +17,7 @@ from ackscope.model.traces import TraceWindow
 
 from .channel_turnover import Closed
 from .confirm_waits import InFlight
+from .departures import Departed
 from .holding import Held
 from .thresholds import Thresholds
 from .waiting import stamped
@@ -58,6 +59,9 @@ class Context:
     # Per connection, the channels polls saw close (or inferred closed) over the window while it stayed open
     # (diagnosis.channel_turnover.Closed); None: not tracked, and the window's start and end alone say.
     turnover: Mapping[str, Closed] | None = None
+    # The channels and queues that went over the window, each as last listed (diagnosis.departures); None: not
+    # tracked, and the poll before (and the window's start) alone say.
+    departed: Departed | None = None
     # A poll a few seconds before this one (diagnosis.window.Recent over those seconds), for a count the broker
     # updates later than the rest (a queue's persistent count); None: the previous poll and the window's start say.
     earlier: Snapshot | None = None

@@ -12,17 +12,14 @@ finding says what it held, not who deleted it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from ackscope.core.durations import describe
 from ackscope.model.findings import Finding
-from ackscope.model.snapshot import QUEUE_COUNTS, Consumer, Queue
+from ackscope.model.snapshot import QUEUE_COUNTS, Queue
 
 from .context import Context, Rule, consumers_named, few, named, num, rounded
-
-def _held(q: Queue) -> int:
-    return num(q.messages_ready) + num(q.messages_unacked)
-
+from .departures import DepartedQueue, held_messages, queues_departed
 
 def _temporary(q: Queue) -> str | None:
     """What deletes the queue on its own: its last consumer leaving, or its connection closing; None: neither."""
@@ -46,7 +43,7 @@ def _requeued(ctx: Context, q: Queue) -> int:
 def _temporary_holding(ctx: Context, rule: Rule) -> Iterator[Finding]:
     for q in ctx.snapshot.queues:
         how = _temporary(q)
-        held = _held(q)
+        held = held_messages(q)
         # A stream is neither auto-delete nor exclusive; an empty reply queue is what such queues are for.
         if how is None or not held or q.stream:
             continue
@@ -66,75 +63,53 @@ def _temporary_holding(ctx: Context, rule: Rule) -> Iterator[Finding]:
             + ": they are deleted with it.")
 
 
-def _declared_again(before: Queue, now: Queue) -> bool:
-    """Whether an auto-delete queue that had a consumer at the last poll was deleted since, when its last consumer
-    went, and declared again: it counts no consumer now, or is listed without statistics (a new queue's, until its
-    first emission)."""
-    if not before.auto_delete or not num(before.consumers):
-        return False
-    return now.consumers == 0 or now.consumers is None and now.messages_ready is None
-
-
 def _deleted_holding(ctx: Context, rule: Rule) -> Iterator[Finding]:
-    prev = ctx.previous
-    if prev is None or QUEUE_COUNTS in prev.unreported:
-        return
-    down = {n.name for n in ctx.snapshot.nodes if n.running is False}
-    vhosts = set(ctx.snapshot.vhosts)
-    ago = ctx.snapshot.taken_at - prev.taken_at
-    at_last_poll: dict[tuple[str, str], list[Consumer]] = {}
-    for c in prev.consumers:
-        at_last_poll.setdefault((c.vhost, c.queue), []).append(c)
-    for before in prev.queues:
-        held = _held(before)
-        if not held or before.stream or before.messages_ready is None:
-            continue
-        now = ctx.queue(before.vhost, before.name)
-        if now is None:
-            # Not listed while its node is down is no deletion (node-down says what is out of reach).
-            if before.node in down:
-                continue
-            what = "was deleted" + (" with its vhost" if vhosts and before.vhost not in vhosts else "") + (
+    for d in _deleted_over_window(ctx).values():
+        before, again = d.record, d.again
+        held = held_messages(before)
+        if again is None:
+            what = "was deleted" + (" with its vhost" if d.with_vhost else "") + (
                 f" (it was {_temporary(before)})" if _temporary(before) else "")
-        elif _declared_again(before, now) and _held(now) < held:
-            what = (f"was deleted when its last consumer went (it was auto-delete), and declared again: it holds "
-                    f"{_held(now)} and counts {'no consumer' if now.consumers == 0 else 'no statistics yet'}")
         else:
-            continue
+            counts = "no consumer" if again.consumers == 0 else "no statistics yet"
+            what = (f"was deleted when its last consumer went (it was auto-delete), and declared again: it holds "
+                    f"{held_messages(again)} and counts {counts}")
         persistent = num(before.messages_persistent)
         # Persistent messages in a durable queue are what the broker confirmed as kept even across a restart: their
         # loss is the loss of confirmed messages. Others the publisher let go with a restart, not with a deletion.
         kept = _kept_across_restart(before) and persistent > 0
         requeued = num(ctx.over_window(before, "redeliver"))
-        consumers = at_last_poll.get((before.vhost, before.name), [])
-        seen_earlier = False
-        if not consumers and ctx.earlier is not None:
-            # A consumer that lived a few seconds may be missing from the last poll's consumer list and on the one
-            # before (a 4.3 node under load named nobody here: its last poll listed no consumer for the queue).
-            consumers = [c for c in ctx.earlier.consumers if (c.vhost, c.queue) == (before.vhost, before.name)]
-            seen_earlier = bool(consumers)
+        ago = ctx.snapshot.taken_at - d.last_seen
         evidence = {"messages_at_last_poll": held, "ready": before.messages_ready, "unacked": before.messages_unacked,
                     "persistent": before.messages_persistent, "durable": before.durable,
                     "auto_delete": before.auto_delete, "exclusive": before.exclusive,
                     "consumers_at_last_poll": before.consumers,
                     "last_poll_seconds_ago": rounded(ago),
                     "lost": f"up to {held}: what its consumers took between the polls is not counted (inferred)"}
-        if consumers:
-            evidence["consumers_named"] = few(c.identity or c.connection_name or c.channel for c in consumers)
-        if seen_earlier:
-            back = describe(round(ctx.snapshot.taken_at - ctx.earlier.taken_at))
-            evidence["consumers_from"] = (f"an earlier poll's consumer list, {back} before this one (the last poll "
-                                          "listed none for it)")
+        if d.consumers:
+            evidence["consumers_named"] = few(c.identity or c.connection_name or c.channel for c in d.consumers)
+        if d.consumers_at < d.last_seen:
+            back = describe(round(d.last_seen - d.consumers_at))
+            evidence["consumers_from"] = (f"an earlier poll's consumer list, {back} before the last poll that listed "
+                                          "the queue (that poll listed none for it)")
         if requeued:
             evidence["requeued_before"] = requeued
         yield rule.finding(
             "critical" if kept else "warning", before.vhost, f"queue {before.name}",
-            named(consumers) if consumers else None, evidence,
+            named(d.consumers) if d.consumers else None, evidence,
             f"queue {before.name} held {held} message(s)"
             + (f" ({persistent} persistent, in a durable queue)" if kept else "")
-            + f" at the last poll, {describe(round(ago))} before this one, and {what}. What it still held was "
-            f"deleted with it: up to {held}, which the broker counts nowhere"
-            + (f"; its consumers then: {evidence['consumers_named']}" if consumers else "") + ".")
+            + f" at the last poll that listed it, {describe(round(ago))} before this one, and {what}. What it still "
+            f"held was deleted with it: up to {held}, which the broker counts nowhere"
+            + (f"; its consumers then: {evidence['consumers_named']}" if d.consumers else "") + ".")
+
+
+def _deleted_over_window(ctx: Context) -> Mapping[tuple[str, str], DepartedQueue]:
+    """The queues deleted holding messages over the window: as the exporter remembered them from poll to poll, or,
+    without that memory, between the poll before and this one."""
+    if ctx.departed is not None:
+        return ctx.departed.queues
+    return queues_departed(ctx.previous, ctx.snapshot, ctx.earlier)
 
 
 RULES = (
@@ -144,10 +119,11 @@ RULES = (
          "Keep messages that matter in a queue that outlives its consumers (durable, not auto-delete or exclusive); "
          "leave temporary queues to replies and events a lost consumer no longer needs; see RabbitMQ guide "
          "'Queues', 'Temporary Queues'.", _temporary_holding, needs=(QUEUE_COUNTS,)),
-    Rule("queue-deleted-holding", "A queue that held messages at the last poll and is gone, or, auto-delete, was "
+    Rule("queue-deleted-holding", "A queue that held messages at a poll and is gone at the next, or, auto-delete, was "
          "deleted as its last consumer went and declared again holding fewer: deleted with what it held (up to that "
          "many: what was consumed between the polls is not counted). Critical where they were persistent in a durable "
-         "queue (messages the broker confirmed as kept), a warning otherwise. Judged from two polls.",
+         "queue (messages the broker confirmed as kept), a warning otherwise. Judged from two polls, and said for the "
+         "window.",
          "Find who deletes it (an auto-delete queue's last consumer cancelling, an exclusive queue's connection "
          "closing, a client or an operator deleting it, its vhost deleted) and keep messages that matter in a durable "
          "queue nothing deletes while it holds them; see RabbitMQ guide 'Queues', 'Temporary Queues'.",

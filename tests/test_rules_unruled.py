@@ -9,6 +9,7 @@ from dataclasses import replace
 from snapshot_builders import (OVERVIEW, channel, connection, consumer, node, queue, recorded_plugin_snapshot, snapshot,
                                stats)
 
+from ackscope.diagnosis.departures import Departures
 from ackscope.diagnosis.rules import Context, diagnose, evaluate
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.model.events import BROKER_LOG, CONNECTION_CLOSED, Breaks, BrokerEvent
@@ -180,6 +181,33 @@ def test_a_consumer_missing_from_the_last_polls_list_is_named_from_an_earlier_on
     assert f.connection_name == "" and "consumers_from" not in f.evidence
 
 
+def test_a_queue_deleted_holding_stays_a_finding_for_the_window_and_one_listed_again_never_went():
+    """Said at one poll only, a critical finding is gone before the critical alert's `for: 1m` has passed."""
+    held = queue("ledger", messages_ready=5, messages_persistent=5, consumers=0)
+    departures = Departures(window_seconds=60.0)
+    before = _with_healthy(1000.0, queues=[held])
+    departures.update(before, None)
+    seen = []
+    for t in (1005.0, 1030.0, 1064.0, 1066.0):
+        now = _with_healthy(t)
+        ctx = Context(now, _with_healthy(t - 5.0), window=before, departed=departures.update(now, before))
+        seen.append([(f.severity, f.evidence["last_poll_seconds_ago"]) for f in _only(ctx, "queue-deleted-holding")])
+    assert seen == [[("critical", 5.0)], [("critical", 30.0)], [("critical", 64.0)], []]
+    # Left out of one poll's list and listed again, with nothing that says it is new: it never went.
+    departures = Departures(window_seconds=60.0)
+    departures.update(before, None)
+    assert set(departures.update(_with_healthy(1005.0), before).queues) == {("/", "ledger")}
+    assert departures.update(_with_healthy(1010.0, queues=[held]), before).queues == {}
+    # An auto-delete queue gone at one poll and listed again counting no consumer was declared again: still said.
+    departures = Departures(window_seconds=60.0)
+    departures.update(_with_healthy(1000.0, queues=[_work(consumers=1)]), None)
+    departures.update(_with_healthy(1005.0), before)
+    again = _with_healthy(1010.0, queues=[_work(messages_unacked=0, consumers=0)])
+    [f] = _only(Context(again, _with_healthy(1005.0), departed=departures.update(again, before)),
+                "queue-deleted-holding")
+    assert "declared again" in f.explanation and f.evidence["last_poll_seconds_ago"] == 10.0
+
+
 def test_persistent_messages_of_a_durable_queue_deleted_are_critical():
     held = queue("ledger", messages_ready=5, messages_persistent=5, consumers=0)
     [f] = _only(Context(_with_healthy(1005.0), _with_healthy(1000.0, queues=[held])), "queue-deleted-holding")
@@ -273,6 +301,39 @@ def test_an_auto_ack_channel_idle_over_the_window_had_nothing_in_hand_when_it_di
         BrokerEvent(1012.0, CONNECTION_CLOSED, BROKER_LOG, connection="conn auto", reason="dropped"),))
     [f] = _only(Context(now, last, window=start, breaks=dropped), "auto-ack-consumer-gone")
     assert f.severity == "info"
+
+
+def test_a_channel_gone_before_the_log_told_how_is_judged_again_for_the_window_when_it_does():
+    """The broker dropped a killed client's channel from its statistics before its log said the connection dropped
+    (4.3.6 under load): the poll between says info; a later poll within the window, with the log's word, a warning.
+    The exporter remembers the channel as last listed, poll to poll, until the window has passed it."""
+    start, last = _auto(1000.0, 100), _auto(1010.0, 400)
+    departures = Departures(window_seconds=60.0)
+    departures.update(start, None)
+    departures.update(last, start)
+    polls = [(_auto(t, None, present=False), t) for t in (1015.0, 1020.0, 1030.0, 1080.0)]
+    dropped = Breaks(1020.0, (BROKER_LOG,), events=(
+        BrokerEvent(1012.0, CONNECTION_CLOSED, BROKER_LOG, connection="conn auto", reason="dropped",
+                    text="client unexpectedly closed TCP connection"),))
+    seen = []
+    for (now, t), told in zip(polls, (None, dropped, dropped, dropped)):
+        # The window's start moves past the channel's last listing: what it received is kept from when it went.
+        window = start if t < 1060.0 else _auto(t - 60.0, None, present=False)
+        ctx = Context(now, _auto(t - 5.0, None, present=False), window=window, breaks=told,
+                      departed=departures.update(now, window))
+        seen.append([(f.severity, f.evidence["deliveries_without_ack_over_window"], f.evidence["last_seen_seconds_ago"])
+                     for f in _only(ctx, "auto-ack-consumer-gone")])
+    assert seen == [[("info", 300, 5.0)], [("warning", 300, 10.0)], [("warning", 300, 20.0)], []]
+
+
+def test_a_channel_a_poll_left_out_once_and_listed_again_never_went():
+    departures = Departures(window_seconds=60.0)
+    start = _auto(1000.0, 100)
+    departures.update(start, None)
+    assert set(departures.update(_auto(1005.0, None, present=False), start).channels) == {"ch auto"}
+    assert departures.update(_auto(1010.0, 150), start).channels == {}
+    unread = replace(_auto(1015.0, None, present=False), unreported=frozenset({CHANNELS}))
+    assert departures.update(unread, start).channels == {}  # an unread list says nothing went
 
 
 def test_a_manual_ack_channel_gone_or_an_unread_channel_list_is_named_by_nothing():
