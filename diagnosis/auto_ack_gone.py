@@ -40,9 +40,10 @@ def _lost_with_consumer(ctx: Context, rule: Rule) -> Iterator[Finding]:
     connections = None if CONNECTIONS in now.unreported else {c.name for c in now.connections}
     for d in _gone_over_window(ctx).values():
         ch, queues, received = d.record, d.auto_ack_queues, d.received_lately
-        # A channel the broker never counted a delivery without ack for (a Celery worker's control reply queue,
-        # idle; the API leaves out a counter never counted) had nothing to lose.
-        if is_probe_connection(ch.connection_name) or not ch.message_stats.deliver_no_ack or not (queues or received):
+        # Only channels the broker counted a delivery without ack for went into the record (a Celery worker's control
+        # reply queue, idle, had nothing to lose); of those, one with no auto-ack consumer then and nothing received
+        # over the window had nothing in hand.
+        if is_probe_connection(ch.connection_name) or not (queues or received):
             continue
         end = _end(ctx, ch)
         gone = "its connection closed" if connections is not None and ch.connection not in connections else \

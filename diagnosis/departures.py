@@ -74,9 +74,10 @@ def declared_again(before: Queue, now: Queue) -> bool:
 
 
 def channels_departed(before: Snapshot | None, now: Snapshot, start: Snapshot | None) -> dict[str, DepartedChannel]:
-    """Channel name -> the channels `before` listed and `now` does not, judged over the window that starts at `start`
-    (the channel as the window's start saw it). Nothing where either poll did not read the channels (its list is
-    empty, not closed)."""
+    """Channel name -> the channels `before` listed and `now` does not, that the broker had delivered to without ack
+    (what is judged of a channel gone: what it may have had in hand), over the window that starts at `start` (the
+    channel as the window's start saw it). Nothing where either poll did not read the channels (its list is empty, not
+    closed). Only those: a fleet of clients restarting takes thousands of channels with it."""
     if before is None or CHANNELS in before.unreported or CHANNELS in now.unreported:
         return {}
     listed = {c.name for c in now.channels}
@@ -87,7 +88,7 @@ def channels_departed(before: Snapshot | None, now: Snapshot, start: Snapshot | 
     then = {c.name: c for c in start.channels} if start is not None and before is not start else {}
     gone = {}
     for ch in before.channels:
-        if ch.name in listed:
+        if ch.name in listed or not ch.message_stats.deliver_no_ack:
             continue
         received = None
         if before is not start:
@@ -127,8 +128,9 @@ def queues_departed(before: Snapshot | None, now: Snapshot,
 
 
 class Departures:
-    """The channels and queues that went over the last `window_seconds`, from poll to poll. A poll that did not read
-    the channels (the queues' counts), or that is not newer than the last one, is passed over for them."""
+    """The channels (delivered to without ack) and queues (holding messages) that went over the last
+    `window_seconds`, from poll to poll. A poll that did not read the channels (the queues' counts), or that is not
+    newer than the last one, is passed over for them."""
 
     def __init__(self, window_seconds: float) -> None:
         self.window_seconds = window_seconds
@@ -160,7 +162,8 @@ class Departures:
                 kept.setdefault(key, d)
             self._queues = kept
             self._earlier, self._polls[QUEUE_COUNTS] = before, s
-        return Departed(MappingProxyType(dict(self._channels)), MappingProxyType(dict(self._queues)))
+        # Each update builds new dicts: the views handed out never change under a rule.
+        return Departed(MappingProxyType(self._channels), MappingProxyType(self._queues))
 
     def _newer(self, s: Snapshot, fact: str) -> bool:
         last = self._polls.get(fact)
