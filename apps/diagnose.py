@@ -344,7 +344,8 @@ def judge_samples(first: Snapshot, second: Snapshot, thresholds: Thresholds, pro
     if since is not None:
         sampled = replace(sampled, window_seconds=since)
     holding, waiting, turnover = Holding(), Waiting(), ChannelTurnover(sampled.window_seconds)
-    departures = Departures(sampled.window_seconds)
+    # What went between the first sample and the second is judged, whatever --since says of the log's events.
+    departures = Departures(max(sampled.window_seconds, second.taken_at - first.taken_at))
     for memory in (holding, waiting, turnover):
         for sample in (first, *between):
             memory.update(sample)

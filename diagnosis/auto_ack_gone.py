@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from ackscope.model.events import CHANNEL_ERROR, CONNECTION_CLOSED, CONNECTION_ERROR, BrokerEvent
 from ackscope.model.findings import Finding
 from ackscope.model.probes import is_probe_connection
-from ackscope.model.snapshot import CHANNELS, CONNECTIONS, Channel
+from ackscope.model.snapshot import CHANNELS, CONNECTIONS, STATISTICS_INTERVAL
 
 from .context import ACKS_GUIDE, Context, Rule, few, rounded
 from .departures import DepartedChannel, channels_departed
@@ -23,12 +23,17 @@ from .departures import DepartedChannel, channels_departed
 DROPPED = frozenset({"dropped", "missed heartbeats", "error"})
 
 
-def _end(ctx: Context, ch: Channel) -> BrokerEvent | None:
-    """The event that ended the channel or its connection, where a source told of one over the window."""
+def _end(ctx: Context, d: DepartedChannel) -> BrokerEvent | None:
+    """The event that ended the channel or its connection, where a source told of one: between the poll that last
+    listed the channel and the first that did not, give or take the statistics interval the lists lag by (a later
+    end of its connection is not this channel's)."""
     if ctx.breaks is None:
         return None
-    return next((e for e in reversed(ctx.breaks.events) if e.connection == ch.connection and (
-        e.kind in (CONNECTION_CLOSED, CONNECTION_ERROR) or e.kind == CHANNEL_ERROR and e.channel == ch.number)), None)
+    ch = d.record
+    return next((e for e in reversed(ctx.breaks.events) if e.connection == ch.connection
+                 and d.last_seen - STATISTICS_INTERVAL <= e.at <= d.noticed + STATISTICS_INTERVAL and (
+                     e.kind in (CONNECTION_CLOSED, CONNECTION_ERROR) or e.kind == CHANNEL_ERROR
+                     and e.channel == ch.number)), None)
 
 
 def _abrupt(e: BrokerEvent | None) -> bool:
@@ -40,12 +45,9 @@ def _lost_with_consumer(ctx: Context, rule: Rule) -> Iterator[Finding]:
     connections = None if CONNECTIONS in now.unreported else {c.name for c in now.connections}
     for d in _gone_over_window(ctx).values():
         ch, queues, received = d.record, d.auto_ack_queues, d.received_lately
-        # Only channels the broker counted a delivery without ack for went into the record (a Celery worker's control
-        # reply queue, idle, had nothing to lose); of those, one with no auto-ack consumer then and nothing received
-        # over the window had nothing in hand.
-        if is_probe_connection(ch.connection_name) or not (queues or received):
+        if is_probe_connection(ch.connection_name):  # the probes' own are the probe rules' to judge
             continue
-        end = _end(ctx, ch)
+        end = _end(ctx, d)
         gone = "its connection closed" if connections is not None and ch.connection not in connections else \
             "the channel closed"
         said = f"{end.source}: {end.reason or end.kind}" + (f" ({end.text})" if end.text else "") if end else None

@@ -1,14 +1,15 @@
 """Queues whose messages die with the queue: an auto-delete or exclusive queue holding messages (its last consumer
-or its connection going deletes them), and a queue gone, or declared again, that held messages at the last poll.
+or its connection going deletes them), and a queue gone, or declared again, that held messages at the last poll that
+listed it.
 
-The broker counts nothing of what a deleted queue held: the loss is read from two polls, the queue holding N at the
-poll before and gone at this one, or declared again in between. A queue declared again under its name keeps its
-counters in the management API (measured on 3.10.8 and 4.3.6: publish, deliver_get and redeliver as before the
-deletion), and is listed without statistics until its first emission (about 3 s): what says it is new is an
-auto-delete queue that had a consumer at the last poll and counts none now (the broker deletes it when its last
-consumer goes), or is listed without statistics. What its consumers took between the two polls is not known: N is
-what it held then, at most what went with it. A queue deleted by an operator on purpose is a loss all the same: the
-finding says what it held, not who deleted it."""
+The broker counts nothing of what a deleted queue held: the loss is read from two polls, the queue holding N at one
+and gone at the next, or declared again in between, and said for the window (diagnosis.departures). A queue declared
+again under its name keeps its counters in the management API (measured on 3.10.8 and 4.3.6: publish, deliver_get
+and redeliver as before the deletion), and is listed without statistics until its first emission (about 3 s): what
+says it is new is an auto-delete queue that had a consumer at the last poll and counts none now (the broker deletes
+it when its last consumer goes), or is listed without statistics. What its consumers took between the two polls is
+not known: N is what it held then, at most what went with it. A queue deleted by an operator on purpose is a loss all
+the same: the finding says what it held, not who deleted it."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ unless its listing tells (an auto-delete queue that lost its last consumer: decl
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from ackscope.model.snapshot import CHANNELS, QUEUE_COUNTS, Channel, Consumer, Queue, Snapshot
@@ -24,14 +24,15 @@ from ackscope.model.snapshot import CHANNELS, QUEUE_COUNTS, Channel, Consumer, Q
 
 @dataclass(frozen=True, slots=True)
 class DepartedChannel:
-    """A channel listed at one poll and not at a later one."""
+    """A channel the broker had delivered to without ack, listed at one poll and not at the next."""
 
     record: Channel  # as the last poll that listed it saw it
     auto_ack_queues: tuple[str, ...]  # the queues it consumed from with automatic acknowledgement then, sorted
     last_seen: float  # taken_at of that poll
     noticed: float  # taken_at of the first poll that did not list it
-    # Deliveries without ack it received over the window up to its last poll: since the window's start, or since it
-    # opened within it; None where that poll was the window's start (how much came lately is not known).
+    # Deliveries without ack it received from the window's start (or its opening within it) to its last poll, as
+    # that poll's window; None where that poll was the window's start, or the start did not read the channels (how
+    # much came lately is not known).
     received_lately: int | None
 
 
@@ -40,14 +41,14 @@ class DepartedQueue:
     """A queue that held messages at one poll and, at the next, was gone, or was declared again (auto-delete, deleted
     as its last consumer went: it counts no consumer now, or no statistics yet) holding fewer."""
 
-    record: Queue  # as the last poll before saw it
-    # Its consumers at that poll, or, where that poll listed none while the poll before it did (a consumer that lived
-    # a few seconds: a 4.3 node under load listed none on the last poll), at that earlier poll.
+    record: Queue  # as the last poll that listed it (before its deletion) saw it
+    # Its consumers at that poll, or, where that poll listed none, at the poll before it (a consumer that lived a few
+    # seconds: a 4.3 node under load listed none on the last poll).
     consumers: tuple[Consumer, ...]
     consumers_at: float  # taken_at of the poll they are from
     last_seen: float
     noticed: float
-    again: Queue | None  # as declared again at the poll that noticed; None: gone
+    again: Queue | None  # as declared again; None: gone
     with_vhost: bool  # its vhost was gone too
 
 
@@ -55,8 +56,8 @@ class DepartedQueue:
 class Departed:
     """What the rules read: channel name -> DepartedChannel, (vhost, queue) -> DepartedQueue."""
 
-    channels: Mapping[str, DepartedChannel] = field(default_factory=lambda: MappingProxyType({}))
-    queues: Mapping[tuple[str, str], DepartedQueue] = field(default_factory=lambda: MappingProxyType({}))
+    channels: Mapping[str, DepartedChannel]
+    queues: Mapping[tuple[str, str], DepartedQueue]
 
 
 def held_messages(q: Queue) -> int:
@@ -73,39 +74,46 @@ def declared_again(before: Queue, now: Queue) -> bool:
     return now.consumers == 0 or now.consumers is None and now.messages_ready is None
 
 
+def _delivered_without_ack(ch: Channel) -> int:
+    return ch.message_stats.deliver_no_ack or 0
+
+
 def channels_departed(before: Snapshot | None, now: Snapshot, start: Snapshot | None) -> dict[str, DepartedChannel]:
-    """Channel name -> the channels `before` listed and `now` does not, that the broker had delivered to without ack
-    (what is judged of a channel gone: what it may have had in hand), over the window that starts at `start` (the
-    channel as the window's start saw it). Nothing where either poll did not read the channels (its list is empty, not
-    closed). Only those: a fleet of clients restarting takes thousands of channels with it."""
+    """Channel name -> the channels `before` listed and `now` does not that may have had something in hand: consumers
+    with automatic acknowledgement then, or deliveries without ack over the window that starts at `start` (the
+    channel as the window's start saw it). Only those: a fleet of clients restarting takes thousands of channels
+    with it. Nothing where either poll did not read the channels (its list is empty, not closed)."""
     if before is None or CHANNELS in before.unreported or CHANNELS in now.unreported:
         return {}
     listed = {c.name for c in now.channels}
+    went = [ch for ch in before.channels if _delivered_without_ack(ch) and ch.name not in listed]
+    if not went:
+        return {}
     auto_ack: dict[str, list[str]] = {}
     for c in before.consumers:
         if c.ack_required is False:
             auto_ack.setdefault(c.channel, []).append(c.queue)
-    then = {c.name: c for c in start.channels} if start is not None and before is not start else {}
+    known = start is not None and before is not start and CHANNELS not in start.unreported
+    then = {c.name: c for c in start.channels} if known else {}
     gone = {}
-    for ch in before.channels:
-        if ch.name in listed or not ch.message_stats.deliver_no_ack:
-            continue
+    for ch in went:
         received = None
-        if before is not start:
+        if known:
             at_start = then.get(ch.name)
-            was = at_start.message_stats.deliver_no_ack or 0 if at_start is not None else 0
-            received = max(0, (ch.message_stats.deliver_no_ack or 0) - was)
-        gone[ch.name] = DepartedChannel(ch, tuple(sorted(auto_ack.get(ch.name, ()))), before.taken_at, now.taken_at,
-                                        received)
+            received = max(0, _delivered_without_ack(ch) - (_delivered_without_ack(at_start) if at_start else 0))
+        queues = tuple(sorted(auto_ack.get(ch.name, ())))
+        if queues or received:
+            gone[ch.name] = DepartedChannel(ch, queues, before.taken_at, now.taken_at, received)
     return gone
 
 
 def queues_departed(before: Snapshot | None, now: Snapshot,
                     earlier: Snapshot | None) -> dict[tuple[str, str], DepartedQueue]:
     """(vhost, queue) -> the queues that held messages at `before` and are gone at `now`, or declared again; their
-    consumers from `before`, or from `earlier` (a poll before it) where `before` listed none. A queue not listed while
-    its node is down is out of reach, not gone (node-down says so); a stream keeps what it holds by retention."""
-    if before is None or QUEUE_COUNTS in before.unreported:
+    consumers from `before`, or from `earlier` (a poll before it) where `before` listed none. A queue on a node down
+    is out of reach, not gone (node-down says so), and where `now` failed to read the node list `before` read, none
+    is judged gone; a stream keeps what it holds by retention."""
+    if before is None or QUEUE_COUNTS in before.unreported or before.nodes and not now.nodes:
         return {}
     down = {n.name for n in now.nodes if n.running is False}
     vhosts = set(now.vhosts)
@@ -113,58 +121,88 @@ def queues_departed(before: Snapshot | None, now: Snapshot,
     gone = {}
     for q in before.queues:
         key = (q.vhost, q.name)
-        if not held_messages(q) or q.stream or q.messages_ready is None:
+        if not held_messages(q) or q.stream or q.messages_ready is None or q.node in down:
             continue
         again = listed.get(key)
-        if again is None and q.node in down or again is not None and not declared_again(q, again):
-            continue
-        consumers, at = tuple(c for c in before.consumers if (c.vhost, c.queue) == key), before.taken_at
-        if not consumers and earlier is not None:
-            consumers = tuple(c for c in earlier.consumers if (c.vhost, c.queue) == key)
-            at = earlier.taken_at if consumers else at
-        gone[key] = DepartedQueue(q, consumers, at, before.taken_at, now.taken_at, again,
-                                  again is None and bool(vhosts) and q.vhost not in vhosts)
-    return gone
+        if again is None or declared_again(q, again):
+            gone[key] = (q, again)
+    if not gone:
+        return {}
+    consumers = _consumers_by_queue(before)
+    before_that = _consumers_by_queue(earlier) if earlier is not None else {}
+    found = {}
+    for key, (q, again) in gone.items():
+        mine, at = consumers.get(key, ()), before.taken_at
+        if not mine and key in before_that:
+            mine, at = before_that[key], earlier.taken_at
+        found[key] = DepartedQueue(q, tuple(mine), at, before.taken_at, now.taken_at, again,
+                                   again is None and bool(vhosts) and q.vhost not in vhosts)
+    return found
+
+
+def _consumers_by_queue(s: Snapshot) -> dict[tuple[str, str], list[Consumer]]:
+    by_queue: dict[tuple[str, str], list[Consumer]] = {}
+    for c in s.consumers:
+        by_queue.setdefault((c.vhost, c.queue), []).append(c)
+    return by_queue
 
 
 class Departures:
-    """The channels (delivered to without ack) and queues (holding messages) that went over the last
-    `window_seconds`, from poll to poll. A poll that did not read the channels (the queues' counts), or that is not
-    newer than the last one, is passed over for them."""
+    """The channels (that may have had deliveries in hand) and queues (holding messages) that went over the last
+    `window_seconds`, from poll to poll. Two polls are compared only where both read the list and no poll between
+    them failed to: one that did not read it (the channels, the queues' counts) leaves nothing to compare the next
+    one with, as `ackscope diagnose`'s two samples would not be."""
 
     def __init__(self, window_seconds: float) -> None:
         self.window_seconds = window_seconds
-        self._polls: dict[str, Snapshot] = {}  # the last poll that read the channels, the queues' counts
-        self._earlier: Snapshot | None = None  # the poll before the last that read the queues' counts
+        self._channels_read: Snapshot | None = None  # the last poll, where it read the channels
+        self._queues_read: Snapshot | None = None  # the last poll, where it read the queues' counts
+        self._queues_read_before: Snapshot | None = None  # and the one before it, where it did too
         self._channels: dict[str, DepartedChannel] = {}
         self._queues: dict[tuple[str, str], DepartedQueue] = {}
 
     def update(self, s: Snapshot, start: Snapshot | None) -> Departed:
         """What went over the window up to `s`; `start` is the window's first snapshot as this poll's diagnosis takes
-        it."""
-        since = s.taken_at - self.window_seconds
-        if self._newer(s, CHANNELS):
-            listed = {c.name for c in s.channels}
-            kept = {n: d for n, d in self._channels.items() if n not in listed and d.noticed >= since}
-            for name, d in channels_departed(self._polls.get(CHANNELS), s, start).items():
-                kept.setdefault(name, d)
-            self._channels = kept
-            self._polls[CHANNELS] = s
-        if self._newer(s, QUEUE_COUNTS):
-            listed = {(q.vhost, q.name): q for q in s.queues}
-            kept = {}
-            for key, d in self._queues.items():
-                back = listed.get(key) if d.again is None else None
-                if d.noticed >= since and (back is None or declared_again(d.record, back)):
-                    kept[key] = d if back is None else replace(d, again=back)
-            before = self._polls.get(QUEUE_COUNTS)
-            for key, d in queues_departed(before, s, self._earlier).items():
-                kept.setdefault(key, d)
-            self._queues = kept
-            self._earlier, self._polls[QUEUE_COUNTS] = before, s
+        it. A poll not newer than the last one changes nothing."""
+        last = max((p.taken_at for p in (self._channels_read, self._queues_read) if p is not None), default=None)
+        if last is None or s.taken_at > last:
+            since = s.taken_at - self.window_seconds
+            self._update_channels(s, start, since)
+            self._update_queues(s, since)
         # Each update builds new dicts: the views handed out never change under a rule.
         return Departed(MappingProxyType(self._channels), MappingProxyType(self._queues))
 
-    def _newer(self, s: Snapshot, fact: str) -> bool:
-        last = self._polls.get(fact)
-        return fact not in s.unreported and (last is None or s.taken_at > last.taken_at)
+    def _update_channels(self, s: Snapshot, start: Snapshot | None, since: float) -> None:
+        if CHANNELS in s.unreported:
+            self._channels_read = None
+            return
+        kept = {}
+        if self._channels:
+            listed = {c.name: c for c in s.channels}
+            for name, d in self._channels.items():
+                back = listed.get(name)
+                # Listed again with its counters as high: left out of a list once. Lower: a new channel under the
+                # number (a client reopens the number an error closed).
+                if d.noticed >= since and (back is None or _delivered_without_ack(back) < _delivered_without_ack(
+                        d.record)):
+                    kept[name] = d
+        for name, d in channels_departed(self._channels_read, s, start).items():
+            kept.setdefault(name, d)
+        self._channels, self._channels_read = kept, s
+
+    def _update_queues(self, s: Snapshot, since: float) -> None:
+        if QUEUE_COUNTS in s.unreported:
+            self._queues_read = self._queues_read_before = None
+            return
+        kept = {}
+        if self._queues:
+            listed = {(q.vhost, q.name): q for q in s.queues}
+            down = {n.name for n in s.nodes if n.running is False}
+            for key, d in self._queues.items():
+                back = listed.get(key) if d.again is None else None
+                if d.noticed >= since and d.record.node not in down and (
+                        back is None or declared_again(d.record, back)):
+                    kept[key] = d if back is None else replace(d, again=back)
+        for key, d in queues_departed(self._queues_read, s, self._queues_read_before).items():
+            kept.setdefault(key, d)
+        self._queues, self._queues_read, self._queues_read_before = kept, s, self._queues_read

@@ -208,6 +208,22 @@ def test_a_queue_deleted_holding_stays_a_finding_for_the_window_and_one_listed_a
     assert "declared again" in f.explanation and f.evidence["last_poll_seconds_ago"] == 10.0
 
 
+def test_a_queue_out_of_reach_or_across_an_unread_gap_is_never_remembered_deleted():
+    """Its node's list failed at the poll that first missed it, then said the node down; or the queues' counts went
+    unread for twenty minutes (what it held then says nothing of what was deleted now)."""
+    held = queue("ledger", messages_ready=5, messages_persistent=5, consumers=0, node="rabbit@other")
+    before = _with_healthy(1000.0, queues=[held])
+    departures = Departures(window_seconds=300.0)
+    departures.update(before, None)
+    no_nodes = replace(_with_healthy(1010.0), nodes=())
+    down = replace(_with_healthy(1020.0), nodes=(node(), node("rabbit@other", running=False)))
+    assert departures.update(no_nodes, before).queues == {} and departures.update(down, before).queues == {}
+    departures = Departures(window_seconds=300.0)
+    departures.update(before, None)
+    departures.update(replace(_with_healthy(1010.0), unreported=frozenset({QUEUE_COUNTS})), before)
+    assert departures.update(_with_healthy(2210.0), before).queues == {}
+
+
 def test_persistent_messages_of_a_durable_queue_deleted_are_critical():
     held = queue("ledger", messages_ready=5, messages_persistent=5, consumers=0)
     [f] = _only(Context(_with_healthy(1005.0), _with_healthy(1000.0, queues=[held])), "queue-deleted-holding")
@@ -334,6 +350,33 @@ def test_a_channel_a_poll_left_out_once_and_listed_again_never_went():
     assert departures.update(_auto(1010.0, 150), start).channels == {}
     unread = replace(_auto(1015.0, None, present=False), unreported=frozenset({CHANNELS}))
     assert departures.update(unread, start).channels == {}  # an unread list says nothing went
+
+
+def test_a_later_end_of_its_connection_is_not_how_a_channel_closed_earlier_ended():
+    """The client closed the auto-ack channel itself; its connection dropped a minute later: still info."""
+    start, last = _auto(1000.0, 100), _auto(1010.0, 400)
+    departures = Departures(window_seconds=300.0)
+    departures.update(start, None)
+    departures.update(last, start)
+    gone = replace(_auto(1015.0, None, present=False), connections=(HEALTHY_CONNECTION,
+                                                                    connection("conn auto", connection_name="auto")))
+    departures.update(gone, start)
+    later = _auto(1100.0, None, present=False)
+    dropped = Breaks(1100.0, (BROKER_LOG,), events=(
+        BrokerEvent(1095.0, CONNECTION_CLOSED, BROKER_LOG, connection="conn auto", reason="dropped"),))
+    [f] = _only(Context(later, gone, window=start, breaks=dropped, departed=departures.update(later, start)),
+                "auto-ack-consumer-gone")
+    assert f.severity == "info" and "no event source said" in f.evidence["ended"]
+
+
+def test_a_new_channel_under_a_gone_ones_number_does_not_take_back_what_went():
+    """A client reopening the number an error closed: the new channel's counters start again."""
+    start = _auto(1000.0, 100)
+    departures = Departures(window_seconds=300.0)
+    departures.update(start, None)
+    departures.update(_auto(1010.0, 400), start)
+    departures.update(_auto(1015.0, None, present=False), start)
+    assert set(departures.update(_auto(1020.0, 3), start).channels) == {"ch auto"}
 
 
 def test_a_manual_ack_channel_gone_or_an_unread_channel_list_is_named_by_nothing():
