@@ -227,7 +227,7 @@ class Exporter:
         self.waiting = Waiting()  # how long each queue's oldest message has waited, at least
         self.confirm_waits = ConfirmWaits(cfg.thresholds.window_seconds)  # how many each publisher leaves in flight
         self.turnover = ChannelTurnover(cfg.thresholds.window_seconds)  # channels closing on connections that stay
-        self.departures = Departures(cfg.thresholds.window_seconds)  # channels gone, judged for the window
+        self.departures = Departures(cfg.thresholds.window_seconds)  # channels and queues gone, judged for the window
         self.probes = Probes(cfg.probes) if cfg.probes is not None else None
         self.history = SnapshotHistory(cfg.data_dir, cfg.snapshot_every) if cfg.data_dir else None
         self.ledger = BreakLedger(cfg.thresholds.window_seconds,

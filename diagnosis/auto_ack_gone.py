@@ -11,7 +11,6 @@ from collections.abc import Iterator, Mapping
 
 from ackscope.model.events import CHANNEL_ERROR, CONNECTION_CLOSED, CONNECTION_ERROR, BrokerEvent
 from ackscope.model.findings import Finding
-from ackscope.model.probes import is_probe_connection
 from ackscope.model.snapshot import CHANNELS, CONNECTIONS, STATISTICS_INTERVAL
 
 from .context import ACKS_GUIDE, Context, Rule, few, rounded
@@ -45,8 +44,6 @@ def _lost_with_consumer(ctx: Context, rule: Rule) -> Iterator[Finding]:
     connections = None if CONNECTIONS in now.unreported else {c.name for c in now.connections}
     for d in _gone_over_window(ctx).values():
         ch, queues, received = d.record, d.auto_ack_queues, d.received_lately
-        if is_probe_connection(ch.connection_name):  # the probes' own are the probe rules' to judge
-            continue
         end = _end(ctx, d)
         gone = "its connection closed" if connections is not None and ch.connection not in connections else \
             "the channel closed"

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
+from ackscope.model.probes import NAMESPACE, is_probe_connection
 from ackscope.model.snapshot import CHANNELS, QUEUE_COUNTS, Channel, Consumer, Queue, Snapshot
 
 
@@ -82,11 +83,13 @@ def channels_departed(before: Snapshot | None, now: Snapshot, start: Snapshot | 
     """Channel name -> the channels `before` listed and `now` does not that may have had something in hand: consumers
     with automatic acknowledgement then, or deliveries without ack over the window that starts at `start` (the
     channel as the window's start saw it). Only those: a fleet of clients restarting takes thousands of channels
-    with it. Nothing where either poll did not read the channels (its list is empty, not closed)."""
+    with it. Nothing where either poll did not read the channels (its list is empty, not closed). The probes' own
+    channels and queues are left to the probe rules, here and in queues_departed."""
     if before is None or CHANNELS in before.unreported or CHANNELS in now.unreported:
         return {}
     listed = {c.name for c in now.channels}
-    went = [ch for ch in before.channels if _delivered_without_ack(ch) and ch.name not in listed]
+    went = [ch for ch in before.channels if _delivered_without_ack(ch) and ch.name not in listed
+            and not is_probe_connection(ch.connection_name)]
     if not went:
         return {}
     auto_ack: dict[str, list[str]] = {}
@@ -121,7 +124,8 @@ def queues_departed(before: Snapshot | None, now: Snapshot,
     gone = {}
     for q in before.queues:
         key = (q.vhost, q.name)
-        if not held_messages(q) or q.stream or q.messages_ready is None or q.node in down:
+        if not held_messages(q) or q.stream or q.messages_ready is None or q.node in down or q.name.startswith(
+                NAMESPACE):
             continue
         again = listed.get(key)
         if again is None or declared_again(q, again):

@@ -13,6 +13,7 @@ from ackscope.diagnosis.departures import Departures
 from ackscope.diagnosis.rules import Context, diagnose, evaluate
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.model.events import BROKER_LOG, CONNECTION_CLOSED, Breaks, BrokerEvent
+from ackscope.model.probes import NAMESPACE
 from ackscope.model.snapshot import CHANNELS, QUEUE_COUNTS, DeprecatedFeature, ProtocolCounts
 from ackscope.sources.management import normalise as management
 
@@ -222,6 +223,11 @@ def test_a_queue_out_of_reach_or_across_an_unread_gap_is_never_remembered_delete
     departures.update(before, None)
     departures.update(replace(_with_healthy(1010.0), unreported=frozenset({QUEUE_COUNTS})), before)
     assert departures.update(_with_healthy(2210.0), before).queues == {}
+    # The probes' own queue, expired holding what they published: the probe rules' to judge.
+    departures = Departures(window_seconds=300.0)
+    probe_queue = replace(held, name=f"{NAMESPACE}latency", node="rabbit@test")
+    departures.update(_with_healthy(1000.0, queues=[probe_queue]), None)
+    assert departures.update(_with_healthy(1010.0), before).queues == {}
 
 
 def test_persistent_messages_of_a_durable_queue_deleted_are_critical():
