@@ -125,8 +125,10 @@ def test_a_poll_longer_than_the_interval_at_10000_queues_stays_up_stale_and_scra
                                stdout=subprocess.PIPE, text=True)
     ups, ages, polls = [], [], set()
     try:
-        ends = time.monotonic() + 60
-        while len(polls) < 4 and time.monotonic() < ends:  # three whole polls and more, scraped throughout
+        # Three whole polls and more, scraped throughout: 15 s at most alone on a good day, and up to 21 s for one
+        # poll on a slow day's clean-clone run, so the wait is on the polls, bounded at two minutes.
+        ends = time.monotonic() + 120
+        while len(polls) < 4 and time.monotonic() < ends:
             # What ackscope_up and ackscope_snapshot_age_seconds say, read without parsing the whole scrape here:
             # that would compete with the exporter for this process' GIL.
             status, exposition = exporter.poller.status, exporter.poller.exposition
@@ -137,7 +139,7 @@ def test_a_poll_longer_than_the_interval_at_10000_queues_stays_up_stale_and_scra
     finally:
         out, _ = scraper.communicate("", timeout=30)
     latencies = sorted(float(line) for line in out.split())
-    assert len(polls) >= 4, "three polls within a minute"
+    assert len(polls) >= 4, "three polls within two minutes"
     assert exporter.poller.status.last_duration > 0.5, "polls at this size outlast the 0.5 s interval"
     assert set(ups) == {True}, "a slow poll is late, not down"
     assert max(ages) > 0.5, "the staleness shows"
