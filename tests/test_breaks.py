@@ -394,10 +394,26 @@ def test_channels_the_broker_keeps_closing_are_named_from_polls_alone_and_with_t
 def test_diagnose_calls_a_consumer_silent_for_half_its_timeout_at_risk_and_never_saturated(breaking):
     """diagnose, run as a consumer stops acking, samples it 10 s apart: half the 20 s timeout the broker says is in
     force (/api/consumers on 4.x, the CLI on 3.10), a warning, and no saturated consumer on its queue. It starts once
-    the broker lists the deliveries held, and ends before the timeout takes them back."""
+    the broker lists the deliveries held, and must end before the timeout takes them back: where the broker did so
+    first (diagnose's start and two polls outlasted the other 10 s on a loaded clean-clone run, and 4.3 cancelled the
+    consumer), the case is run again on a queue of its own."""
     if not breaking.statistics:  # statistics off shows no consumer's timeout
         return
-    queue = "java.diagnosed"
+    for attempt in (1, 2):
+        found = _diagnosed_while_stalled(breaking, f"java.diagnosed.{attempt}")
+        if not [f for f in found if f["rule"] == "consumer-cancelled-by-broker"]:
+            break
+    stalled = [f for f in found if f["rule"] == "consumer-stalled"]
+    assert len(stalled) == 1, found
+    ev = stalled[0]["evidence"]
+    assert (stalled[0]["severity"], ev["timeout_ms"], ev["unacked"]) == ("warning", TIMEOUT_MS, 5), stalled
+    assert ev["held_for_at_least_seconds"] >= TIMEOUT_MS / 2000 and not ev["timeout_source"].startswith("inferred")
+    assert not [f for f in found if f["rule"] == "prefetch-saturated"], found
+
+
+def _diagnosed_while_stalled(breaking, queue: str) -> list[dict]:
+    """The findings on `queue` of `ackscope diagnose --window 10s`, started once a stalled Java consumer holds its
+    prefetch of 5 from it."""
     breaking.clients.java_client("stalled-consumer", queue)
     for i in range(10):
         breaking.node.api("POST", "/exchanges/%2F/amq.default/publish",
@@ -414,10 +430,4 @@ def test_diagnose_calls_a_consumer_silent_for_half_its_timeout_at_risk_and_never
                            "--format", "json"], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, ACKSCOPE_PASSWORD=ADMIN_PASSWORD))
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
-    found = [f for f in json.loads(done.stdout)["findings"] if f["evidence"].get("queue") == queue]
-    stalled = [f for f in found if f["rule"] == "consumer-stalled"]
-    assert len(stalled) == 1, found
-    ev = stalled[0]["evidence"]
-    assert (stalled[0]["severity"], ev["timeout_ms"], ev["unacked"]) == ("warning", TIMEOUT_MS, 5), stalled
-    assert ev["held_for_at_least_seconds"] >= TIMEOUT_MS / 2000 and not ev["timeout_source"].startswith("inferred")
-    assert not [f for f in found if f["rule"] == "prefetch-saturated"], found
+    return [f for f in json.loads(done.stdout)["findings"] if f["evidence"].get("queue") == queue]
