@@ -5,7 +5,8 @@ and against a 5-minute window kept by diagnosis.window.Recent (after), side by s
 
 Reports per-poll diagnosis time (p50, p99) and the memory the kept snapshots hold (tracemalloc, after a
 full collection); a third row adds the oldest message's age per queue (diagnosis.waiting, issue 41): its
-tracker updated each poll and read by the rules. Targets: diagnosis p99 <= 100 ms at this size; the window's memory <= 100 MiB.
+tracker updated each poll and read by the rules; a fourth, the channels and queues that went, remembered for the
+window (diagnosis.departures). Targets: diagnosis p99 <= 100 ms at this size; the window's memory <= 100 MiB.
 
 Every tenth queue dead-letters through the default exchange to the queue ten on, with a message TTL and a length
 limit (a retry topology's shape), where the model keeps those settings (from issue 55): the same script run
@@ -24,6 +25,7 @@ import time
 import tracemalloc
 
 from ackscope.core.quantile import sample_quantile
+from ackscope.diagnosis.departures import Departures
 from ackscope.diagnosis.rules import Context, diagnose
 from ackscope.diagnosis.thresholds import Thresholds
 from ackscope.diagnosis.waiting import Waiting
@@ -78,12 +80,13 @@ def broker(poll: int, queues: int, connections: int) -> Snapshot:
 
 
 def run(polls: int, queues: int, connections: int, windowed: bool, traced: bool,
-        aged: bool = False) -> tuple[list[float], float]:
+        aged: bool = False, gone: bool = False) -> tuple[list[float], float]:
     """Per-poll diagnosis times, and (when `traced`: tracemalloc slows allocation, so times are taken in
     a run of their own) the memory still held after the last poll: the previous poll and the window."""
     thresholds = Thresholds()
     recent = Recent(thresholds.window_seconds)
     waiting = Waiting()
+    departures = Departures(thresholds.window_seconds)
     previous, times = None, []
     gc.collect()
     if traced:
@@ -94,7 +97,8 @@ def run(polls: int, queues: int, connections: int, windowed: bool, traced: bool,
         started = time.perf_counter()
         window = recent.start(snapshot) if windowed else None
         oldest = waiting.update(snapshot) if aged else None
-        diagnose(Context(snapshot, previous, (), thresholds, window=window, oldest=oldest))
+        departed = departures.update(snapshot, window or previous) if gone else None
+        diagnose(Context(snapshot, previous, (), thresholds, window=window, oldest=oldest, departed=departed))
         times.append(time.perf_counter() - started)
         previous = snapshot
     del snapshot
@@ -114,11 +118,12 @@ def main() -> None:
     print(f"{args.queues} queues, {args.connections * 3} channels and consumers, {args.connections} connections; "
           f"{args.polls} polls {INTERVAL:g} s apart (window 300 s)")
     print(f"{'judged against':<28} {'p50 ms':>8} {'p99 ms':>8} {'held MiB':>9}")
-    for label, windowed, aged in (("previous poll only (before)", False, False),
-                                  ("5-minute window (after)", True, False),
-                                  ("window + oldest message (41)", True, True)):
-        times, _ = run(args.polls, args.queues, args.connections, windowed, traced=False, aged=aged)
-        _, held = run(args.polls, args.queues, args.connections, windowed, traced=True, aged=aged)
+    for label, windowed, aged, gone in (("previous poll only (before)", False, False, False),
+                                        ("5-minute window (after)", True, False, False),
+                                        ("window + oldest message (41)", True, True, False),
+                                        ("... + what went (departures)", True, True, True)):
+        times, _ = run(args.polls, args.queues, args.connections, windowed, traced=False, aged=aged, gone=gone)
+        _, held = run(args.polls, args.queues, args.connections, windowed, traced=True, aged=aged, gone=gone)
         p50, p99 = sample_quantile(times, 0.5), sample_quantile(times, 0.99)
         print(f"{label:<28} {p50 * 1000:8.1f} {p99 * 1000:8.1f} {held:9.1f}")
 
