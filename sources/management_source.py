@@ -97,7 +97,6 @@ class ManagementSource:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline
         raw, errors = self.fetch(deadline)
         per_node = raw.pop("metrics", None)
-        tried = raw.pop("plugins_tried")
         routed = raw.pop("routed", [])
         self._say_missing(raw)
         while True:
@@ -113,11 +112,10 @@ class ManagementSource:
         snapshot = routing.attribute(snapshot, routed)
         if per_node is None:  # no node lists its plugin, or the read failed: the counters are not known
             snapshot = replace(snapshot, unreported=snapshot.unreported | {facts.DEAD_LETTER_COUNTS})
-            # A paused member's plugin, asked while its listener is still listed, hangs the read past the deadline:
-            # its silence counts, or the member answering once resumed is taken as cut off rather than rejoining
-            # (seen on 4.3.6). Those the read did not reach are not known silent.
-            self._rejoining.heard(snapshot.nodes, {}, time.monotonic(),
-                                  asked=[node for node, answered in tried.items() if not answered])
+            # A paused member hangs the read past the deadline, its own plugin or the node asked's (seen on 4.3.6):
+            # a member listed not running that was not heard is silent, or once resumed and answering it is taken
+            # as cut off rather than rejoining.
+            self._rejoining.heard(snapshot.nodes, {}, time.monotonic())
         else:
             counted, latency, deliveries, answered = per_node
             nodes = tuple(replace(n, quorum_commit_latency_seconds=latency[n.name])
@@ -174,21 +172,18 @@ class ManagementSource:
         found = dict(zip(unseen, self._pool.map(view, unseen)))
         return {node: seen for node, seen in found.items() if seen is not None}
 
-    def _node_metrics(self, plugins: dict[str, tuple[str, bool]], reached: set[str], deadline: float,
-                      tried: dict[str, bool]) -> tuple[tuple, dict[str, float | None], tuple, dict[str, int | None]]:
+    def _node_metrics(self, plugins: dict[str, tuple[str, bool]], reached: set[str], deadline: float
+                      ) -> tuple[tuple, dict[str, float | None], tuple, dict[str, int | None]]:
         """Every member's dead-letter counters, quorum commit latency and deliveries per protocol, each from the
         node's own plugin (they are per node), and the peers each counts unreachable, by the node its plugin names.
         `plugins` as plugins_to_ask gives them: one that need not answer (a member the node asked does not reach:
         down, or on the other side of a partition) that does not is no failed read. Of the URLs given, one for a
         member the node asked reaches (`reached`, as its listeners say; any, where they list none) must answer: a
-        FetchError otherwise, since every count would be missing unsaid. `tried` is filled as it goes: each member
-        asked, by the node it is as far as known, and whether its plugin answered."""
+        FetchError otherwise, since every count would be missing unsaid."""
         found, latency, deliveries, answered = [], {}, [], {}
         for url, (known, required) in sorted(plugins.items()):
             # A member nobody lists may be paused or hung: a second is its bound, not the poll's whole deadline.
             bound = deadline if required else min(deadline, time.monotonic() + REMEMBERED_WITHIN)
-            if required or bound < deadline:  # silent only if given its whole time, not what others left it
-                tried[known] = False
             try:
                 body = self._plugins.at(url).get("metrics", "/metrics", {}, bound, "text/plain")
             except FetchError:
@@ -208,7 +203,6 @@ class ManagementSource:
             latency[node] = plugin_normalise.quorum_commit_latency(samples)
             deliveries.extend(plugin_normalise.protocol_counts(samples, node))
             answered[node] = plugin_normalise.unreachable_peers(samples)
-            tried[node] = True
         if self._given and not any(node in reached for node in answered) and (reached or not answered):
             raise FetchError("metrics", "connection", f"no plugin of {', '.join(self._given)} answered for a member "
                              "the node asked reaches")
@@ -216,8 +210,7 @@ class ManagementSource:
 
     def fetch(self, deadline: float | None = None) -> tuple[dict[str, Any], list[FetchError]]:
         """Every endpoint's JSON ([] for a list that failed), the nodes' dead-letter counters ("metrics", where
-        the overview lists their plugins), each member whose plugin was asked and whether it answered
-        ("plugins_tried"), and what failed; SourceFailed when the overview fails, every list
+        the overview lists their plugins), and what failed; SourceFailed when the overview fails, every list
         does, or one fails for a reason that is the configuration's (FATAL). Bounded by `deadline` (monotonic; by
         default the source's deadline from now)."""
         deadline = time.monotonic() + self.deadline if deadline is None else deadline
@@ -232,12 +225,10 @@ class ManagementSource:
         remembered = {node: url for node, url in self._known_urls.items() if node not in urls}
         self._known_urls.update(urls)
         self._known_apis.update(plugin_urls(raw["overview"], self.base_url, MANAGEMENT))
-        tried: dict[str, bool] = {}
         if urls or self._given:
             plugins = plugins_to_ask(urls, remembered, self._given, self._named)
-            futures[self._pool.submit(self._node_metrics, plugins, set(urls), deadline, tried)] = "metrics"
+            futures[self._pool.submit(self._node_metrics, plugins, set(urls), deadline)] = "metrics"
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
-        raw["plugins_tried"] = dict(tried)  # as far as the read got, should it not have completed
         errors = [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s "
                              "poll deadline") for f in pending]
         for future in done:

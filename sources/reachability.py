@@ -10,7 +10,7 @@ are asked whatever the listeners say."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ackscope.model.snapshot import Node
@@ -86,14 +86,15 @@ class Rejoining:
     def __init__(self) -> None:
         self._silent_at: dict[str, float] = {}
 
-    def heard(self, nodes: Sequence[Node], answered: Mapping[str, int | None], now: float,
-              asked: Collection[str] | None = None) -> dict[str, int | None]:
-        """`answered` (as reconciled takes it) without the members rejoining at `now` (monotonic). `asked`: the
-        members whose plugin this poll asked, where a read that did not complete left the others unasked (their
-        silence is not known); None: every member's was asked, or none can be."""
+    def heard(self, nodes: Sequence[Node], answered: Mapping[str, int | None], now: float
+              ) -> dict[str, int | None]:
+        """`answered` (as reconciled takes it) without the members rejoining at `now` (monotonic). A member
+        listed not running that this poll did not hear is silent, whether its plugin was asked or a read cut short
+        never reached it: a paused member hangs the node asked's own answers too (seen on 4.3.6), and a member
+        answering after that is not known to be apart. One truly cut off is named REJOIN_WITHIN later, down
+        until then."""
         listed_down = {n.name for n in nodes if n.running is False}
-        self._silent_at.update((name, now) for name in listed_down
-                               if name not in answered and (asked is None or name in asked))
+        self._silent_at.update((name, now) for name in listed_down if name not in answered)
         # Forgotten once listed running again, or once too old: a poll that read no node list (the node asked can
         # be slow to list its members while one is paused) forgets nothing.
         listed_running = {n.name for n in nodes if n.running}
