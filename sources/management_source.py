@@ -97,6 +97,7 @@ class ManagementSource:
         taken_at, deadline = time.time(), time.monotonic() + self.deadline
         raw, errors = self.fetch(deadline)
         per_node = raw.pop("metrics", None)
+        heard = raw.pop("plugins_heard")
         routed = raw.pop("routed", [])
         self._say_missing(raw)
         while True:
@@ -114,8 +115,8 @@ class ManagementSource:
             snapshot = replace(snapshot, unreported=snapshot.unreported | {facts.DEAD_LETTER_COUNTS})
             # A paused member hangs the read past the deadline, its own plugin or the node asked's (seen on 4.3.6):
             # a member listed not running that was not heard is silent, or once resumed and answering it is taken
-            # as cut off rather than rejoining.
-            self._rejoining.heard(snapshot.nodes, {}, time.monotonic())
+            # as cut off rather than rejoining. One whose plugin answered before the read failed was heard.
+            self._rejoining.heard(snapshot.nodes, dict.fromkeys(heard), time.monotonic())
         else:
             counted, latency, deliveries, answered = per_node
             nodes = tuple(replace(n, quorum_commit_latency_seconds=latency[n.name])
@@ -172,14 +173,15 @@ class ManagementSource:
         found = dict(zip(unseen, self._pool.map(view, unseen)))
         return {node: seen for node, seen in found.items() if seen is not None}
 
-    def _node_metrics(self, plugins: dict[str, tuple[str, bool]], reached: set[str], deadline: float
-                      ) -> tuple[tuple, dict[str, float | None], tuple, dict[str, int | None]]:
+    def _node_metrics(self, plugins: dict[str, tuple[str, bool]], reached: set[str], deadline: float,
+                      heard: set[str]) -> tuple[tuple, dict[str, float | None], tuple, dict[str, int | None]]:
         """Every member's dead-letter counters, quorum commit latency and deliveries per protocol, each from the
         node's own plugin (they are per node), and the peers each counts unreachable, by the node its plugin names.
         `plugins` as plugins_to_ask gives them: one that need not answer (a member the node asked does not reach:
         down, or on the other side of a partition) that does not is no failed read. Of the URLs given, one for a
         member the node asked reaches (`reached`, as its listeners say; any, where they list none) must answer: a
-        FetchError otherwise, since every count would be missing unsaid."""
+        FetchError otherwise, since every count would be missing unsaid. `heard` is filled as it goes: each
+        member whose plugin answered, by the node it names, should the read not complete."""
         found, latency, deliveries, answered = [], {}, [], {}
         for url, (known, required) in sorted(plugins.items()):
             # A member nobody lists may be paused or hung: a second is its bound, not the poll's whole deadline.
@@ -203,6 +205,7 @@ class ManagementSource:
             latency[node] = plugin_normalise.quorum_commit_latency(samples)
             deliveries.extend(plugin_normalise.protocol_counts(samples, node))
             answered[node] = plugin_normalise.unreachable_peers(samples)
+            heard.add(node)
         if self._given and not any(node in reached for node in answered) and (reached or not answered):
             raise FetchError("metrics", "connection", f"no plugin of {', '.join(self._given)} answered for a member "
                              "the node asked reaches")
@@ -210,7 +213,8 @@ class ManagementSource:
 
     def fetch(self, deadline: float | None = None) -> tuple[dict[str, Any], list[FetchError]]:
         """Every endpoint's JSON ([] for a list that failed), the nodes' dead-letter counters ("metrics", where
-        the overview lists their plugins), and what failed; SourceFailed when the overview fails, every list
+        the overview lists their plugins), the members whose plugin answered ("plugins_heard", as far as the read
+        got), and what failed; SourceFailed when the overview fails, every list
         does, or one fails for a reason that is the configuration's (FATAL). Bounded by `deadline` (monotonic; by
         default the source's deadline from now)."""
         deadline = time.monotonic() + self.deadline if deadline is None else deadline
@@ -225,10 +229,12 @@ class ManagementSource:
         remembered = {node: url for node, url in self._known_urls.items() if node not in urls}
         self._known_urls.update(urls)
         self._known_apis.update(plugin_urls(raw["overview"], self.base_url, MANAGEMENT))
+        heard: set[str] = set()
         if urls or self._given:
             plugins = plugins_to_ask(urls, remembered, self._given, self._named)
-            futures[self._pool.submit(self._node_metrics, plugins, set(urls), deadline)] = "metrics"
+            futures[self._pool.submit(self._node_metrics, plugins, set(urls), deadline, heard)] = "metrics"
         done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+        raw["plugins_heard"] = frozenset(heard)  # as far as the read got, should it not have completed
         errors = [FetchError(futures[f], "deadline", f"no complete answer within the {self.deadline:g}s "
                              "poll deadline") for f in pending]
         for future in done:

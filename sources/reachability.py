@@ -73,15 +73,15 @@ def reconciled(nodes: tuple[Node, ...], asked: str | None, answered: Mapping[str
     return tuple(out)
 
 
-REJOIN_WITHIN = 30.0  # seconds a member that answered nothing is taken as rejoining once it answers again
+REJOIN_WITHIN = 30.0  # seconds a member not heard is taken as rejoining once it answers again
 
 
 class Rejoining:
-    """Members that answered nothing (a paused or stopped node) while the node asked listed them as not running.
+    """Members not heard (a paused or stopped node) while the node asked listed them as not running.
     Such a member that answers again while still listed so is rejoining, not cut off: resumed, it counts the node
     asked gone as that one counts it, until they reconnect (seconds, under Khepri; measured on 4.3.6 after a
     pause past net_ticktime). It stays down, not partitioned, for REJOIN_WITHIN seconds after it was last
-    silent; one still apart after that is cut off."""
+    not heard; one still apart after that is cut off."""
 
     def __init__(self) -> None:
         self._silent_at: dict[str, float] = {}

@@ -139,6 +139,11 @@ def test_a_member_listed_down_and_not_heard_is_silent_whether_or_not_the_read_re
     # Still apart REJOIN_WITHIN after it was last not heard: cut off, named.
     apart = rejoining.heard(members, {"rabbit@n1": 1, "rabbit@n2": 1}, now=100.0 + REJOIN_WITHIN)
     assert [len(n.partitions) for n in reconciled(members, "rabbit@n1", apart)] == [1, 1]
+    # A read that failed after n2's plugin answered heard n2: cut off at once, not taken as rejoining.
+    heard = Rejoining()
+    assert heard.heard(members, dict.fromkeys({"rabbit@n2"}), now=100.0) == {"rabbit@n2": None}
+    apart = heard.heard(members, {"rabbit@n1": 1, "rabbit@n2": 1}, now=101.0)
+    assert [len(n.partitions) for n in reconciled(members, "rabbit@n1", apart)] == [1, 1]
 
 
 def test_a_poll_without_the_node_list_forgets_no_silence():
